@@ -1,0 +1,358 @@
+//! The heap checker: walks every list, descriptor and counter, reports each inconsistency and a
+//! census of slabs by state. It is the oracle of every test and the `cxlalloc check` command.
+//!
+//! Run it on a quiescent heap: while other threads allocate, slabs move between states and the
+//! report is only advisory. Every walk is bounded by the heap length, so a corrupt link or a
+//! cycle becomes a reported problem, never a hang.
+
+use std::fmt;
+
+use crate::class::{Bracket, LARGE_CLASSES, SMALL_CLASSES};
+use crate::heap::Heap;
+use crate::mem::{HeapMem, Slab};
+use crate::slab::ops::remote_count;
+use crate::sync::Ordering;
+use crate::thread::redo::Redo;
+use crate::word::{Holder, Tagged};
+
+/// The state of a slab, as found by the checker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlabState {
+    /// On the global free list.
+    Global,
+    /// On a thread's unsized list.
+    Unsized,
+    /// On a thread's sized list.
+    Sized,
+    /// Full, owned, off-list.
+    Detached,
+    /// Full, unowned, waiting for its last remote free.
+    Disowned,
+    /// Not reachable by any rule (leaked, or mid-operation in a live or dead thread).
+    Unreachable,
+}
+
+const STATES: usize = 6;
+
+impl SlabState {
+    const ALL: [SlabState; STATES] = [
+        SlabState::Global,
+        SlabState::Unsized,
+        SlabState::Sized,
+        SlabState::Detached,
+        SlabState::Disowned,
+        SlabState::Unreachable,
+    ];
+
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SlabState::Global => "global",
+            SlabState::Unsized => "unsized",
+            SlabState::Sized => "sized",
+            SlabState::Detached => "detached",
+            SlabState::Disowned => "disowned",
+            SlabState::Unreachable => "unreachable",
+        }
+    }
+}
+
+/// Per-class occupancy.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClassCensus {
+    /// Slabs holding this class (sized, detached or disowned).
+    pub slabs: u64,
+    /// Blocks in those slabs.
+    pub blocks: u64,
+    /// Blocks free in owners' bitsets.
+    pub free_blocks: u64,
+    /// Blocks freed remotely and not yet reclaimed.
+    pub remote_freed: u64,
+}
+
+impl ClassCensus {
+    /// Blocks handed out and not freed.
+    pub fn live_blocks(&self) -> u64 {
+        self.blocks - self.free_blocks - self.remote_freed
+    }
+}
+
+/// Census of one bracket.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BracketCensus {
+    /// Heap length, slabs.
+    pub length: u32,
+    /// Capacity, slabs.
+    pub capacity: u32,
+    /// Slab count per [`SlabState`] (in `SlabState::ALL` order).
+    pub by_state: [u64; STATES],
+    /// Per class (index = class id − 1).
+    pub classes: Vec<ClassCensus>,
+}
+
+impl BracketCensus {
+    /// Slabs in `state`.
+    pub fn slabs(&self, state: SlabState) -> u64 {
+        self.by_state[state as usize]
+    }
+
+    /// Live (allocated, not freed) blocks over all classes.
+    pub fn live_blocks(&self) -> u64 {
+        self.classes.iter().map(ClassCensus::live_blocks).sum()
+    }
+}
+
+/// One inconsistency.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// Bracket concerned.
+    pub bracket: Bracket,
+    /// Slab concerned, if one.
+    pub slab: Option<u32>,
+    /// What is wrong.
+    pub what: String,
+}
+
+/// A thread slot with an operation in flight.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InFlight {
+    /// The slot.
+    pub slot: u32,
+    /// Its decoded record (`None`: the record word is not a valid record).
+    pub record: Option<Redo>,
+    /// Whether the slot's holder is alive.
+    pub holder_alive: bool,
+}
+
+/// What the checker found.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Small and large census.
+    pub brackets: Vec<BracketCensus>,
+    /// Inconsistencies (first [`MAX_PROBLEMS`]).
+    pub problems: Vec<Problem>,
+    /// Slots whose redo record is not idle.
+    pub in_flight: Vec<InFlight>,
+    /// Leased slots.
+    pub leased_slots: u32,
+}
+
+/// Most problems a report lists.
+pub const MAX_PROBLEMS: usize = 1000;
+
+impl Report {
+    /// True when no inconsistency was found.
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// Census of `b`.
+    pub fn bracket(&self, b: Bracket) -> &BracketCensus {
+        &self.brackets[b as usize]
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in Bracket::ALL {
+            let c = self.bracket(b);
+            write!(f, "{:>5}: length {}/{} slabs;", b.name(), c.length, c.capacity)?;
+            for s in SlabState::ALL {
+                write!(f, " {} {}", s.name(), c.slabs(s))?;
+            }
+            writeln!(f, "; live blocks {}", c.live_blocks())?;
+        }
+        writeln!(f, "leased slots: {}", self.leased_slots)?;
+        for i in &self.in_flight {
+            writeln!(f, "slot {} has an operation in flight: {:?} (holder alive: {})", i.slot, i.record, i.holder_alive)?;
+        }
+        if self.problems.is_empty() {
+            writeln!(f, "no inconsistencies")
+        } else {
+            writeln!(f, "{} inconsistencies:", self.problems.len())?;
+            for p in &self.problems {
+                match p.slab {
+                    Some(s) => writeln!(f, "  {} slab {s}: {}", p.bracket.name(), p.what)?,
+                    None => writeln!(f, "  {}: {}", p.bracket.name(), p.what)?,
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+struct Walker<'a> {
+    mem: &'a HeapMem,
+    b: Bracket,
+    len: u32,
+    state: Vec<Option<SlabState>>,
+    problems: &'a mut Vec<Problem>,
+}
+
+impl Walker<'_> {
+    fn problem(&mut self, slab: Option<u32>, what: String) {
+        if self.problems.len() < MAX_PROBLEMS {
+            self.problems.push(Problem { bracket: self.b, slab, what });
+        }
+    }
+
+    fn slab(&self, index: u32) -> Option<Slab> {
+        if index < self.len {
+            self.mem.slab(self.b, index)
+        } else {
+            None
+        }
+    }
+
+    /// Walks a list from `head`, marking each slab `state`; returns the slabs in order.
+    fn walk(&mut self, head: u32, state: SlabState, name: &str) -> Vec<Slab> {
+        let mut out = Vec::new();
+        let mut link = head;
+        while link != 0 {
+            let Some(slab) = self.slab(link - 1) else {
+                self.problem(None, format!("{name}: link {link} beyond heap length {}", self.len));
+                break;
+            };
+            if let Some(prev) = self.state[slab.index() as usize] {
+                self.problem(Some(slab.index()), format!("{name}: already {} (cycle or on two lists)", prev.name()));
+                break;
+            }
+            self.state[slab.index() as usize] = Some(state);
+            out.push(slab);
+            link = self.mem.desc(self.b, slab).head.next.load(Ordering::Relaxed);
+        }
+        out
+    }
+}
+
+/// Checks `heap` (see the module docs for when the result is exact).
+pub fn check(heap: &Heap) -> Report {
+    let mem = heap.mem();
+    let mut report = Report::default();
+    let slots = mem.layout.slots;
+    for slot in 0..slots {
+        let holder = Holder::unpack(mem.lease(slot).holder.load(Ordering::Acquire));
+        report.leased_slots += u32::from(holder.is_some());
+        let word = mem.record(slot).redo.load(Ordering::Acquire);
+        if word != 0 {
+            let holder_alive = holder.is_some_and(crate::thread::identity::is_alive);
+            report.in_flight.push(InFlight { slot, record: Redo::unpack(word), holder_alive });
+        }
+    }
+    for b in Bracket::ALL {
+        let census = check_bracket(mem, b, &mut report.problems);
+        report.brackets.push(census);
+    }
+    report
+}
+
+fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> BracketCensus {
+    let spec = b.spec();
+    let len = Tagged::unpack(mem.globals(b).length.load(Ordering::Acquire)).payload;
+    let capacity = mem.layout.bracket(b).capacity;
+    let class_count = match b {
+        Bracket::Small => SMALL_CLASSES,
+        Bracket::Large => LARGE_CLASSES,
+    };
+    let mut census = BracketCensus { length: len, capacity, classes: vec![ClassCensus::default(); class_count], ..Default::default() };
+    let mut w = Walker { mem, b, len: len.min(capacity), state: vec![None; len.min(capacity) as usize], problems };
+    if len > capacity {
+        w.problem(None, format!("length {len} exceeds capacity {capacity}"));
+    }
+
+    let head = Tagged::unpack(mem.globals(b).global_head.load(Ordering::Acquire)).payload;
+    for slab in w.walk(head, SlabState::Global, "global list") {
+        let d = mem.desc(b, slab).head;
+        if d.owner.load(Ordering::Relaxed) != 0 {
+            w.problem(Some(slab.index()), "on the global list but owned".into());
+        }
+        if d.class.load(Ordering::Relaxed) != 0 {
+            w.problem(Some(slab.index()), "on the global list but sized".into());
+        }
+    }
+
+    for slot in 0..mem.layout.slots {
+        let me = slot + 1;
+        let lists = mem.record(slot).lists(b);
+        let unsized_slabs = w.walk(lists.unsized_head.load(Ordering::Relaxed), SlabState::Unsized, "unsized list");
+        if unsized_slabs.len() as u32 != lists.unsized_len.load(Ordering::Relaxed) {
+            w.problem(None, format!("slot {slot}: unsized length {} but {} on the list", lists.unsized_len.load(Ordering::Relaxed), unsized_slabs.len()));
+        }
+        for slab in unsized_slabs {
+            let d = mem.desc(b, slab).head;
+            if d.owner.load(Ordering::Relaxed) != me {
+                w.problem(Some(slab.index()), format!("on slot {slot}'s unsized list but owned by {}", d.owner.load(Ordering::Relaxed)));
+            }
+            if d.class.load(Ordering::Relaxed) != 0 {
+                w.problem(Some(slab.index()), format!("on slot {slot}'s unsized list but sized"));
+            }
+        }
+        for (ci, head) in lists.sized.iter().enumerate() {
+            let class = ci as u32 + 1;
+            let mut prev_link = 0;
+            for slab in w.walk(head.load(Ordering::Relaxed), SlabState::Sized, "sized list") {
+                let d = mem.desc(b, slab);
+                if d.head.owner.load(Ordering::Relaxed) != me {
+                    w.problem(Some(slab.index()), format!("on slot {slot}'s sized list but owned by {}", d.head.owner.load(Ordering::Relaxed)));
+                }
+                if d.head.class.load(Ordering::Relaxed) != class {
+                    w.problem(Some(slab.index()), format!("on sized list {class} but class {}", d.head.class.load(Ordering::Relaxed)));
+                }
+                if d.head.prev.load(Ordering::Relaxed) != prev_link {
+                    w.problem(Some(slab.index()), "sized list back link broken".into());
+                }
+                if d.head.free.load(Ordering::Relaxed) == 0 {
+                    w.problem(Some(slab.index()), "on a sized list with no free block".into());
+                }
+                prev_link = slab.link();
+            }
+        }
+    }
+
+    for index in 0..w.len {
+        let Some(slab) = w.slab(index) else { continue };
+        let d = mem.desc(b, slab);
+        let owner = d.head.owner.load(Ordering::Relaxed);
+        let class = d.head.class.load(Ordering::Relaxed);
+        let free = d.head.free.load(Ordering::Relaxed);
+        let state = match w.state[index as usize] {
+            Some(s) => s,
+            None if class != 0 && free == 0 && owner != 0 => SlabState::Detached,
+            None if class != 0 && free == 0 => SlabState::Disowned,
+            None => {
+                w.problem(Some(index), format!("unreachable: owner {owner}, class {class}, free {free}"));
+                SlabState::Unreachable
+            }
+        };
+        census.by_state[state as usize] += 1;
+        if class == 0 {
+            continue;
+        }
+        let Some(info) = spec.class(class) else {
+            w.problem(Some(index), format!("class {class} does not exist"));
+            continue;
+        };
+        if free != d.count_free() {
+            w.problem(Some(index), format!("free count {free} but {} bits set", d.count_free()));
+        }
+        if !d.summary_consistent() {
+            w.problem(Some(index), "summary word disagrees with bitset".into());
+        }
+        let counter = remote_count(mem, b, slab);
+        if counter > info.blocks {
+            w.problem(Some(index), format!("remote counter {counter} above block count {}", info.blocks));
+        }
+        if free > counter {
+            w.problem(Some(index), format!("{free} free blocks but remote counter {counter}"));
+        }
+        if state == SlabState::Disowned && counter == 0 {
+            w.problem(Some(index), "disowned with remote counter 0 (never claimed)".into());
+        }
+        let c = &mut census.classes[class as usize - 1];
+        c.slabs += 1;
+        c.blocks += u64::from(info.blocks);
+        c.free_blocks += u64::from(free);
+        c.remote_freed += u64::from(info.blocks.saturating_sub(counter));
+    }
+    census
+}

@@ -1,0 +1,202 @@
+//! Typed errors, one enum per operation. Each maps to a stable C error code ([`ErrorCode`]).
+
+use std::path::PathBuf;
+
+use crate::class::Bracket;
+
+/// Why a heap could not be created or opened ([`crate::Heap::create`], [`crate::Heap::open`]).
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// No heap exists under that name or path.
+    #[error("no heap at {0}")]
+    NotFound(PathBuf),
+    /// `create` found a heap already there.
+    #[error("a heap already exists at {0}")]
+    AlreadyExists(PathBuf),
+    /// A system call on the heap's files failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A region file is shorter than its header says.
+    #[error("region file {path} is truncated: {actual} bytes, header says {expected}")]
+    Truncated {
+        /// The region file.
+        path: PathBuf,
+        /// Size the header records.
+        expected: u64,
+        /// Size found.
+        actual: u64,
+    },
+    /// The header does not start with the cxlalloc magic.
+    #[error("{0} is not a cxlalloc heap (bad magic)")]
+    BadMagic(PathBuf),
+    /// The header's checksum does not match its contents.
+    #[error("heap header at {0} is corrupt (checksum mismatch)")]
+    Checksum(PathBuf),
+    /// The header names a field whose value differs from what this build or the caller expects.
+    #[error("heap parameter `{field}` is {found}, expected {expected}")]
+    Mismatch {
+        /// The header field.
+        field: &'static str,
+        /// Value in the header.
+        found: u64,
+        /// Value expected.
+        expected: u64,
+    },
+    /// The configuration passed to `create` is invalid.
+    #[error("invalid heap configuration: {0}")]
+    InvalidConfig(String),
+    /// Reserving or mapping address space failed.
+    #[error("cannot map heap: {0}")]
+    Map(nix::errno::Errno),
+    /// The process already has the maximum number of heaps open.
+    #[error("too many heaps open in this process (max {0})")]
+    TooManyHeaps(usize),
+}
+
+/// Why a thread could not attach ([`crate::Heap::attach`]).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AttachError {
+    /// Every thread slot is leased; `dead` of them are held by dead holders and can be adopted
+    /// once recovery has run.
+    #[error("all {slots} thread slots are leased ({dead} by dead holders)")]
+    SlotsExhausted {
+        /// Slot count of the heap.
+        slots: u32,
+        /// Slots whose holder is dead.
+        dead: u32,
+    },
+}
+
+/// Why an allocation failed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq, Clone, Copy)]
+pub enum AllocError {
+    /// A zero-byte request.
+    #[error("zero-size allocation")]
+    ZeroSize,
+    /// The size (or size × count) overflows.
+    #[error("allocation size overflows")]
+    Overflow,
+    /// The alignment is not a power of two.
+    #[error("alignment {0} is not a power of two")]
+    BadAlignment(usize),
+    /// Above the largest slab class; the huge heap will serve these.
+    #[error("{0}-byte allocations need the huge heap, which is not available yet")]
+    Unsupported(usize),
+    /// The bracket has reached its configured capacity (or its backing store is full).
+    #[error("{} heap exhausted", .0.name())]
+    OutOfMemory(Bracket),
+    /// Heap metadata is inconsistent; run the checker.
+    #[error("heap metadata corrupt: {0}")]
+    Corrupt(&'static str),
+}
+
+/// Why a free (or a query on a pointer) was refused. The heap is untouched in every case.
+#[derive(Debug, thiserror::Error, PartialEq, Eq, Clone, Copy)]
+pub enum FreeError {
+    /// The pointer is not inside this heap's data region.
+    #[error("pointer does not belong to this heap")]
+    ForeignPointer,
+    /// The pointer is inside a block, not at its start.
+    #[error("pointer is interior to a block")]
+    InteriorPointer,
+    /// The pointer names a slab that holds no allocated blocks of any class.
+    #[error("pointer is not an allocated block")]
+    NotAllocated,
+    /// The block is already free.
+    #[error("double free")]
+    DoubleFree,
+    /// Heap metadata is inconsistent; run the checker.
+    #[error("heap metadata corrupt: {0}")]
+    Corrupt(&'static str),
+}
+
+/// Why an offset could not be turned into a pointer or back.
+#[derive(Debug, thiserror::Error, PartialEq, Eq, Clone, Copy)]
+pub enum OffsetError {
+    /// The null offset.
+    #[error("null offset")]
+    Null,
+    /// Outside this heap.
+    #[error("address or offset outside the heap")]
+    OutOfBounds,
+}
+
+/// Stable error codes of the C API (`cxlalloc.h`).
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// Success.
+    Ok = 0,
+    /// Invalid argument (null handle, bad name, zero size, bad alignment).
+    InvalidArgument = 1,
+    /// Out of memory, or address space, or the heap's capacity.
+    OutOfMemory = 2,
+    /// Heap not found.
+    NotFound = 3,
+    /// Heap already exists.
+    AlreadyExists = 4,
+    /// Heap files corrupt, truncated, or not a heap.
+    BadHeap = 5,
+    /// Heap parameters differ from what was expected.
+    Mismatch = 6,
+    /// All thread slots leased.
+    SlotsExhausted = 7,
+    /// Pointer not from this heap.
+    ForeignPointer = 8,
+    /// Pointer interior to a block.
+    InteriorPointer = 9,
+    /// Double free.
+    DoubleFree = 10,
+    /// Not an allocated block.
+    NotAllocated = 11,
+    /// Metadata corrupt.
+    Corrupt = 12,
+    /// Request needs a capability not built yet (huge allocations).
+    Unsupported = 13,
+    /// Operating-system error.
+    Io = 14,
+}
+
+impl From<&OpenError> for ErrorCode {
+    fn from(e: &OpenError) -> Self {
+        match e {
+            OpenError::NotFound(_) => ErrorCode::NotFound,
+            OpenError::AlreadyExists(_) => ErrorCode::AlreadyExists,
+            OpenError::Io { .. } => ErrorCode::Io,
+            OpenError::Truncated { .. } | OpenError::BadMagic(_) | OpenError::Checksum(_) => ErrorCode::BadHeap,
+            OpenError::Mismatch { .. } => ErrorCode::Mismatch,
+            OpenError::InvalidConfig(_) => ErrorCode::InvalidArgument,
+            OpenError::Map(_) | OpenError::TooManyHeaps(_) => ErrorCode::OutOfMemory,
+        }
+    }
+}
+
+impl From<&AllocError> for ErrorCode {
+    fn from(e: &AllocError) -> Self {
+        match e {
+            AllocError::ZeroSize | AllocError::BadAlignment(_) => ErrorCode::InvalidArgument,
+            AllocError::Overflow | AllocError::OutOfMemory(_) => ErrorCode::OutOfMemory,
+            AllocError::Unsupported(_) => ErrorCode::Unsupported,
+            AllocError::Corrupt(_) => ErrorCode::Corrupt,
+        }
+    }
+}
+
+impl From<&FreeError> for ErrorCode {
+    fn from(e: &FreeError) -> Self {
+        match e {
+            FreeError::ForeignPointer => ErrorCode::ForeignPointer,
+            FreeError::InteriorPointer => ErrorCode::InteriorPointer,
+            FreeError::NotAllocated => ErrorCode::NotAllocated,
+            FreeError::DoubleFree => ErrorCode::DoubleFree,
+            FreeError::Corrupt(_) => ErrorCode::Corrupt,
+        }
+    }
+}

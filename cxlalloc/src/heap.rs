@@ -1,0 +1,184 @@
+//! The heap handle: create, open, unlink, attach, offsets, roots.
+
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use crate::backing::anon::AnonBacking;
+use crate::backing::files::{self, FileBacking};
+use crate::class::Bracket;
+use crate::error::{AttachError, OffsetError, OpenError};
+use crate::layout::{Config, Header, ROOTS};
+use crate::mem::HeapMem;
+use crate::offset::Offset;
+use crate::signal::{self, Registration, MAX_HEAPS};
+use crate::sync::AtomicU64;
+use crate::thread::{self, ThreadHandle};
+
+#[derive(Debug)]
+struct HeapInner {
+    // Declared first so it drops first: the signal handler must stop using the heap's
+    // LazyMap before the mapping goes away.
+    _registration: Option<Registration>,
+    mem: HeapMem,
+}
+
+/// A heap mapped into this process. Cheap to clone (shared handle); the mapping lives until the
+/// last clone and the last [`ThreadHandle`] are dropped.
+#[derive(Clone, Debug)]
+pub struct Heap {
+    inner: Arc<HeapInner>,
+}
+
+fn random_secret() -> u64 {
+    let mut buf = [0u8; 8];
+    // SAFETY: getrandom writes at most buf.len() bytes into buf.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    let seed = if n == 8 { u64::from_ne_bytes(buf) } else { 0 };
+    seed ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+impl Heap {
+    fn from_mem(mem: HeapMem) -> Result<Self, OpenError> {
+        let mut inner = Arc::new(HeapInner { _registration: None, mem });
+        if let Some(lazy) = inner.mem.lazy() {
+            let registration = signal::register(lazy).ok_or(OpenError::TooManyHeaps(MAX_HEAPS))?;
+            match Arc::get_mut(&mut inner) {
+                Some(i) => i._registration = Some(registration),
+                None => return Err(OpenError::TooManyHeaps(MAX_HEAPS)),
+            }
+        }
+        Ok(Heap { inner })
+    }
+
+    /// Creates the heap called `name` in `/dev/shm`; fails if it exists.
+    pub fn create(name: &str, config: &Config) -> Result<Self, OpenError> {
+        Self::create_at(&files::path_for_name(name)?, config)
+    }
+
+    /// Opens the existing heap called `name` in `/dev/shm`, whatever its configuration.
+    pub fn open(name: &str) -> Result<Self, OpenError> {
+        Self::open_at(&files::path_for_name(name)?)
+    }
+
+    /// Opens the heap called `name`, creating it with `config` if it does not exist; an existing
+    /// heap must have been created with the same configuration.
+    pub fn open_or_create(name: &str, config: &Config) -> Result<Self, OpenError> {
+        Self::open_or_create_at(&files::path_for_name(name)?, config)
+    }
+
+    /// Removes the heap called `name`. Processes that have it open keep using it.
+    pub fn unlink(name: &str) -> Result<(), OpenError> {
+        FileBacking::unlink(&files::path_for_name(name)?)
+    }
+
+    /// Where a named heap's directory lives.
+    pub fn path_of(name: &str) -> Result<PathBuf, OpenError> {
+        files::path_for_name(name)
+    }
+
+    /// Creates a heap in directory `path` (which must not exist).
+    pub fn create_at(path: &Path, config: &Config) -> Result<Self, OpenError> {
+        config.validate()?;
+        let header = Header::new(config, random_secret());
+        let backing = FileBacking::create(path, &header)?;
+        Self::from_mem(HeapMem::map(header, Box::new(backing))?)
+    }
+
+    /// Opens the heap in directory `path`.
+    pub fn open_at(path: &Path) -> Result<Self, OpenError> {
+        let (backing, header) = FileBacking::open(path)?;
+        Self::from_mem(HeapMem::map(header, Box::new(backing))?)
+    }
+
+    /// Opens the heap in `path`, creating it with `config` if absent; see [`Heap::open_or_create`].
+    pub fn open_or_create_at(path: &Path, config: &Config) -> Result<Self, OpenError> {
+        let heap = match Self::open_at(path) {
+            Err(OpenError::NotFound(_)) => match Self::create_at(path, config) {
+                Err(OpenError::AlreadyExists(_)) => Self::open_at(path)?,
+                other => other?,
+            },
+            other => other?,
+        };
+        heap.mem().header.expect(config)?;
+        Ok(heap)
+    }
+
+    /// Removes the heap directory at `path`.
+    pub fn unlink_at(path: &Path) -> Result<(), OpenError> {
+        FileBacking::unlink(path)
+    }
+
+    /// A private heap in anonymous memory, for one process (tests, tools).
+    pub fn anonymous(config: &Config) -> Result<Self, OpenError> {
+        config.validate()?;
+        let header = Header::new(config, random_secret());
+        Self::from_mem(HeapMem::map(header, Box::new(AnonBacking))?)
+    }
+
+    pub(crate) fn mem(&self) -> &HeapMem {
+        &self.inner.mem
+    }
+
+    /// The configuration recorded in the heap's header.
+    pub fn config(&self) -> Config {
+        self.mem().header.config()
+    }
+
+    /// Where the heap lives (directory path, or "anonymous").
+    pub fn location(&self) -> String {
+        self.mem().location()
+    }
+
+    /// Leases a thread slot for the calling thread.
+    pub fn attach(&self) -> Result<ThreadHandle, AttachError> {
+        thread::attach(self)
+    }
+
+    /// Slots still leased by processes that have died (their recovery is pending).
+    pub fn dead_slots(&self) -> Vec<u32> {
+        thread::dead_slots(self)
+    }
+
+    /// The offset of `ptr`, which must point into this heap's slab data.
+    pub fn offset_of<T>(&self, ptr: *const T) -> Result<Offset<T>, OffsetError> {
+        if ptr.is_null() {
+            return Err(OffsetError::Null);
+        }
+        let mem = self.mem();
+        let off = mem.offset_of(ptr.cast()).ok_or(OffsetError::OutOfBounds)?;
+        let in_data = Bracket::ALL.iter().any(|&b| mem.layout.bracket(b).data.contains(off));
+        if in_data {
+            Ok(Offset::from_raw(off as u64))
+        } else {
+            Err(OffsetError::OutOfBounds)
+        }
+    }
+
+    /// The address in this process of `offset`, checked to lie in slab data and to be aligned
+    /// for `T`.
+    pub fn pointer<T>(&self, offset: Offset<T>) -> Result<NonNull<T>, OffsetError> {
+        if offset.is_null() {
+            return Err(OffsetError::Null);
+        }
+        let mem = self.mem();
+        let off = usize::try_from(offset.raw()).map_err(|_| OffsetError::OutOfBounds)?;
+        let in_data = Bracket::ALL.iter().any(|&b| {
+            let span = mem.layout.bracket(b).data;
+            span.contains(off) && off + std::mem::size_of::<T>() <= span.end()
+        });
+        if !in_data || off % std::mem::align_of::<T>() != 0 {
+            return Err(OffsetError::OutOfBounds);
+        }
+        mem.at(off).map(NonNull::cast).ok_or(OffsetError::OutOfBounds)
+    }
+
+    /// Application root `index` (< [`ROOTS`]): a 64-bit word in HWcc memory that every process
+    /// sees, typically holding an [`Offset`]'s raw value, updated with compare-and-swap.
+    pub fn root(&self, index: usize) -> Option<&AtomicU64> {
+        self.mem().shared().roots.get(index)
+    }
+
+    /// Number of application roots.
+    pub const ROOTS: usize = ROOTS;
+}

@@ -1,0 +1,574 @@
+//! The heap's persistent layout: configuration, the header every open validates, and where each
+//! region and array lies inside the per-process reservation.
+//!
+//! ```text
+//! reservation (one per heap per process; identical offsets in every process = PC-S)
+//! +--------+--------+-------+----------------------+----------------------+-------------------+
+//! | header | shared | owned | remote: small, large | local: small, large  | data: small, large|
+//! +--------+--------+-------+----------------------+----------------------+-------------------+
+//!   R/O      HWcc     SWcc    HWcc (lazy)            SWcc (lazy)            SWcc (lazy)
+//! ```
+//!
+//! Each region is its own file (or device range), mapped `MAP_FIXED | MAP_SHARED` at its offset.
+//! Offsets are relative to the reservation base, so offset 0 (the header) never names a block and
+//! can serve as null. Every region starts on a 2 MiB boundary, and the base is 2 MiB aligned, so
+//! slabs are aligned to their own size in every process.
+
+use crate::class::{Bracket, LARGE_CLASSES, SMALL_CLASSES};
+use crate::error::OpenError;
+use crate::sync::AtomicU64;
+use crate::thread::record::ThreadRecord;
+use crate::word::MAX_SLOTS;
+
+/// Alignment of every region and of the reservation base.
+pub const REGION_ALIGN: usize = 2 << 20;
+/// Size of the header region.
+pub const HEADER_BYTES: usize = 4096;
+/// Version of the on-device layout; bumped on any incompatible change.
+pub const LAYOUT_VERSION: u32 = 1;
+/// Magic bytes at the start of the header.
+pub const MAGIC: [u8; 8] = *b"CXLALLOC";
+/// Number of application roots.
+pub const ROOTS: usize = 64;
+
+/// How the device keeps memory coherent between hosts. Recorded in the header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(u32)]
+pub enum Coherence {
+    /// Every access is hardware-coherent: plain atomics, no flushes.
+    #[default]
+    Full = 0,
+}
+
+/// Parameters of a new heap. Stored in the header; openers that pass one are checked against it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Bound on small-bracket data, bytes (rounded down to whole slabs).
+    pub small_capacity: u64,
+    /// Bound on large-bracket data, bytes (rounded down to whole slabs).
+    pub large_capacity: u64,
+    /// Thread slots (1 ..= 4095): the most threads attached at once, over all processes.
+    pub thread_slots: u32,
+    /// Slabs a thread takes when it extends the small heap (T1).
+    pub small_batch: u32,
+    /// Slabs a thread takes when it extends the large heap (T1).
+    pub large_batch: u32,
+    /// Empty slabs a thread keeps cached before returning extras to the global list (T9).
+    pub cache_local: u32,
+    /// Coherence model of the device.
+    pub coherence: Coherence,
+    /// Reserve backing store when the heap grows (`fallocate`), so a full `/dev/shm` is an
+    /// out-of-memory error instead of a `SIGBUS` on first touch.
+    pub commit_on_grow: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            small_capacity: 16 << 30,
+            large_capacity: 64 << 30,
+            thread_slots: 1024,
+            small_batch: 8,
+            large_batch: 1,
+            cache_local: 8,
+            coherence: Coherence::Full,
+            commit_on_grow: true,
+        }
+    }
+}
+
+impl Config {
+    /// A configuration with both brackets bounded to `bytes` each.
+    pub fn with_capacity(bytes: u64) -> Self {
+        Self { small_capacity: bytes, large_capacity: bytes, ..Self::default() }
+    }
+
+    fn capacity_slabs(&self, b: Bracket) -> u64 {
+        let bytes = match b {
+            Bracket::Small => self.small_capacity,
+            Bracket::Large => self.large_capacity,
+        };
+        bytes >> b.spec().slab_shift
+    }
+
+    /// Checks bounds; the header stores only validated configurations.
+    pub fn validate(&self) -> Result<(), OpenError> {
+        let bad = |s: String| Err(OpenError::InvalidConfig(s));
+        if self.thread_slots == 0 || self.thread_slots > MAX_SLOTS {
+            return bad(format!("thread_slots must be 1..={MAX_SLOTS}, got {}", self.thread_slots));
+        }
+        for b in Bracket::ALL {
+            let slabs = self.capacity_slabs(b);
+            if slabs == 0 || slabs >= u64::from(u32::MAX) {
+                return bad(format!("{} capacity must be 1 ..< 2^32 slabs, got {slabs}", b.name()));
+            }
+        }
+        if self.small_batch == 0 || self.large_batch == 0 {
+            return bad("growth batches must be at least one slab".into());
+        }
+        Ok(())
+    }
+}
+
+/// The persisted header: everything an opener needs to rebuild the [`Layout`] and to refuse a
+/// heap this build cannot read. Written once by the creator before the heap becomes visible;
+/// read-only afterwards.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// [`MAGIC`].
+    pub magic: [u8; 8],
+    /// [`LAYOUT_VERSION`].
+    pub layout_version: u32,
+    /// `size_of::<Header>()` of the writer.
+    pub header_bytes: u32,
+    /// Page size of the creator.
+    pub page_size: u32,
+    /// [`Coherence`] discriminant.
+    pub coherence: u32,
+    /// Thread slots.
+    pub slots: u32,
+    /// Application roots.
+    pub roots: u32,
+    /// log2 of the small and large slab sizes.
+    pub slab_shift: [u32; 2],
+    /// Local-descriptor sizes of the two brackets.
+    pub descriptor_bytes: [u32; 2],
+    /// Class counts of the two brackets.
+    pub classes: [u32; 2],
+    /// Size of one per-thread record.
+    pub record_bytes: u32,
+    /// Bit 0: commit on grow.
+    pub flags: u32,
+    /// Capacity of each bracket, slabs.
+    pub capacity: [u32; 2],
+    /// Growth batch of each bracket, slabs.
+    pub batch: [u32; 2],
+    /// Empty slabs cached per thread.
+    pub cache_local: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+    /// Random per-heap value mixed into the free-block marks (double-free detection).
+    pub secret: u64,
+    /// Byte size of each region, in [`RegionId`] order.
+    pub region_bytes: [u64; REGIONS],
+    /// FNV-1a of all preceding bytes.
+    pub checksum: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_BYTES);
+const _: () = assert!(std::mem::size_of::<Header>() % 8 == 0);
+
+const FLAG_COMMIT: u32 = 1;
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
+impl Header {
+    /// The header of a new heap with `config` (already validated).
+    pub fn new(config: &Config, secret: u64) -> Self {
+        let spec = |b: Bracket| b.spec();
+        let mut h = Header {
+            magic: MAGIC,
+            layout_version: LAYOUT_VERSION,
+            header_bytes: std::mem::size_of::<Header>() as u32,
+            page_size: page_size() as u32,
+            coherence: config.coherence as u32,
+            slots: config.thread_slots,
+            roots: ROOTS as u32,
+            slab_shift: Bracket::ALL.map(|b| spec(b).slab_shift),
+            descriptor_bytes: Bracket::ALL.map(|b| spec(b).descriptor_size() as u32),
+            classes: [SMALL_CLASSES as u32, LARGE_CLASSES as u32],
+            record_bytes: std::mem::size_of::<ThreadRecord>() as u32,
+            flags: if config.commit_on_grow { FLAG_COMMIT } else { 0 },
+            capacity: Bracket::ALL.map(|b| config.capacity_slabs(b) as u32),
+            batch: [config.small_batch, config.large_batch],
+            cache_local: config.cache_local,
+            reserved: 0,
+            secret,
+            region_bytes: [0; REGIONS],
+            checksum: 0,
+        };
+        let layout = Layout::from_header(&h);
+        h.region_bytes = RegionId::ALL.map(|r| layout.region(r).size as u64);
+        h.checksum = h.compute_checksum();
+        h
+    }
+
+    fn compute_checksum(&self) -> u64 {
+        let bytes = self.as_bytes();
+        fnv1a(&bytes[..bytes.len() - 8])
+    }
+
+    /// The header's bytes, as written to the header region.
+    pub fn as_bytes(&self) -> &[u8] {
+        // SAFETY: Header is repr(C), Copy, made only of integers, and has no padding (asserted
+        // by the size checks above and the field order), so every byte is initialized.
+        unsafe { std::slice::from_raw_parts((self as *const Self).cast::<u8>(), std::mem::size_of::<Self>()) }
+    }
+
+    /// Parses and validates header bytes read from `path`: magic, checksum, and every constant
+    /// this build depends on. The error names the first field that differs.
+    pub fn parse(bytes: &[u8], path: &std::path::Path) -> Result<Self, OpenError> {
+        if bytes.len() < 8 || bytes[..8] != MAGIC {
+            return Err(OpenError::BadMagic(path.to_path_buf()));
+        }
+        if bytes.len() < std::mem::size_of::<Header>() {
+            return Err(OpenError::Truncated {
+                path: path.to_path_buf(),
+                expected: std::mem::size_of::<Header>() as u64,
+                actual: bytes.len() as u64,
+            });
+        }
+        // SAFETY: the length was checked above; Header is plain integers, so any bit pattern is
+        // a valid value and read_unaligned imposes no alignment requirement.
+        let h: Header = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+        let expect = |field, found: u64, expected: u64| {
+            if found == expected {
+                Ok(())
+            } else {
+                Err(OpenError::Mismatch { field, found, expected })
+            }
+        };
+        expect("layout_version", h.layout_version.into(), LAYOUT_VERSION.into())?;
+        expect("header_bytes", h.header_bytes.into(), std::mem::size_of::<Header>() as u64)?;
+        if h.checksum != h.compute_checksum() {
+            return Err(OpenError::Checksum(path.to_path_buf()));
+        }
+        let reference = Header::new(&Config::default(), 0);
+        expect("page_size", h.page_size.into(), reference.page_size.into())?;
+        expect("coherence", h.coherence.into(), Coherence::Full as u64)?;
+        expect("roots", h.roots.into(), reference.roots.into())?;
+        expect("record_bytes", h.record_bytes.into(), reference.record_bytes.into())?;
+        for (i, name) in [(0, "small"), (1, "large")] {
+            let _ = name;
+            expect("slab_shift", h.slab_shift[i].into(), reference.slab_shift[i].into())?;
+            expect("descriptor_bytes", h.descriptor_bytes[i].into(), reference.descriptor_bytes[i].into())?;
+            expect("classes", h.classes[i].into(), reference.classes[i].into())?;
+        }
+        let config = h.config();
+        config.validate()?;
+        let recomputed = Header::new(&config, h.secret);
+        for (r, (&found, &want)) in RegionId::ALL.iter().zip(h.region_bytes.iter().zip(&recomputed.region_bytes)) {
+            expect(r.size_field(), found, want)?;
+        }
+        Ok(h)
+    }
+
+    /// The configuration this header records.
+    pub fn config(&self) -> Config {
+        Config {
+            small_capacity: u64::from(self.capacity[0]) << self.slab_shift[0],
+            large_capacity: u64::from(self.capacity[1]) << self.slab_shift[1],
+            thread_slots: self.slots,
+            small_batch: self.batch[0],
+            large_batch: self.batch[1],
+            cache_local: self.cache_local,
+            coherence: Coherence::Full,
+            commit_on_grow: self.flags & FLAG_COMMIT != 0,
+        }
+    }
+
+    /// Checks that an opener's expected configuration matches this heap.
+    pub fn expect(&self, config: &Config) -> Result<(), OpenError> {
+        let mine = self.config();
+        let pairs: [(&'static str, u64, u64); 7] = [
+            ("small_capacity", mine.small_capacity, config.capacity_slabs(Bracket::Small) << self.slab_shift[0]),
+            ("large_capacity", mine.large_capacity, config.capacity_slabs(Bracket::Large) << self.slab_shift[1]),
+            ("thread_slots", mine.thread_slots.into(), config.thread_slots.into()),
+            ("small_batch", mine.small_batch.into(), config.small_batch.into()),
+            ("large_batch", mine.large_batch.into(), config.large_batch.into()),
+            ("cache_local", mine.cache_local.into(), config.cache_local.into()),
+            ("coherence", mine.coherence as u64, config.coherence as u64),
+        ];
+        for (field, found, expected) in pairs {
+            if found != expected {
+                return Err(OpenError::Mismatch { field, found, expected });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The system page size.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+/// Number of regions.
+pub const REGIONS: usize = 6;
+
+/// The regions of a heap, each its own file / mappable object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegionId {
+    /// Read-mostly header.
+    Header = 0,
+    /// HWcc global words, slot table, roots.
+    Shared = 1,
+    /// SWcc per-thread records.
+    Owned = 2,
+    /// HWcc remote-free counters, one word per slab.
+    Remote = 3,
+    /// SWcc local descriptors, one per slab.
+    Local = 4,
+    /// Slab data.
+    Data = 5,
+}
+
+impl RegionId {
+    /// All regions in layout order.
+    pub const ALL: [RegionId; REGIONS] =
+        [RegionId::Header, RegionId::Shared, RegionId::Owned, RegionId::Remote, RegionId::Local, RegionId::Data];
+
+    /// File name of the region inside a heap directory.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            RegionId::Header => "header",
+            RegionId::Shared => "shared",
+            RegionId::Owned => "owned",
+            RegionId::Remote => "remote",
+            RegionId::Local => "local",
+            RegionId::Data => "data",
+        }
+    }
+
+    /// Whether the region must live in hardware-coherent memory.
+    pub fn is_hwcc(self) -> bool {
+        matches!(self, RegionId::Shared | RegionId::Remote)
+    }
+
+    /// Whether the region is mapped in chunks as the heap grows (the rest are mapped at open).
+    pub fn is_lazy(self) -> bool {
+        matches!(self, RegionId::Remote | RegionId::Local | RegionId::Data)
+    }
+
+    fn size_field(self) -> &'static str {
+        match self {
+            RegionId::Header => "header region size",
+            RegionId::Shared => "shared region size",
+            RegionId::Owned => "owned region size",
+            RegionId::Remote => "remote region size",
+            RegionId::Local => "local region size",
+            RegionId::Data => "data region size",
+        }
+    }
+}
+
+/// A byte range of the reservation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Span {
+    /// Offset from the reservation base.
+    pub offset: usize,
+    /// Length in bytes.
+    pub size: usize,
+}
+
+impl Span {
+    /// One past the last byte.
+    pub fn end(&self) -> usize {
+        self.offset + self.size
+    }
+
+    /// Whether `off` lies inside.
+    pub fn contains(&self, off: usize) -> bool {
+        off >= self.offset && off < self.end()
+    }
+}
+
+/// Where a bracket's three per-slab arrays lie.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BracketLayout {
+    /// Slab capacity.
+    pub capacity: u32,
+    /// Remote-free counters, 8 bytes per slab (in the remote region).
+    pub remote: Span,
+    /// Local descriptors (in the local region).
+    pub local: Span,
+    /// Slab data (in the data region).
+    pub data: Span,
+}
+
+/// Per-bracket HWcc global words.
+///
+/// Region: shared (HWcc). Both words are written by any thread of any process with CAS only and
+/// carry a [`crate::word::Tagged`] value. Each sits on its own cache line: the length changes
+/// rarely, the global head often, and neither should slow the other.
+#[repr(C, align(64))]
+pub struct BracketGlobals {
+    /// Heap length in slabs (T1 bumps it). Monotone; a stale read only delays growth.
+    pub length: AtomicU64,
+    _pad0: [u8; 56],
+    /// Global free-list head: slab index + 1, 0 = empty (T2 pops, T9 pushes).
+    pub global_head: AtomicU64,
+    _pad1: [u8; 56],
+}
+
+/// One thread-slot lease.
+///
+/// Region: shared (HWcc). `holder` is claimed with CAS 0 → [`crate::word::Holder`] by an
+/// attaching thread and cleared by its holder (or an adopter). `tid` is written by the holder
+/// after claiming and is informational (a stale read only weakens the liveness check).
+#[repr(C)]
+pub struct SlotLease {
+    /// Packed [`crate::word::Holder`]; 0 = free.
+    pub holder: AtomicU64,
+    /// Kernel thread id of the holding thread.
+    pub tid: AtomicU64,
+}
+
+/// The fixed part of the shared region; the slot table follows it.
+///
+/// Region: shared (HWcc).
+#[repr(C)]
+pub struct SharedHeader {
+    /// Global words of the small and large brackets.
+    pub brackets: [BracketGlobals; 2],
+    /// Application roots: offsets (or any 64-bit value) updated with CAS by any process.
+    pub roots: [AtomicU64; ROOTS],
+}
+
+const _: () = assert!(std::mem::size_of::<BracketGlobals>() == 128);
+const _: () = assert!(std::mem::size_of::<SharedHeader>() % 64 == 0);
+
+/// Offsets of everything in the reservation, derived only from the header.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    /// Regions, indexed by [`RegionId`].
+    pub regions: [Span; REGIONS],
+    /// Per-bracket arrays, indexed by [`Bracket`].
+    pub brackets: [BracketLayout; 2],
+    /// Offset of the slot table (in the shared region).
+    pub slot_table: usize,
+    /// Thread slots.
+    pub slots: u32,
+    /// Total reservation size.
+    pub total: usize,
+}
+
+fn align_up(x: usize, a: usize) -> usize {
+    x.div_ceil(a) * a
+}
+
+impl Layout {
+    /// Computes the layout recorded by `h`.
+    pub fn from_header(h: &Header) -> Self {
+        let page = h.page_size as usize;
+        let mut regions = [Span::default(); REGIONS];
+        let mut brackets = [BracketLayout::default(); 2];
+        let mut cursor = 0usize;
+        let mut place = |id: RegionId, size: usize, regions: &mut [Span; REGIONS]| {
+            let span = Span { offset: cursor, size: align_up(size.max(1), page) };
+            cursor = align_up(span.end(), REGION_ALIGN);
+            regions[id as usize] = span;
+            span.offset
+        };
+        place(RegionId::Header, HEADER_BYTES, &mut regions);
+        let slot_table = std::mem::size_of::<SharedHeader>();
+        let shared = slot_table + h.slots as usize * std::mem::size_of::<SlotLease>();
+        let shared_off = place(RegionId::Shared, shared, &mut regions);
+        place(RegionId::Owned, h.slots as usize * h.record_bytes as usize, &mut regions);
+
+        let mut arrays = |id: RegionId, stride: &dyn Fn(usize) -> usize, regions: &mut [Span; REGIONS]| {
+            let mut sub = [Span::default(); 2];
+            let mut size = 0;
+            for i in 0..2 {
+                let bytes = align_up(h.capacity[i] as usize * stride(i), REGION_ALIGN);
+                sub[i] = Span { offset: size, size: bytes };
+                size += bytes;
+            }
+            let base = place(id, size, regions);
+            sub.map(|s| Span { offset: base + s.offset, ..s })
+        };
+        let remote = arrays(RegionId::Remote, &|_| 8, &mut regions);
+        let local = arrays(RegionId::Local, &|i| h.descriptor_bytes[i] as usize, &mut regions);
+        let data = arrays(RegionId::Data, &|i| 1usize << h.slab_shift[i], &mut regions);
+        for i in 0..2 {
+            brackets[i] = BracketLayout { capacity: h.capacity[i], remote: remote[i], local: local[i], data: data[i] };
+        }
+        Layout { regions, brackets, slot_table: shared_off + slot_table, slots: h.slots, total: cursor }
+    }
+
+    /// The span of region `r`.
+    pub fn region(&self, r: RegionId) -> Span {
+        self.regions[r as usize]
+    }
+
+    /// The arrays of bracket `b`.
+    #[inline]
+    pub fn bracket(&self, b: Bracket) -> &BracketLayout {
+        &self.brackets[b as usize]
+    }
+
+    /// Bytes of HWcc regions (shared + remote) that the heap's current lengths use.
+    pub fn hwcc_bytes(&self, lengths: [u32; 2]) -> u64 {
+        let remote: usize = lengths.iter().map(|&l| l as usize * 8).sum();
+        (self.region(RegionId::Shared).size + remote) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trips_through_parse() {
+        let h = Header::new(&Config::default(), 42);
+        let back = Header::parse(h.as_bytes(), "x".as_ref()).unwrap();
+        assert_eq!(back, h);
+        assert_eq!(back.config(), Config::default());
+    }
+
+    #[test]
+    fn flipped_byte_fails_the_checksum() {
+        let h = Header::new(&Config::default(), 42);
+        let mut bytes = h.as_bytes().to_vec();
+        bytes[100] ^= 1;
+        assert!(matches!(Header::parse(&bytes, "x".as_ref()), Err(OpenError::Checksum(_))));
+    }
+
+    #[test]
+    fn wrong_magic_is_named() {
+        let h = Header::new(&Config::default(), 1);
+        let mut bytes = h.as_bytes().to_vec();
+        bytes[0] = b'X';
+        assert!(matches!(Header::parse(&bytes, "x".as_ref()), Err(OpenError::BadMagic(_))));
+    }
+
+    #[test]
+    fn mismatched_expectation_names_the_field() {
+        let h = Header::new(&Config::default(), 1);
+        let other = Config { thread_slots: 8, ..Config::default() };
+        match h.expect(&other) {
+            Err(OpenError::Mismatch { field, .. }) => assert_eq!(field, "thread_slots"),
+            r => panic!("{r:?}"),
+        }
+    }
+
+    #[test]
+    fn regions_are_aligned_and_disjoint() {
+        let l = Layout::from_header(&Header::new(&Config::with_capacity(1 << 30), 0));
+        for w in l.regions.windows(2) {
+            assert!(w[0].end() <= w[1].offset);
+            assert_eq!(w[1].offset % REGION_ALIGN, 0);
+        }
+        for b in Bracket::ALL {
+            let bl = l.bracket(b);
+            assert_eq!(bl.data.offset % b.spec().slab_size(), 0);
+            assert!(bl.data.size >= bl.capacity as usize * b.spec().slab_size());
+        }
+    }
+
+    #[test]
+    fn invalid_configs_are_refused() {
+        assert!(Config { thread_slots: 0, ..Config::default() }.validate().is_err());
+        assert!(Config { thread_slots: 5000, ..Config::default() }.validate().is_err());
+        assert!(Config { small_capacity: 100, ..Config::default() }.validate().is_err());
+    }
+}

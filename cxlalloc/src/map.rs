@@ -1,0 +1,101 @@
+//! Address-space reservation and fixed mappings: the only place that calls `mmap`.
+//!
+//! A heap's reservation is `PROT_NONE` address space; regions are mapped into it with
+//! `MAP_FIXED`. Nothing inside a live reservation is ever `munmap`ped (a hole could be filled by
+//! an unrelated mapping); the whole reservation is released at once when the heap is closed.
+//! [`map_shared_fixed`] is async-signal-safe (one raw system call) and is what the SIGSEGV
+//! handler uses.
+
+use std::ptr::NonNull;
+
+use nix::errno::Errno;
+
+use crate::layout::REGION_ALIGN;
+
+/// Reserves `len` bytes of `PROT_NONE` address space aligned to [`REGION_ALIGN`].
+pub fn reserve(len: usize) -> Result<NonNull<u8>, Errno> {
+    let padded = len.checked_add(REGION_ALIGN).ok_or(Errno::ENOMEM)?;
+    // SAFETY: a fresh anonymous PROT_NONE mapping at a kernel-chosen address affects no existing
+    // memory.
+    let raw = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            padded,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if raw == libc::MAP_FAILED {
+        return Err(Errno::last());
+    }
+    let start = raw as usize;
+    let base = start.next_multiple_of(REGION_ALIGN);
+    // SAFETY: both trimmed ranges lie inside the mapping just created and outside [base, base+len),
+    // which stays reserved; nothing else can have been placed there yet.
+    unsafe {
+        if base > start {
+            libc::munmap(raw, base - start);
+        }
+        let tail = start + padded - (base + len);
+        if tail > 0 {
+            libc::munmap((base + len) as *mut libc::c_void, tail);
+        }
+    }
+    NonNull::new(base as *mut u8).ok_or(Errno::ENOMEM)
+}
+
+/// Maps `len` bytes of `fd` at file offset `off` over `addr`, shared and read/write (read-only
+/// when `writable` is false). Async-signal-safe.
+///
+/// # Safety
+/// - `[addr, addr + len)` must lie inside a reservation owned by the caller's heap, so that
+///   replacing whatever is mapped there cannot clobber unrelated memory.
+/// - `addr`, `off` and `len` must be page-aligned.
+pub unsafe fn map_shared_fixed(addr: *mut u8, len: usize, fd: i32, off: usize, writable: bool) -> Result<(), Errno> {
+    let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
+    // SAFETY: the caller guarantees the range is inside our own reservation (see above).
+    let raw = unsafe {
+        libc::mmap(addr.cast(), len, prot, libc::MAP_SHARED | libc::MAP_FIXED, fd, off as libc::off_t)
+    };
+    if raw == libc::MAP_FAILED {
+        Err(Errno::last())
+    } else {
+        Ok(())
+    }
+}
+
+/// Maps private zero-filled read/write memory over `[addr, addr + len)`.
+///
+/// # Safety
+/// Same as [`map_shared_fixed`].
+pub unsafe fn map_private_fixed(addr: *mut u8, len: usize) -> Result<(), Errno> {
+    // SAFETY: the caller guarantees the range is inside our own reservation.
+    let raw = unsafe {
+        libc::mmap(
+            addr.cast(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if raw == libc::MAP_FAILED {
+        Err(Errno::last())
+    } else {
+        Ok(())
+    }
+}
+
+/// Releases a whole reservation.
+///
+/// # Safety
+/// `base..base + len` must be a reservation returned by [`reserve`] that nothing will touch again.
+pub unsafe fn release(base: NonNull<u8>, len: usize) {
+    // SAFETY: the caller hands over the whole reservation.
+    unsafe {
+        libc::munmap(base.as_ptr().cast(), len);
+    }
+}

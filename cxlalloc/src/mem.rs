@@ -1,0 +1,369 @@
+//! A heap mapped into this process: the reservation, its regions, and checked accessors that
+//! turn slab indices and offsets into references. All raw-pointer arithmetic on heap memory
+//! lives here.
+
+use std::ptr::NonNull;
+
+use nix::errno::Errno;
+
+use crate::backing::Backing;
+use crate::class::Bracket;
+use crate::error::OpenError;
+use crate::layout::{BracketGlobals, Header, Layout, RegionId, SharedHeader, SlotLease, Span, HEADER_BYTES};
+use crate::map;
+use crate::slab::descriptor::{Descriptor, DescriptorHead};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::thread::record::ThreadRecord;
+use crate::word::Tagged;
+
+/// A slab index checked against the heap's length: its descriptor, counter and data exist.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slab(u32);
+
+impl Slab {
+    /// The raw index.
+    #[inline]
+    pub fn index(self) -> u32 {
+        self.0
+    }
+
+    /// The index + 1 encoding used by list links (0 = none).
+    #[inline]
+    pub fn link(self) -> u32 {
+        self.0 + 1
+    }
+}
+
+/// Plain data describing one lazily mapped array; `Copy` so the signal handler can use it
+/// without touching anything that allocates.
+#[derive(Clone, Copy, Debug)]
+struct LazyArray {
+    span: Span,
+    stride: usize,
+    fd: i32,
+    /// Offset of `span.offset` inside the region file.
+    file_offset: usize,
+}
+
+/// Everything needed to map a chunk of a bracket from a signal handler.
+#[derive(Clone, Copy, Debug)]
+pub struct LazyMap {
+    base: usize,
+    total: usize,
+    page: usize,
+    /// Per bracket: remote, local, data arrays.
+    arrays: [[LazyArray; 3]; 2],
+    chunk_slabs: [u32; 2],
+    capacity: [u32; 2],
+    /// Address of each bracket's length word.
+    length_word: [usize; 2],
+}
+
+impl LazyMap {
+    /// Maps the chunk of bracket `b` that holds `slab`, in all three arrays. Async-signal-safe.
+    pub fn map_chunk(&self, b: usize, slab: u32) -> Result<(), Errno> {
+        let chunk = self.chunk_slabs[b];
+        let from = (slab / chunk * chunk) as usize;
+        let to = (from + chunk as usize).min(self.capacity[b] as usize);
+        for a in &self.arrays[b] {
+            let start = (a.span.offset + from * a.stride) / self.page * self.page;
+            let end = (a.span.offset + to * a.stride).next_multiple_of(self.page).min(a.span.end());
+            let file_off = a.file_offset + (start - a.span.offset);
+            // SAFETY: [start, end) lies inside the array's span, inside our reservation; all
+            // three values are page-aligned by construction.
+            unsafe { map::map_shared_fixed((self.base + start) as *mut u8, end - start, a.fd, file_off, true)? };
+        }
+        Ok(())
+    }
+
+    /// If `addr` is in a lazily mapped array of this heap at a slab below the current length,
+    /// maps its chunk and returns true. Async-signal-safe: reads one atomic word, no allocation.
+    pub fn handle_fault(&self, addr: usize) -> bool {
+        if addr < self.base || addr >= self.base + self.total {
+            return false;
+        }
+        let off = addr - self.base;
+        for b in 0..2 {
+            for a in &self.arrays[b] {
+                if a.span.contains(off) {
+                    let slab = ((off - a.span.offset) / a.stride) as u32;
+                    // SAFETY: the length word is in the shared region, mapped for the life of the
+                    // registration, and suitably aligned (asserted layout).
+                    let word = unsafe { &*(self.length_word[b] as *const AtomicU64) };
+                    // Acquire: pairs with the Release CAS that extended the heap.
+                    let len = Tagged::unpack(word.load(Ordering::Acquire)).payload;
+                    return slab < len && self.map_chunk(b, slab).is_ok();
+                }
+            }
+        }
+        false
+    }
+}
+
+/// A heap mapped in this process.
+#[derive(Debug)]
+pub struct HeapMem {
+    base: NonNull<u8>,
+    /// Region and array offsets.
+    pub layout: Layout,
+    /// The validated header.
+    pub header: Header,
+    backing: Box<dyn Backing>,
+    lazy: Option<LazyMap>,
+    /// Per bracket: largest length this process has seen (private cache of the HWcc word).
+    known_len: [AtomicU32; 2],
+    /// Per bracket: slabs this process has mapped eagerly (the handler may have mapped more).
+    mapped: [AtomicU32; 2],
+}
+
+// SAFETY: HeapMem hands out only shared references to atomics inside the mapping, which stays
+// mapped until drop; the backing is Send + Sync.
+unsafe impl Send for HeapMem {}
+// SAFETY: as above.
+unsafe impl Sync for HeapMem {}
+
+impl HeapMem {
+    /// Maps a heap described by `header` from `backing`. For a fresh anonymous heap, writes the
+    /// header into the mapping.
+    pub fn map(header: Header, backing: Box<dyn Backing>) -> Result<Self, OpenError> {
+        let layout = Layout::from_header(&header);
+        let base = map::reserve(layout.total).map_err(OpenError::Map)?;
+        let mut mem = HeapMem {
+            base,
+            layout,
+            header,
+            backing,
+            lazy: None,
+            known_len: [AtomicU32::new(0), AtomicU32::new(0)],
+            mapped: [AtomicU32::new(0), AtomicU32::new(0)],
+        };
+        // If anything below fails, dropping `mem` releases the reservation.
+        if mem.backing.fd(RegionId::Header).is_none() {
+            let total = mem.layout.total;
+            // SAFETY: the whole range is our fresh reservation.
+            unsafe { map::map_private_fixed(base.as_ptr(), total) }.map_err(OpenError::Map)?;
+            // SAFETY: the header region is mapped writable and at least HEADER_BYTES long.
+            unsafe { std::ptr::copy_nonoverlapping(header.as_bytes().as_ptr(), base.as_ptr(), header.as_bytes().len()) };
+            for b in Bracket::ALL {
+                mem.mapped[b as usize].store(mem.layout.bracket(b).capacity, Ordering::Relaxed);
+            }
+            return Ok(mem);
+        }
+        for r in [RegionId::Header, RegionId::Shared, RegionId::Owned] {
+            mem.map_whole(r)?;
+        }
+        mem.lazy = Some(mem.lazy_map());
+        for b in Bracket::ALL {
+            let len = mem.refresh_length(b);
+            mem.ensure_mapped(b, len).map_err(OpenError::Map)?;
+        }
+        Ok(mem)
+    }
+
+    fn map_whole(&self, r: RegionId) -> Result<(), OpenError> {
+        let span = self.layout.region(r);
+        let fd = self.backing.fd(r).ok_or(OpenError::Map(Errno::EBADF))?;
+        let len = if r == RegionId::Header { HEADER_BYTES } else { span.size };
+        // SAFETY: the span lies inside our reservation and is page-aligned (layout invariant).
+        unsafe { map::map_shared_fixed(self.addr(span.offset), len, fd, 0, r != RegionId::Header) }.map_err(OpenError::Map)
+    }
+
+    fn lazy_map(&self) -> LazyMap {
+        let arrays = Bracket::ALL.map(|b| {
+            let bl = self.layout.bracket(b);
+            let spec = b.spec();
+            [
+                (RegionId::Remote, bl.remote, 8),
+                (RegionId::Local, bl.local, spec.descriptor_size()),
+                (RegionId::Data, bl.data, spec.slab_size()),
+            ]
+            .map(|(r, span, stride)| LazyArray {
+                span,
+                stride,
+                fd: self.backing.fd(r).unwrap_or(-1),
+                file_offset: span.offset - self.layout.region(r).offset,
+            })
+        });
+        LazyMap {
+            base: self.base.as_ptr() as usize,
+            total: self.layout.total,
+            page: self.header.page_size as usize,
+            arrays,
+            chunk_slabs: Bracket::ALL.map(|b| b.spec().chunk_slabs),
+            capacity: Bracket::ALL.map(|b| self.layout.bracket(b).capacity),
+            length_word: Bracket::ALL.map(|b| &self.globals(b).length as *const AtomicU64 as usize),
+        }
+    }
+
+    /// The signal-handler view of this heap, if it maps anything lazily.
+    pub fn lazy(&self) -> Option<&LazyMap> {
+        self.lazy.as_ref()
+    }
+
+    /// Where the heap lives.
+    pub fn location(&self) -> String {
+        self.backing.location()
+    }
+
+    /// Maps (in this process) every chunk of `b` below `len` slabs not yet mapped eagerly.
+    pub fn ensure_mapped(&self, b: Bracket, len: u32) -> Result<(), Errno> {
+        let mapped = &self.mapped[b as usize];
+        let from = mapped.load(Ordering::Relaxed);
+        if len <= from {
+            return Ok(());
+        }
+        if let Some(lazy) = &self.lazy {
+            let chunk = b.spec().chunk_slabs;
+            let mut s = from / chunk * chunk;
+            while s < len {
+                lazy.map_chunk(b as usize, s)?;
+                s += chunk;
+            }
+        }
+        // Relaxed: the counter only saves redundant mmaps in this process; remapping is harmless.
+        mapped.fetch_max(len, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Reserves backing store for slabs `from..to` of `b` in all three arrays.
+    pub fn commit(&self, b: Bracket, from: u32, to: u32) -> Result<(), Errno> {
+        let bl = self.layout.bracket(b);
+        let spec = b.spec();
+        for (r, span, stride) in [
+            (RegionId::Remote, bl.remote, 8),
+            (RegionId::Local, bl.local, spec.descriptor_size()),
+            (RegionId::Data, bl.data, spec.slab_size()),
+        ] {
+            let start = span.offset - self.layout.region(r).offset + from as usize * stride;
+            self.backing.commit(r, start, (to - from) as usize * stride)?;
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn addr(&self, off: usize) -> *mut u8 {
+        // SAFETY: callers pass offsets inside the reservation (< layout.total), so the result
+        // stays inside one allocation.
+        unsafe { self.base.as_ptr().add(off) }
+    }
+
+    /// The reservation base.
+    #[inline]
+    pub fn base(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    /// The shared region's fixed part.
+    #[inline]
+    pub fn shared(&self) -> &SharedHeader {
+        // SAFETY: the shared region is mapped for the life of self, 64-byte aligned (region
+        // alignment), and SharedHeader is all atomics, valid for any bit pattern.
+        unsafe { &*(self.addr(self.layout.region(RegionId::Shared).offset) as *const SharedHeader) }
+    }
+
+    /// Global words of bracket `b`.
+    #[inline]
+    pub fn globals(&self, b: Bracket) -> &BracketGlobals {
+        &self.shared().brackets[b as usize]
+    }
+
+    /// The lease of thread slot `slot`; callers pass only indices below the slot count.
+    pub fn lease(&self, slot: u32) -> &SlotLease {
+        debug_assert!(slot < self.layout.slots, "slot index out of range");
+        // SAFETY: the slot table lies in the mapped shared region, 8-byte aligned, with
+        // `slots` entries; SlotLease is all atomics.
+        unsafe { &*(self.addr(self.layout.slot_table) as *const SlotLease).add(slot as usize) }
+    }
+
+    /// The record of thread slot `slot`; callers pass only indices below the slot count.
+    pub fn record(&self, slot: u32) -> &ThreadRecord {
+        debug_assert!(slot < self.layout.slots, "slot index out of range");
+        // SAFETY: the owned region is mapped for the life of self, holds `slots` records, and is
+        // 64-byte aligned; ThreadRecord is all atomics and padding.
+        unsafe { &*(self.addr(self.layout.region(RegionId::Owned).offset) as *const ThreadRecord).add(slot as usize) }
+    }
+
+    /// Reads the HWcc length of `b` and raises this process's cached length to it.
+    pub fn refresh_length(&self, b: Bracket) -> u32 {
+        // Acquire: pairs with the Release CAS in the bump, so the new slabs' metadata written
+        // before that CAS is visible.
+        let len = Tagged::unpack(self.globals(b).length.load(Ordering::Acquire)).payload;
+        let len = len.min(self.layout.bracket(b).capacity);
+        self.known_len[b as usize].fetch_max(len, Ordering::Relaxed);
+        len
+    }
+
+    /// Checks a slab index against the heap's length (refreshing the cached length from HWcc
+    /// memory only when the index is beyond it).
+    #[inline]
+    pub fn slab(&self, b: Bracket, index: u32) -> Option<Slab> {
+        if index < self.known_len[b as usize].load(Ordering::Relaxed) || index < self.refresh_length(b) {
+            Some(Slab(index))
+        } else {
+            None
+        }
+    }
+
+    /// Decodes a list link (index + 1, 0 = none) into a checked slab.
+    #[inline]
+    pub fn link(&self, b: Bracket, link: u32) -> Result<Option<Slab>, &'static str> {
+        match link {
+            0 => Ok(None),
+            l => self.slab(b, l - 1).map(Some).ok_or("list link beyond heap length"),
+        }
+    }
+
+    /// The remote-free counter word of `slab`.
+    #[inline]
+    pub fn remote(&self, b: Bracket, slab: Slab) -> &AtomicU64 {
+        let off = self.layout.bracket(b).remote.offset + slab.0 as usize * 8;
+        // SAFETY: slab < length ≤ capacity, so the word is inside the remote array; it is mapped
+        // (eagerly or by the fault handler, which maps any slab below the length) and 8-aligned.
+        unsafe { &*(self.addr(off) as *const AtomicU64) }
+    }
+
+    /// The local descriptor of `slab`.
+    #[inline]
+    pub fn desc(&self, b: Bracket, slab: Slab) -> Descriptor<'_> {
+        let spec = b.spec();
+        let off = self.layout.bracket(b).local.offset + slab.0 as usize * spec.descriptor_size();
+        let p = self.addr(off);
+        // SAFETY: slab < length ≤ capacity puts the descriptor inside the local array; it is
+        // mapped (eagerly or on fault) and 64-aligned (descriptor sizes are multiples of 64);
+        // the head and bitset are atomics, valid for any bit pattern.
+        unsafe {
+            Descriptor {
+                head: &*(p as *const DescriptorHead),
+                bits: std::slice::from_raw_parts(p.add(64) as *const AtomicU64, spec.bitset_words),
+            }
+        }
+    }
+
+    /// The address of byte `in_slab` of `slab`'s data.
+    #[inline]
+    pub fn data(&self, b: Bracket, slab: Slab, in_slab: usize) -> NonNull<u8> {
+        let off = self.layout.bracket(b).data.offset + ((slab.0 as usize) << b.spec().slab_shift) + in_slab;
+        // SAFETY: inside the reservation, and never null (base is non-null).
+        unsafe { NonNull::new_unchecked(self.addr(off)) }
+    }
+
+    /// The offset of `ptr` from the base, if it points into the reservation.
+    #[inline]
+    pub fn offset_of(&self, ptr: *const u8) -> Option<usize> {
+        let off = (ptr as usize).wrapping_sub(self.base.as_ptr() as usize);
+        (off < self.layout.total).then_some(off)
+    }
+
+    /// The address at `offset`, if inside the reservation.
+    #[inline]
+    pub fn at(&self, offset: usize) -> Option<NonNull<u8>> {
+        (offset < self.layout.total).then(|| NonNull::new(self.addr(offset))).flatten()
+    }
+}
+
+impl Drop for HeapMem {
+    fn drop(&mut self) {
+        // SAFETY: the reservation is ours and every handle into it (Arc'd) is gone.
+        unsafe { map::release(self.base, self.layout.total) };
+    }
+}

@@ -1,0 +1,10 @@
+//! The lock-free protocols on HWcc words, written against [`crate::sync`] only so that the
+//! `loom` models in `tests/loom.rs` check exactly the code the allocator runs.
+//!
+//! Each protocol is one CAS on one tagged word. Callers supply closures for the parts that touch
+//! SWcc descriptors (list links) and for writing the redo record before each CAS attempt.
+
+pub mod global_list;
+pub mod length;
+pub mod lease;
+pub mod remote;

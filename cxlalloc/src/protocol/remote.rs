@@ -1,0 +1,71 @@
+//! The count-down remote-free counter of a slab (HWcc, one tagged word per slab).
+//!
+//! When a slab is given a class its counter is set to the class's block count; each remote free
+//! subtracts one. A remotely freed block never returns to the owner's bitset, so the counter
+//! reaches 0 exactly when every block has been freed remotely, and the freer that takes it from
+//! 1 to 0 claims the now-empty slab (T8). A remote freer never needs the SWcc class or count.
+
+use crate::sync::{AtomicU64, Ordering};
+use crate::word::{Tag, Tagged};
+
+/// What a remote free did to the counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decrement {
+    /// Other blocks are still outstanding (T10).
+    Counted,
+    /// This was the last block: the caller now owns the slab (T8).
+    Claimed,
+}
+
+/// The counter was already 0: every block had been freed remotely (a double free).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Underflow;
+
+/// Sets the counter when the owner gives the slab a class (T3).
+pub fn reset(word: &AtomicU64, blocks: u32, tag: Tag) {
+    // Release: a remote freer that later decrements sees the owner's prior descriptor writes.
+    word.store(Tagged::new(blocks, tag).pack(), Ordering::Release);
+}
+
+/// Reads the counter (the owner's detach-or-disown decision, T4/T5).
+pub fn count(word: &AtomicU64) -> u32 {
+    // Acquire: pairs with the freers' AcqRel decrements.
+    Tagged::unpack(word.load(Ordering::Acquire)).payload
+}
+
+/// Subtracts one remote free.
+pub fn decrement(word: &AtomicU64, tag: Tag) -> Result<Decrement, Underflow> {
+    let mut cur = word.load(Ordering::Acquire);
+    loop {
+        let n = Tagged::unpack(cur).payload;
+        if n == 0 {
+            return Err(Underflow);
+        }
+        // AcqRel: the claimer (1 → 0) must see every earlier freer's writes to the slab's blocks
+        // before it reuses them; Release publishes ours.
+        match word.compare_exchange_weak(cur, Tagged::new(n - 1, tag).pack(), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Ok(if n == 1 { Decrement::Claimed } else { Decrement::Counted }),
+            Err(seen) => cur = seen,
+        }
+    }
+}
+
+/// What the owner does with a slab whose last free block it just allocated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retire {
+    /// No remote free has happened: keep ownership off-list (T4); a local free re-attaches it.
+    Detach,
+    /// Some blocks were freed remotely: give up ownership (T5); every later free is remote and
+    /// the last one claims the slab.
+    Disown,
+}
+
+/// The T4/T5 decision. Safe without a CAS: the owner still holds the block it just took, so the
+/// counter is ≥ 1 and nobody can claim the slab before the decision is written.
+pub fn retire(word: &AtomicU64, blocks: u32) -> Retire {
+    if count(word) == blocks {
+        Retire::Detach
+    } else {
+        Retire::Disown
+    }
+}

@@ -1,0 +1,166 @@
+//! Local slab descriptors: owner, class, list links and the free-block bitset.
+
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+
+/// The fixed first cache line of every local descriptor; the bitset follows it.
+///
+/// Region: local descriptors (SWcc). All fields but `owner` are written only by the slab's owner
+/// (the thread slot named by `owner`), or by the thread that is taking ownership of an unowned
+/// slab (bump, global pop, claim). `owner`, `class`, `generation` and the bitset are read by
+/// remote freers, which tolerate stale values (paper §3.2.2: memory never names a non-owner as
+/// owner, so a stale read can only send a free down the remote path).
+///
+/// Accounting identity, for a sized slab with `blocks` blocks:
+/// `free == popcount(bitset)`, and
+/// `free + outstanding + remotely_freed == blocks`, where `remote counter == blocks − remotely_freed`.
+/// Hence `free ≤ remote counter`, and the counter reaches 0 exactly when every block has been
+/// freed remotely.
+#[repr(C, align(64))]
+pub struct DescriptorHead {
+    /// Owning thread slot + 1; 0 = none (Global, Disowned, Untouched).
+    pub owner: AtomicU32,
+    /// Class id; 0 = unsized.
+    pub class: AtomicU32,
+    /// Slab index + 1 of the next slab on whichever list holds this one; 0 = end.
+    pub next: AtomicU32,
+    /// Slab index + 1 of the previous slab on a sized list (O(1) unlink); 0 = head.
+    pub prev: AtomicU32,
+    /// Number of set bits in the bitset.
+    pub free: AtomicU32,
+    /// Bumped each time the slab is given a class; salts the free-block marks.
+    pub generation: AtomicU32,
+    /// Bit `w` set ⇔ bitset word `w` is non-zero: the lowest free block in two `tzcnt`s.
+    pub summary: AtomicU64,
+    _pad: [u8; 32],
+}
+
+const _: () = assert!(std::mem::size_of::<DescriptorHead>() == 64);
+
+/// A view of one descriptor: its head line and its bitset (bit set = block free).
+#[derive(Clone, Copy)]
+pub struct Descriptor<'a> {
+    /// Metadata line.
+    pub head: &'a DescriptorHead,
+    /// Free-block bitset, one bit per block.
+    pub bits: &'a [AtomicU64],
+}
+
+// Relaxed throughout: every write below is by the single owner, and cross-thread readers
+// (remote freers, the checker) tolerate stale values; ownership hand-offs are ordered by the
+// CAS on the HWcc word that transfers the slab (global head or remote counter).
+impl Descriptor<'_> {
+    /// Whether block `i` is free in the owner's bitset.
+    #[inline]
+    pub fn is_free(&self, i: u32) -> bool {
+        self.bits[(i / 64) as usize].load(Ordering::Relaxed) & (1 << (i % 64)) != 0
+    }
+
+    /// The lowest free block, if any.
+    #[inline]
+    pub fn lowest(&self) -> Option<u32> {
+        let summary = self.head.summary.load(Ordering::Relaxed);
+        if summary == 0 {
+            return None;
+        }
+        let w = summary.trailing_zeros();
+        let word = self.bits.get(w as usize)?.load(Ordering::Relaxed);
+        (word != 0).then(|| w * 64 + word.trailing_zeros())
+    }
+
+    /// Marks free block `i` allocated; returns the free count left.
+    #[inline]
+    pub fn take(&self, i: u32) -> u32 {
+        let w = (i / 64) as usize;
+        let word = self.bits[w].load(Ordering::Relaxed) & !(1 << (i % 64));
+        self.bits[w].store(word, Ordering::Relaxed);
+        if word == 0 {
+            let s = self.head.summary.load(Ordering::Relaxed) & !(1 << w);
+            self.head.summary.store(s, Ordering::Relaxed);
+        }
+        let free = self.head.free.load(Ordering::Relaxed) - 1;
+        self.head.free.store(free, Ordering::Relaxed);
+        free
+    }
+
+    /// Marks allocated block `i` free; returns the new free count.
+    #[inline]
+    pub fn put(&self, i: u32) -> u32 {
+        let w = (i / 64) as usize;
+        self.bits[w].store(self.bits[w].load(Ordering::Relaxed) | (1 << (i % 64)), Ordering::Relaxed);
+        self.head.summary.store(self.head.summary.load(Ordering::Relaxed) | (1 << w), Ordering::Relaxed);
+        let free = self.head.free.load(Ordering::Relaxed) + 1;
+        self.head.free.store(free, Ordering::Relaxed);
+        free
+    }
+
+    /// Marks blocks `0..blocks` free and the rest of the bitset allocated.
+    pub fn fill(&self, blocks: u32) {
+        let mut summary = 0u64;
+        for (w, word) in self.bits.iter().enumerate() {
+            let lo = w as u32 * 64;
+            let v = match blocks.saturating_sub(lo) {
+                0 => 0,
+                n if n >= 64 => u64::MAX,
+                n => (1u64 << n) - 1,
+            };
+            if v != 0 {
+                summary |= 1 << w;
+            }
+            word.store(v, Ordering::Relaxed);
+        }
+        self.head.summary.store(summary, Ordering::Relaxed);
+        self.head.free.store(blocks, Ordering::Relaxed);
+    }
+
+    /// Population count of the bitset (O(words); for checks, not the fast path).
+    pub fn count_free(&self) -> u32 {
+        self.bits.iter().map(|w| w.load(Ordering::Relaxed).count_ones()).sum()
+    }
+
+    /// Whether the summary word agrees with the bitset (O(words)).
+    pub fn summary_consistent(&self) -> bool {
+        let summary = self.head.summary.load(Ordering::Relaxed);
+        self.bits.iter().enumerate().all(|(w, word)| (word.load(Ordering::Relaxed) != 0) == (summary >> w & 1 == 1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_desc<R>(words: usize, f: impl FnOnce(Descriptor<'_>) -> R) -> R {
+        // SAFETY: DescriptorHead is all atomics and padding, for which zero is a valid value.
+        let head: DescriptorHead = unsafe { std::mem::zeroed() };
+        let bits: Vec<AtomicU64> = (0..words).map(|_| AtomicU64::new(0)).collect();
+        f(Descriptor { head: &head, bits: &bits })
+    }
+
+    #[test]
+    fn fill_then_take_yields_blocks_lowest_first() {
+        with_desc(64, |d| {
+            d.fill(130);
+            for i in 0..130 {
+                assert_eq!(d.lowest(), Some(i));
+                assert_eq!(d.take(i), 129 - i);
+            }
+            assert_eq!(d.lowest(), None);
+            assert!(d.summary_consistent());
+        });
+    }
+
+    #[test]
+    fn put_returns_the_lowest_block_next() {
+        with_desc(8, |d| {
+            d.fill(100);
+            for i in 0..100 {
+                d.take(i);
+            }
+            assert_eq!(d.put(70), 1);
+            assert_eq!(d.put(3), 2);
+            assert_eq!(d.lowest(), Some(3));
+            assert!(d.is_free(70) && !d.is_free(71));
+            assert_eq!(d.count_free(), 2);
+            assert!(d.summary_consistent());
+        });
+    }
+}

@@ -1,0 +1,73 @@
+//! Heap statistics: census by state and class, operation counters, HWcc vs SWcc bytes.
+
+use crate::check::{self, BracketCensus};
+use crate::class::Bracket;
+use crate::heap::Heap;
+use crate::layout::RegionId;
+use crate::sync::Ordering;
+
+/// Slow-path operation counts summed over all thread slots.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpCounters {
+    /// Remote frees (T10 + T8).
+    pub remote_frees: u64,
+    /// Slabs taken by extending the heap (T1).
+    pub slabs_bumped: u64,
+    /// Slabs popped from the global list (T2).
+    pub global_pops: u64,
+    /// Slabs pushed to the global list (T9).
+    pub global_pushes: u64,
+    /// Slabs claimed by their last remote free (T8).
+    pub claims: u64,
+    /// Slabs detached when full (T4).
+    pub detaches: u64,
+    /// Slabs disowned when full (T5).
+    pub disowns: u64,
+}
+
+/// A snapshot of a heap's use.
+#[derive(Clone, Debug)]
+pub struct Stats {
+    /// Census of the small and large brackets.
+    pub brackets: Vec<BracketCensus>,
+    /// Operation counters.
+    pub counters: OpCounters,
+    /// Bytes of hardware-coherent metadata in use (shared region + remote counters of
+    /// existing slabs).
+    pub hwcc_bytes: u64,
+    /// Bytes of software-coherent metadata in use (thread records + descriptors of existing slabs).
+    pub swcc_metadata_bytes: u64,
+    /// Bytes of slab data in the heap (length × slab size).
+    pub data_bytes: u64,
+    /// Leased thread slots.
+    pub leased_slots: u32,
+}
+
+/// Collects statistics (walks the heap like the checker; see its caveats on concurrency).
+pub fn stats(heap: &Heap) -> Stats {
+    let report = check::check(heap);
+    let mem = heap.mem();
+    let mut counters = OpCounters::default();
+    for slot in 0..mem.layout.slots {
+        let c = &mem.record(slot).counters;
+        let read = |x: &crate::sync::AtomicU64| x.load(Ordering::Relaxed);
+        counters.remote_frees += read(&c.remote_frees);
+        counters.slabs_bumped += read(&c.slabs_bumped);
+        counters.global_pops += read(&c.global_pops);
+        counters.global_pushes += read(&c.global_pushes);
+        counters.claims += read(&c.claims);
+        counters.detaches += read(&c.detaches);
+        counters.disowns += read(&c.disowns);
+    }
+    let lengths = Bracket::ALL.map(|b| report.bracket(b).length);
+    let descriptors: u64 = Bracket::ALL.iter().map(|&b| u64::from(lengths[b as usize]) * b.spec().descriptor_size() as u64).sum();
+    let data_bytes = Bracket::ALL.iter().map(|&b| u64::from(lengths[b as usize]) << b.spec().slab_shift).sum();
+    Stats {
+        hwcc_bytes: mem.layout.hwcc_bytes(lengths),
+        swcc_metadata_bytes: mem.layout.region(RegionId::Owned).size as u64 + descriptors,
+        data_bytes,
+        leased_slots: report.leased_slots,
+        brackets: report.brackets,
+        counters,
+    }
+}

@@ -1,0 +1,168 @@
+//! Thread slots: leased identities under which threads of any process use the heap.
+//!
+//! A slot is claimed with one CAS on its lease word (HWcc) and owns a record (SWcc) with the
+//! thread's redo record, CAS version and slab lists. Lists survive detach: the next holder of the
+//! slot inherits the slabs its predecessor cached.
+
+pub mod identity;
+pub mod record;
+pub mod redo;
+
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
+use crate::class::{class_aligned, class_of, Bracket, LARGE_MAX};
+use crate::error::{AllocError, AttachError, FreeError};
+use crate::heap::Heap;
+use crate::protocol::lease;
+use crate::slab::ops::SlabThread;
+use crate::sync::Ordering;
+use crate::word::Holder;
+
+/// A thread's lease on one slot of a heap. Allocation and free go through it. Dropping it
+/// returns the thread's cached empty slabs to the global list and releases the slot.
+///
+/// `Send` but not `Sync`: one thread at a time may use a slot.
+#[derive(Debug)]
+pub struct ThreadHandle {
+    heap: Heap,
+    slot: u32,
+    holder: u64,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+/// Why `realloc` failed; the original block is untouched in every case.
+#[derive(Debug, thiserror::Error, PartialEq, Eq, Clone, Copy)]
+pub enum ReallocError {
+    /// The old pointer was refused.
+    #[error(transparent)]
+    Free(#[from] FreeError),
+    /// The new block could not be allocated.
+    #[error(transparent)]
+    Alloc(#[from] AllocError),
+}
+
+/// Leases a free slot of `heap` for the calling thread.
+pub(crate) fn attach(heap: &Heap) -> Result<ThreadHandle, AttachError> {
+    let mem = heap.mem();
+    let me = identity::current();
+    let holder = me.pack();
+    let slots = mem.layout.slots;
+    let start = (identity::current_tid() % u64::from(slots)) as u32;
+    for i in 0..slots {
+        let slot = (start + i) % slots;
+        let lease = mem.lease(slot);
+        if lease.holder.load(Ordering::Relaxed) == 0 && lease::try_claim(&lease.holder, holder) {
+            lease.tid.store(identity::current_tid(), Ordering::Relaxed);
+            return Ok(ThreadHandle { heap: heap.clone(), slot, holder, _not_sync: PhantomData });
+        }
+    }
+    Err(AttachError::SlotsExhausted { slots, dead: dead_slots(heap).len() as u32 })
+}
+
+/// Slots whose holder process is gone (candidates for adoption by recovery).
+pub(crate) fn dead_slots(heap: &Heap) -> Vec<u32> {
+    let mem = heap.mem();
+    (0..mem.layout.slots)
+        .filter(|&s| Holder::unpack(mem.lease(s).holder.load(Ordering::Acquire)).is_some_and(|h| !identity::is_alive(h)))
+        .collect()
+}
+
+impl ThreadHandle {
+    #[inline]
+    fn ops(&self) -> SlabThread<'_> {
+        let mem = self.heap.mem();
+        SlabThread { mem, slot: self.slot, rec: mem.record(self.slot) }
+    }
+
+    /// The heap this handle allocates from.
+    pub fn heap(&self) -> &Heap {
+        &self.heap
+    }
+
+    /// The leased slot's index.
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    /// Allocates `size` bytes (uninitialized; contents are whatever the block last held).
+    #[inline]
+    pub fn alloc(&self, size: usize) -> Result<NonNull<u8>, AllocError> {
+        match class_of(size) {
+            Some((b, class)) => self.ops().alloc(b, class),
+            None if size == 0 => Err(AllocError::ZeroSize),
+            None => Err(AllocError::Unsupported(size)),
+        }
+    }
+
+    /// Allocates `size` zeroed bytes.
+    pub fn alloc_zeroed(&self, size: usize) -> Result<NonNull<u8>, AllocError> {
+        let p = self.alloc(size)?;
+        // SAFETY: the block is at least `size` bytes and exclusively ours.
+        unsafe { p.as_ptr().write_bytes(0, size) };
+        Ok(p)
+    }
+
+    /// Allocates zeroed memory for `count` elements of `size` bytes (`calloc`).
+    pub fn alloc_array_zeroed(&self, count: usize, size: usize) -> Result<NonNull<u8>, AllocError> {
+        self.alloc_zeroed(count.checked_mul(size).ok_or(AllocError::Overflow)?)
+    }
+
+    /// Allocates `size` bytes aligned to `align` (a power of two). Alignments up to the slab size
+    /// come from a class whose every block is aligned; nothing is padded.
+    pub fn alloc_aligned(&self, size: usize, align: usize) -> Result<NonNull<u8>, AllocError> {
+        if !align.is_power_of_two() {
+            return Err(AllocError::BadAlignment(align));
+        }
+        if size == 0 {
+            return Err(AllocError::ZeroSize);
+        }
+        match class_aligned(size, align) {
+            Some((b, class)) => self.ops().alloc(b, class),
+            None if size > LARGE_MAX || align > Bracket::Large.spec().slab_size() => Err(AllocError::Unsupported(size.max(align))),
+            None => Err(AllocError::BadAlignment(align)),
+        }
+    }
+
+    /// Frees a block allocated by any thread of any process from this heap. Invalid, interior,
+    /// foreign and double frees return an error and leave the heap untouched.
+    #[inline]
+    pub fn free(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
+        self.ops().free(ptr.as_ptr())
+    }
+
+    /// The usable size of an allocated block (its class size).
+    pub fn usable_size(&self, ptr: NonNull<u8>) -> Result<usize, FreeError> {
+        self.ops().usable_size(ptr.as_ptr())
+    }
+
+    /// Resizes a block: returns it unchanged when its class already fits `new_size`, otherwise
+    /// allocates, copies and frees the old block. The old pointer is validated before anything
+    /// is copied; on error it is untouched.
+    pub fn realloc(&self, ptr: NonNull<u8>, new_size: usize) -> Result<NonNull<u8>, ReallocError> {
+        let old = self.usable_size(ptr)?;
+        if new_size == 0 {
+            return Err(AllocError::ZeroSize.into());
+        }
+        let same_class = class_of(new_size).zip(class_of(old)).is_some_and(|(a, b)| a == b);
+        if same_class {
+            return Ok(ptr);
+        }
+        let new = self.alloc(new_size)?;
+        // SAFETY: both blocks are allocated, distinct, and at least min(old, new_size) long.
+        unsafe { std::ptr::copy_nonoverlapping(ptr.as_ptr(), new.as_ptr(), old.min(new_size)) };
+        self.free(ptr)?;
+        Ok(new)
+    }
+}
+
+impl Drop for ThreadHandle {
+    fn drop(&mut self) {
+        let ops = self.ops();
+        for b in Bracket::ALL {
+            ops.drain_unsized(b);
+        }
+        lease::release(&self.heap.mem().lease(self.slot).holder, self.holder);
+    }
+}

@@ -1,0 +1,110 @@
+//! The per-thread record in the owned region.
+
+use crate::class::{Bracket, LARGE_CLASSES, SMALL_CLASSES};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+
+/// Heads of one bracket's thread-local slab lists.
+///
+/// Region: owned (SWcc), inside the holder's [`ThreadRecord`]. Written only by the slot's holder
+/// (or by its adopter after the holder died). Lists are intrusive through the local descriptors'
+/// `next`/`prev` links; every value is a slab index + 1, 0 = empty.
+#[repr(C)]
+pub struct Lists<const N: usize> {
+    /// Empty slabs with no class, cached by this thread (Local-unsized).
+    pub unsized_head: AtomicU32,
+    /// Length of the unsized list (decides T9).
+    pub unsized_len: AtomicU32,
+    /// One doubly linked list per class of slabs with ≥ 1 free block (Local-sized), LIFO.
+    pub sized: [AtomicU32; N],
+}
+
+/// Operation counters of one slot. Single writer (the holder), read by `stats` with stale values
+/// tolerated. Only slow-path events are counted, so the fast path stays free of them.
+#[repr(C)]
+#[derive(Default)]
+pub struct Counters {
+    /// Remote frees performed (T10 + T8).
+    pub remote_frees: AtomicU64,
+    /// Slabs taken by extending the heap (T1).
+    pub slabs_bumped: AtomicU64,
+    /// Slabs popped from the global list (T2).
+    pub global_pops: AtomicU64,
+    /// Slabs pushed to the global list (T9).
+    pub global_pushes: AtomicU64,
+    /// Slabs claimed by a last remote free (T8).
+    pub claims: AtomicU64,
+    /// Slabs detached when full (T4).
+    pub detaches: AtomicU64,
+    /// Slabs disowned when full (T5).
+    pub disowns: AtomicU64,
+}
+
+/// Everything one thread slot owns.
+///
+/// Region: owned (SWcc). Written only by the slot's current holder (or adopter); cache-line
+/// aligned so that no two slots share a line (no false sharing, and a per-slot flush under
+/// limited coherence never touches another slot's data).
+///
+/// Invariant: every slab on one of these lists has `owner == slot + 1` in its descriptor; slabs on
+/// `sized[c]` have `class == c + 1` and ≥ 1 free block; slabs on the unsized list have class 0.
+#[repr(C, align(64))]
+pub struct ThreadRecord {
+    /// The redo record ([`crate::thread::redo::Redo`]); 0 when idle.
+    pub redo: AtomicU64,
+    /// Version of this slot's current detectable-CAS operation; persists across re-attach so
+    /// tags never repeat within the version's width.
+    pub version: AtomicU32,
+    _reserved: u32,
+    /// Slow-path counters.
+    pub counters: Counters,
+    /// Small-bracket lists.
+    pub small: Lists<SMALL_CLASSES>,
+    /// Large-bracket lists.
+    pub large: Lists<LARGE_CLASSES>,
+}
+
+const _: () = assert!(std::mem::size_of::<ThreadRecord>() % 64 == 0);
+
+/// A bracket's lists, with the class count erased.
+pub struct ListsRef<'a> {
+    /// See [`Lists::unsized_head`].
+    pub unsized_head: &'a AtomicU32,
+    /// See [`Lists::unsized_len`].
+    pub unsized_len: &'a AtomicU32,
+    /// See [`Lists::sized`].
+    pub sized: &'a [AtomicU32],
+}
+
+impl ThreadRecord {
+    /// The lists of bracket `b`.
+    #[inline]
+    pub fn lists(&self, b: Bracket) -> ListsRef<'_> {
+        match b {
+            Bracket::Small => ListsRef {
+                unsized_head: &self.small.unsized_head,
+                unsized_len: &self.small.unsized_len,
+                sized: &self.small.sized,
+            },
+            Bracket::Large => ListsRef {
+                unsized_head: &self.large.unsized_head,
+                unsized_len: &self.large.unsized_len,
+                sized: &self.large.sized,
+            },
+        }
+    }
+
+    /// Starts a new detectable-CAS operation and returns its version.
+    #[inline]
+    pub fn next_version(&self) -> u32 {
+        // Relaxed: single writer; the version reaches other threads only inside CAS'd words.
+        let v = crate::word::Tag::next_version(self.version.load(Ordering::Relaxed));
+        self.version.store(v, Ordering::Relaxed);
+        v
+    }
+
+    /// Adds one to a counter (single writer, so a load and a store suffice).
+    #[inline]
+    pub fn bump(counter: &AtomicU64) {
+        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+}

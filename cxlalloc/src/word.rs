@@ -1,0 +1,141 @@
+//! Decoders for the packed 64-bit words that several threads update with one CAS.
+//!
+//! No shifts or masks on shared words appear outside this module.
+//!
+//! ```text
+//!  63            52 51                     32 31                             0
+//! +----------------+-------------------------+--------------------------------+
+//! | writer (12 b)  | version (20 b)          | payload (32 b)                 |
+//! +----------------+-------------------------+--------------------------------+
+//! ```
+//!
+//! The upper half is a detectable-CAS [`Tag`]: which thread slot wrote the word last and that
+//! slot's operation version. It makes every CAS target ABA-safe (a word rewritten to the same
+//! payload carries another tag) and lets recovery ask "did my last CAS take effect?".
+
+/// Bits of a [`Tag`] naming the writer (thread slot + 1; 0 = the heap initializer).
+const WRITER_BITS: u32 = 12;
+/// Bits of a [`Tag`] holding the writer's operation version.
+const VERSION_BITS: u32 = 20;
+const VERSION_MASK: u32 = (1 << VERSION_BITS) - 1;
+
+/// Largest thread-slot count a tag can name (writer ids are slot + 1, and 0 is reserved).
+pub const MAX_SLOTS: u32 = (1 << WRITER_BITS) - 1;
+
+/// Who wrote a shared word last: `{writer slot + 1, writer's version}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Tag {
+    /// Thread slot + 1 of the writer; 0 when the word still holds its initial zero.
+    pub writer: u16,
+    /// The writer's operation version at the time of the write (wraps at 2^20).
+    pub version: u32,
+}
+
+impl Tag {
+    /// The tag thread `slot` uses for its operation number `version`.
+    pub fn new(slot: u32, version: u32) -> Self {
+        debug_assert!(slot < MAX_SLOTS);
+        Self { writer: (slot + 1) as u16, version: version & VERSION_MASK }
+    }
+
+    fn pack(self) -> u32 {
+        (u32::from(self.writer) << VERSION_BITS) | (self.version & VERSION_MASK)
+    }
+
+    fn unpack(bits: u32) -> Self {
+        Self { writer: (bits >> VERSION_BITS) as u16, version: bits & VERSION_MASK }
+    }
+
+    /// The next operation version after `version`, wrapping inside the tag's width.
+    pub fn next_version(version: u32) -> u32 {
+        version.wrapping_add(1) & VERSION_MASK
+    }
+}
+
+/// A 32-bit payload with the [`Tag`] of its last writer: the shape of every HWcc CAS word
+/// (heap length, global free-list head, remote-free counter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Tagged {
+    /// The word's value proper (a length, a slab index + 1, or a counter).
+    pub payload: u32,
+    /// Who wrote it.
+    pub tag: Tag,
+}
+
+impl Tagged {
+    /// A payload stamped with `tag`.
+    pub fn new(payload: u32, tag: Tag) -> Self {
+        Self { payload, tag }
+    }
+
+    /// The raw word.
+    pub fn pack(self) -> u64 {
+        (u64::from(self.tag.pack()) << 32) | u64::from(self.payload)
+    }
+
+    /// Decodes a raw word.
+    pub fn unpack(word: u64) -> Self {
+        Self { payload: word as u32, tag: Tag::unpack((word >> 32) as u32) }
+    }
+}
+
+/// Identity of a thread-slot holder, stored in the slot's lease word.
+///
+/// ```text
+///  63                              32 31                              0
+/// +----------------------------------+---------------------------------+
+/// | process start time (low 32 bits) | pid                             |
+/// +----------------------------------+---------------------------------+
+/// ```
+///
+/// The start time (clock ticks since boot, `/proc/PID/stat` field 22) tells a live holder from
+/// an unrelated process that reused its pid. 0 means the slot is free.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// Process id of the holder.
+    pub pid: u32,
+    /// Low 32 bits of the holder's start time; never 0 for a real holder.
+    pub start: u32,
+}
+
+impl Holder {
+    /// The raw lease word.
+    pub fn pack(self) -> u64 {
+        (u64::from(self.start) << 32) | u64::from(self.pid)
+    }
+
+    /// Decodes a lease word; `None` for a free slot.
+    pub fn unpack(word: u64) -> Option<Self> {
+        (word != 0).then_some(Self { pid: word as u32, start: (word >> 32) as u32 })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tagged_round_trips_every_field() {
+        let w = Tagged::new(0xdead_beef, Tag::new(4094, 0xf_ffff));
+        assert_eq!(Tagged::unpack(w.pack()), w);
+        assert_eq!(Tagged::unpack(w.pack()).tag.writer, 4095);
+    }
+
+    #[test]
+    fn zero_word_is_untagged_zero_payload() {
+        assert_eq!(Tagged::unpack(0), Tagged::default());
+    }
+
+    #[test]
+    fn version_wraps_inside_its_width() {
+        assert_eq!(Tag::next_version(VERSION_MASK), 0);
+        assert_eq!(Tag::new(0, VERSION_MASK + 5).version, 4);
+    }
+
+    #[test]
+    fn holder_zero_means_free() {
+        assert_eq!(Holder::unpack(0), None);
+        let h = Holder { pid: 77, start: 9 };
+        assert_eq!(Holder::unpack(h.pack()), Some(h));
+    }
+}
