@@ -156,7 +156,13 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for b in Bracket::ALL {
             let c = self.bracket(b);
-            write!(f, "{:>5}: length {}/{} slabs;", b.name(), c.length, c.capacity)?;
+            write!(
+                f,
+                "{:>5}: length {}/{} slabs;",
+                b.name(),
+                c.length,
+                c.capacity
+            )?;
             for s in SlabState::ALL {
                 write!(f, " {} {}", s.name(), c.slabs(s))?;
             }
@@ -164,7 +170,11 @@ impl fmt::Display for Report {
         }
         writeln!(f, "leased slots: {}", self.leased_slots)?;
         for i in &self.in_flight {
-            writeln!(f, "slot {} has an operation in flight: {:?} (holder alive: {})", i.slot, i.record, i.holder_alive)?;
+            writeln!(
+                f,
+                "slot {} has an operation in flight: {:?} (holder alive: {})",
+                i.slot, i.record, i.holder_alive
+            )?;
         }
         if self.problems.is_empty() {
             writeln!(f, "no inconsistencies")
@@ -192,7 +202,11 @@ struct Walker<'a> {
 impl Walker<'_> {
     fn problem(&mut self, slab: Option<u32>, what: String) {
         if self.problems.len() < MAX_PROBLEMS {
-            self.problems.push(Problem { bracket: self.b, slab, what });
+            self.problems.push(Problem {
+                bracket: self.b,
+                slab,
+                what,
+            });
         }
     }
 
@@ -210,16 +224,27 @@ impl Walker<'_> {
         let mut link = head;
         while link != 0 {
             let Some(slab) = self.slab(link - 1) else {
-                self.problem(None, format!("{name}: link {link} beyond heap length {}", self.len));
+                self.problem(
+                    None,
+                    format!("{name}: link {link} beyond heap length {}", self.len),
+                );
                 break;
             };
             if let Some(prev) = self.state[slab.index() as usize] {
-                self.problem(Some(slab.index()), format!("{name}: already {} (cycle or on two lists)", prev.name()));
+                self.problem(
+                    Some(slab.index()),
+                    format!("{name}: already {} (cycle or on two lists)", prev.name()),
+                );
                 break;
             }
             self.state[slab.index() as usize] = Some(state);
             out.push(slab);
-            link = self.mem.desc(self.b, slab).head.next.load(Ordering::Relaxed);
+            link = self
+                .mem
+                .desc(self.b, slab)
+                .head
+                .next
+                .load(Ordering::Relaxed);
         }
         out
     }
@@ -236,7 +261,11 @@ pub fn check(heap: &Heap) -> Report {
         let word = mem.record(slot).redo.load(Ordering::Acquire);
         if word != 0 {
             let holder_alive = holder.is_some_and(crate::thread::identity::is_alive);
-            report.in_flight.push(InFlight { slot, record: Redo::unpack(word), holder_alive });
+            report.in_flight.push(InFlight {
+                slot,
+                record: Redo::unpack(word),
+                holder_alive,
+            });
         }
     }
     for b in Bracket::ALL {
@@ -254,8 +283,19 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
         Bracket::Small => SMALL_CLASSES,
         Bracket::Large => LARGE_CLASSES,
     };
-    let mut census = BracketCensus { length: len, capacity, classes: vec![ClassCensus::default(); class_count], ..Default::default() };
-    let mut w = Walker { mem, b, len: len.min(capacity), state: vec![None; len.min(capacity) as usize], problems };
+    let mut census = BracketCensus {
+        length: len,
+        capacity,
+        classes: vec![ClassCensus::default(); class_count],
+        ..Default::default()
+    };
+    let mut w = Walker {
+        mem,
+        b,
+        len: len.min(capacity),
+        state: vec![None; len.min(capacity) as usize],
+        problems,
+    };
     if len > capacity {
         w.problem(None, format!("length {len} exceeds capacity {capacity}"));
     }
@@ -274,17 +314,37 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
     for slot in 0..mem.layout.slots {
         let me = slot + 1;
         let lists = mem.record(slot).lists(b);
-        let unsized_slabs = w.walk(lists.unsized_head.load(Ordering::Relaxed), SlabState::Unsized, "unsized list");
+        let unsized_slabs = w.walk(
+            lists.unsized_head.load(Ordering::Relaxed),
+            SlabState::Unsized,
+            "unsized list",
+        );
         if unsized_slabs.len() as u32 != lists.unsized_len.load(Ordering::Relaxed) {
-            w.problem(None, format!("slot {slot}: unsized length {} but {} on the list", lists.unsized_len.load(Ordering::Relaxed), unsized_slabs.len()));
+            w.problem(
+                None,
+                format!(
+                    "slot {slot}: unsized length {} but {} on the list",
+                    lists.unsized_len.load(Ordering::Relaxed),
+                    unsized_slabs.len()
+                ),
+            );
         }
         for slab in unsized_slabs {
             let d = mem.desc(b, slab).head;
             if d.owner.load(Ordering::Relaxed) != me {
-                w.problem(Some(slab.index()), format!("on slot {slot}'s unsized list but owned by {}", d.owner.load(Ordering::Relaxed)));
+                w.problem(
+                    Some(slab.index()),
+                    format!(
+                        "on slot {slot}'s unsized list but owned by {}",
+                        d.owner.load(Ordering::Relaxed)
+                    ),
+                );
             }
             if d.class.load(Ordering::Relaxed) != 0 {
-                w.problem(Some(slab.index()), format!("on slot {slot}'s unsized list but sized"));
+                w.problem(
+                    Some(slab.index()),
+                    format!("on slot {slot}'s unsized list but sized"),
+                );
             }
         }
         for (ci, head) in lists.sized.iter().enumerate() {
@@ -293,16 +353,31 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
             for slab in w.walk(head.load(Ordering::Relaxed), SlabState::Sized, "sized list") {
                 let d = mem.desc(b, slab);
                 if d.head.owner.load(Ordering::Relaxed) != me {
-                    w.problem(Some(slab.index()), format!("on slot {slot}'s sized list but owned by {}", d.head.owner.load(Ordering::Relaxed)));
+                    w.problem(
+                        Some(slab.index()),
+                        format!(
+                            "on slot {slot}'s sized list but owned by {}",
+                            d.head.owner.load(Ordering::Relaxed)
+                        ),
+                    );
                 }
                 if d.head.class.load(Ordering::Relaxed) != class {
-                    w.problem(Some(slab.index()), format!("on sized list {class} but class {}", d.head.class.load(Ordering::Relaxed)));
+                    w.problem(
+                        Some(slab.index()),
+                        format!(
+                            "on sized list {class} but class {}",
+                            d.head.class.load(Ordering::Relaxed)
+                        ),
+                    );
                 }
                 if d.head.prev.load(Ordering::Relaxed) != prev_link {
                     w.problem(Some(slab.index()), "sized list back link broken".into());
                 }
                 if d.head.free.load(Ordering::Relaxed) == 0 {
-                    w.problem(Some(slab.index()), "on a sized list with no free block".into());
+                    w.problem(
+                        Some(slab.index()),
+                        "on a sized list with no free block".into(),
+                    );
                 }
                 prev_link = slab.link();
             }
@@ -320,7 +395,10 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
             None if class != 0 && free == 0 && owner != 0 => SlabState::Detached,
             None if class != 0 && free == 0 => SlabState::Disowned,
             None => {
-                w.problem(Some(index), format!("unreachable: owner {owner}, class {class}, free {free}"));
+                w.problem(
+                    Some(index),
+                    format!("unreachable: owner {owner}, class {class}, free {free}"),
+                );
                 SlabState::Unreachable
             }
         };
@@ -333,20 +411,32 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
             continue;
         };
         if free != d.count_free() {
-            w.problem(Some(index), format!("free count {free} but {} bits set", d.count_free()));
+            w.problem(
+                Some(index),
+                format!("free count {free} but {} bits set", d.count_free()),
+            );
         }
         if !d.summary_consistent() {
             w.problem(Some(index), "summary word disagrees with bitset".into());
         }
         let counter = remote_count(mem, b, slab);
         if counter > info.blocks {
-            w.problem(Some(index), format!("remote counter {counter} above block count {}", info.blocks));
+            w.problem(
+                Some(index),
+                format!("remote counter {counter} above block count {}", info.blocks),
+            );
         }
         if free > counter {
-            w.problem(Some(index), format!("{free} free blocks but remote counter {counter}"));
+            w.problem(
+                Some(index),
+                format!("{free} free blocks but remote counter {counter}"),
+            );
         }
         if state == SlabState::Disowned && counter == 0 {
-            w.problem(Some(index), "disowned with remote counter 0 (never claimed)".into());
+            w.problem(
+                Some(index),
+                "disowned with remote counter 0 (never claimed)".into(),
+            );
         }
         let c = &mut census.classes[class as usize - 1];
         c.slabs += 1;

@@ -105,11 +105,19 @@ impl BracketSpec {
 }
 
 const fn info(size: u32, slab: u32) -> ClassInfo {
-    ClassInfo { size, blocks: slab / size, recip: (1u64 << 40).div_ceil(size as u64) }
+    ClassInfo {
+        size,
+        blocks: slab / size,
+        recip: (1u64 << 40).div_ceil(size as u64),
+    }
 }
 
 const fn small_classes() -> [ClassInfo; SMALL_CLASSES] {
-    let mut out = [ClassInfo { size: 0, blocks: 0, recip: 0 }; SMALL_CLASSES];
+    let mut out = [ClassInfo {
+        size: 0,
+        blocks: 0,
+        recip: 0,
+    }; SMALL_CLASSES];
     let mut i = 0;
     while i < SMALL_CLASSES {
         out[i] = info(8 * (i as u32 + 1), 1 << 15);
@@ -119,7 +127,11 @@ const fn small_classes() -> [ClassInfo; SMALL_CLASSES] {
 }
 
 const fn large_classes() -> [ClassInfo; LARGE_CLASSES] {
-    let mut out = [ClassInfo { size: 0, blocks: 0, recip: 0 }; LARGE_CLASSES];
+    let mut out = [ClassInfo {
+        size: 0,
+        blocks: 0,
+        recip: 0,
+    }; LARGE_CLASSES];
     let mut i = 0;
     while i < LARGE_CLASSES {
         let step = 1u32 << (8 + i / 4);
@@ -226,8 +238,15 @@ mod tests {
     fn reciprocal_division_is_exact_for_every_in_slab_offset() {
         for spec in Bracket::ALL.map(Bracket::spec) {
             for info in spec.classes {
-                for off in (0..spec.slab_size() as u64).step_by(7).chain([spec.slab_size() as u64 - 1]) {
-                    assert_eq!((off * info.recip) >> 40, off / u64::from(info.size), "{info:?} {off}");
+                for off in (0..spec.slab_size() as u64)
+                    .step_by(7)
+                    .chain([spec.slab_size() as u64 - 1])
+                {
+                    assert_eq!(
+                        (off * info.recip) >> 40,
+                        off / u64::from(info.size),
+                        "{info:?} {off}"
+                    );
                 }
             }
         }
@@ -247,7 +266,10 @@ mod tests {
             for size in [1, 24, 100, 1000, 5000, 70000] {
                 let (b, c) = class_aligned(size, align).unwrap();
                 let s = b.spec().class(c).unwrap().size as usize;
-                assert!(s >= size && s % align == 0, "size {size} align {align} → {s}");
+                assert!(
+                    s >= size && s % align == 0,
+                    "size {size} align {align} → {s}"
+                );
             }
         }
         assert!(class_aligned(8, 1 << 20).is_none());

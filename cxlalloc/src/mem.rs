@@ -9,7 +9,9 @@ use nix::errno::Errno;
 use crate::backing::Backing;
 use crate::class::Bracket;
 use crate::error::OpenError;
-use crate::layout::{BracketGlobals, Header, Layout, RegionId, SharedHeader, SlotLease, Span, HEADER_BYTES};
+use crate::layout::{
+    BracketGlobals, Header, Layout, RegionId, SharedHeader, SlotLease, Span, HEADER_BYTES,
+};
 use crate::map;
 use crate::slab::descriptor::{Descriptor, DescriptorHead};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
@@ -67,11 +69,21 @@ impl LazyMap {
         let to = (from + chunk as usize).min(self.capacity[b] as usize);
         for a in &self.arrays[b] {
             let start = (a.span.offset + from * a.stride) / self.page * self.page;
-            let end = (a.span.offset + to * a.stride).next_multiple_of(self.page).min(a.span.end());
+            let end = (a.span.offset + to * a.stride)
+                .next_multiple_of(self.page)
+                .min(a.span.end());
             let file_off = a.file_offset + (start - a.span.offset);
             // SAFETY: [start, end) lies inside the array's span, inside our reservation; all
             // three values are page-aligned by construction.
-            unsafe { map::map_shared_fixed((self.base + start) as *mut u8, end - start, a.fd, file_off, true)? };
+            unsafe {
+                map::map_shared_fixed(
+                    (self.base + start) as *mut u8,
+                    end - start,
+                    a.fd,
+                    file_off,
+                    true,
+                )?
+            };
         }
         Ok(())
     }
@@ -143,7 +155,13 @@ impl HeapMem {
             // SAFETY: the whole range is our fresh reservation.
             unsafe { map::map_private_fixed(base.as_ptr(), total) }.map_err(OpenError::Map)?;
             // SAFETY: the header region is mapped writable and at least HEADER_BYTES long.
-            unsafe { std::ptr::copy_nonoverlapping(header.as_bytes().as_ptr(), base.as_ptr(), header.as_bytes().len()) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    header.as_bytes().as_ptr(),
+                    base.as_ptr(),
+                    header.as_bytes().len(),
+                )
+            };
             for b in Bracket::ALL {
                 mem.mapped[b as usize].store(mem.layout.bracket(b).capacity, Ordering::Relaxed);
             }
@@ -163,9 +181,14 @@ impl HeapMem {
     fn map_whole(&self, r: RegionId) -> Result<(), OpenError> {
         let span = self.layout.region(r);
         let fd = self.backing.fd(r).ok_or(OpenError::Map(Errno::EBADF))?;
-        let len = if r == RegionId::Header { HEADER_BYTES } else { span.size };
+        let len = if r == RegionId::Header {
+            HEADER_BYTES
+        } else {
+            span.size
+        };
         // SAFETY: the span lies inside our reservation and is page-aligned (layout invariant).
-        unsafe { map::map_shared_fixed(self.addr(span.offset), len, fd, 0, r != RegionId::Header) }.map_err(OpenError::Map)
+        unsafe { map::map_shared_fixed(self.addr(span.offset), len, fd, 0, r != RegionId::Header) }
+            .map_err(OpenError::Map)
     }
 
     fn lazy_map(&self) -> LazyMap {
@@ -235,7 +258,8 @@ impl HeapMem {
             (RegionId::Data, bl.data, spec.slab_size()),
         ] {
             let start = span.offset - self.layout.region(r).offset + from as usize * stride;
-            self.backing.commit(r, start, (to - from) as usize * stride)?;
+            self.backing
+                .commit(r, start, (to - from) as usize * stride)?;
         }
         Ok(())
     }
@@ -280,7 +304,10 @@ impl HeapMem {
         debug_assert!(slot < self.layout.slots, "slot index out of range");
         // SAFETY: the owned region is mapped for the life of self, holds `slots` records, and is
         // 64-byte aligned; ThreadRecord is all atomics and padding.
-        unsafe { &*(self.addr(self.layout.region(RegionId::Owned).offset) as *const ThreadRecord).add(slot as usize) }
+        unsafe {
+            &*(self.addr(self.layout.region(RegionId::Owned).offset) as *const ThreadRecord)
+                .add(slot as usize)
+        }
     }
 
     /// Reads the HWcc length of `b` and raises this process's cached length to it.
@@ -297,7 +324,9 @@ impl HeapMem {
     /// memory only when the index is beyond it).
     #[inline]
     pub fn slab(&self, b: Bracket, index: u32) -> Option<Slab> {
-        if index < self.known_len[b as usize].load(Ordering::Relaxed) || index < self.refresh_length(b) {
+        if index < self.known_len[b as usize].load(Ordering::Relaxed)
+            || index < self.refresh_length(b)
+        {
             Some(Slab(index))
         } else {
             None
@@ -309,7 +338,10 @@ impl HeapMem {
     pub fn link(&self, b: Bracket, link: u32) -> Result<Option<Slab>, &'static str> {
         match link {
             0 => Ok(None),
-            l => self.slab(b, l - 1).map(Some).ok_or("list link beyond heap length"),
+            l => self
+                .slab(b, l - 1)
+                .map(Some)
+                .ok_or("list link beyond heap length"),
         }
     }
 
@@ -342,7 +374,9 @@ impl HeapMem {
     /// The address of byte `in_slab` of `slab`'s data.
     #[inline]
     pub fn data(&self, b: Bracket, slab: Slab, in_slab: usize) -> NonNull<u8> {
-        let off = self.layout.bracket(b).data.offset + ((slab.0 as usize) << b.spec().slab_shift) + in_slab;
+        let off = self.layout.bracket(b).data.offset
+            + ((slab.0 as usize) << b.spec().slab_shift)
+            + in_slab;
         // SAFETY: inside the reservation, and never null (base is non-null).
         unsafe { NonNull::new_unchecked(self.addr(off)) }
     }
@@ -357,7 +391,9 @@ impl HeapMem {
     /// The address at `offset`, if inside the reservation.
     #[inline]
     pub fn at(&self, offset: usize) -> Option<NonNull<u8>> {
-        (offset < self.layout.total).then(|| NonNull::new(self.addr(offset))).flatten()
+        (offset < self.layout.total)
+            .then(|| NonNull::new(self.addr(offset)))
+            .flatten()
     }
 }
 

@@ -6,7 +6,12 @@
 #![allow(clippy::disallowed_types)]
 
 #[cfg(loom)]
-pub use loom::sync::atomic::{fence as compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+pub use loom::sync::atomic::{
+    fence as compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
+    Ordering,
+};
 
 #[cfg(not(loom))]
-pub use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+pub use std::sync::atomic::{
+    compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};

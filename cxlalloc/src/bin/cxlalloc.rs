@@ -1,1 +1,200 @@
-fn main() {}
+//! `cxlalloc`: create, inspect, check, show statistics of, and unlink heaps.
+//!
+//! A HEAP argument containing `/` is a heap directory path; anything else is a heap name in
+//! `/dev/shm`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use cxlalloc::check::SlabState;
+use cxlalloc::class::Bracket;
+use cxlalloc::{Config, Heap, OpenError};
+
+#[derive(Parser)]
+#[command(name = "cxlalloc", version, about = "Manage cxlalloc shared heaps")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create a heap.
+    Create {
+        /// Heap name (in /dev/shm) or directory path.
+        heap: String,
+        /// Bound on small-bracket data (e.g. 16G, 512M).
+        #[arg(long, value_parser = parse_bytes)]
+        small_capacity: Option<u64>,
+        /// Bound on large-bracket data.
+        #[arg(long, value_parser = parse_bytes)]
+        large_capacity: Option<u64>,
+        /// Thread slots (most threads attached at once over all processes).
+        #[arg(long)]
+        slots: Option<u32>,
+    },
+    /// Print a heap's configuration and a census of its slabs.
+    Inspect {
+        /// Heap name or directory path.
+        heap: String,
+    },
+    /// Walk all metadata and report inconsistencies (exit status 1 if any).
+    Check {
+        /// Heap name or directory path.
+        heap: String,
+    },
+    /// Print statistics: bytes by kind, operation counters, per-class occupancy.
+    Stats {
+        /// Heap name or directory path.
+        heap: String,
+    },
+    /// Remove a heap (processes that have it open keep using it).
+    Unlink {
+        /// Heap name or directory path.
+        heap: String,
+    },
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (digits, shift) = match s.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&s[..i], 10),
+        Some((i, 'm' | 'M')) => (&s[..i], 20),
+        Some((i, 'g' | 'G')) => (&s[..i], 30),
+        Some((i, 't' | 'T')) => (&s[..i], 40),
+        _ => (s, 0),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("not a byte size: {s:?}"))?;
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("byte size overflows: {s:?}"))
+}
+
+fn is_path(heap: &str) -> bool {
+    heap.contains('/')
+}
+
+fn open(heap: &str) -> Result<Heap, OpenError> {
+    if is_path(heap) {
+        Heap::open_at(Path::new(heap))
+    } else {
+        Heap::open(heap)
+    }
+}
+
+fn print_stats(heap: &Heap, per_class: bool) {
+    let s = heap.stats();
+    println!("data bytes:            {}", s.data_bytes);
+    println!("HWcc metadata bytes:   {}", s.hwcc_bytes);
+    println!("SWcc metadata bytes:   {}", s.swcc_metadata_bytes);
+    println!("leased thread slots:   {}", s.leased_slots);
+    println!("counters:              {:?}", s.counters);
+    for b in Bracket::ALL {
+        let c = &s.brackets[b as usize];
+        let states: Vec<String> = [
+            SlabState::Global,
+            SlabState::Unsized,
+            SlabState::Sized,
+            SlabState::Detached,
+            SlabState::Disowned,
+            SlabState::Unreachable,
+        ]
+        .iter()
+        .map(|&st| format!("{} {}", st.name(), c.slabs(st)))
+        .collect();
+        println!(
+            "{:>5} slabs {}/{}: {}; live blocks {}",
+            b.name(),
+            c.length,
+            c.capacity,
+            states.join(", "),
+            c.live_blocks()
+        );
+        if per_class {
+            for (i, k) in c.classes.iter().enumerate().filter(|(_, k)| k.slabs > 0) {
+                let size = b.spec().class(i as u32 + 1).map_or(0, |info| info.size);
+                println!(
+                    "        class {:>3} ({size:>6} B): {} slabs, {} live, {} free, {} freed remotely",
+                    i + 1,
+                    k.slabs,
+                    k.live_blocks(),
+                    k.free_blocks,
+                    k.remote_freed
+                );
+            }
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode, OpenError> {
+    match cli.command {
+        Command::Create {
+            heap,
+            small_capacity,
+            large_capacity,
+            slots,
+        } => {
+            let d = Config::default();
+            let config = Config {
+                small_capacity: small_capacity.unwrap_or(d.small_capacity),
+                large_capacity: large_capacity.unwrap_or(d.large_capacity),
+                thread_slots: slots.unwrap_or(d.thread_slots),
+                ..d
+            };
+            let h = if is_path(&heap) {
+                Heap::create_at(Path::new(&heap), &config)?
+            } else {
+                Heap::create(&heap, &config)?
+            };
+            println!("created {}", h.location());
+        }
+        Command::Inspect { heap } => {
+            let h = open(&heap)?;
+            println!("location:              {}", h.location());
+            println!("configuration:         {:?}", h.config());
+            print_stats(&h, false);
+        }
+        Command::Check { heap } => {
+            let report = open(&heap)?.check();
+            print!("{report}");
+            if !report.is_clean() {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        Command::Stats { heap } => print_stats(&open(&heap)?, true),
+        Command::Unlink { heap } => {
+            if is_path(&heap) {
+                Heap::unlink_at(Path::new(&heap))?
+            } else {
+                Heap::unlink(&heap)?
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("cxlalloc: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_sizes_accept_suffixes() {
+        assert_eq!(parse_bytes("512"), Ok(512));
+        assert_eq!(parse_bytes("4K"), Ok(4096));
+        assert_eq!(parse_bytes("16G"), Ok(16 << 30));
+        assert!(parse_bytes("x").is_err());
+        assert!(parse_bytes("99999999999T").is_err());
+    }
+}

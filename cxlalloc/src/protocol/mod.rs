@@ -5,6 +5,6 @@
 //! SWcc descriptors (list links) and for writing the redo record before each CAS attempt.
 
 pub mod global_list;
-pub mod length;
 pub mod lease;
+pub mod length;
 pub mod remote;

@@ -86,8 +86,14 @@ impl Descriptor<'_> {
     #[inline]
     pub fn put(&self, i: u32) -> u32 {
         let w = (i / 64) as usize;
-        self.bits[w].store(self.bits[w].load(Ordering::Relaxed) | (1 << (i % 64)), Ordering::Relaxed);
-        self.head.summary.store(self.head.summary.load(Ordering::Relaxed) | (1 << w), Ordering::Relaxed);
+        self.bits[w].store(
+            self.bits[w].load(Ordering::Relaxed) | (1 << (i % 64)),
+            Ordering::Relaxed,
+        );
+        self.head.summary.store(
+            self.head.summary.load(Ordering::Relaxed) | (1 << w),
+            Ordering::Relaxed,
+        );
         let free = self.head.free.load(Ordering::Relaxed) + 1;
         self.head.free.store(free, Ordering::Relaxed);
         free
@@ -114,13 +120,19 @@ impl Descriptor<'_> {
 
     /// Population count of the bitset (O(words); for checks, not the fast path).
     pub fn count_free(&self) -> u32 {
-        self.bits.iter().map(|w| w.load(Ordering::Relaxed).count_ones()).sum()
+        self.bits
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed).count_ones())
+            .sum()
     }
 
     /// Whether the summary word agrees with the bitset (O(words)).
     pub fn summary_consistent(&self) -> bool {
         let summary = self.head.summary.load(Ordering::Relaxed);
-        self.bits.iter().enumerate().all(|(w, word)| (word.load(Ordering::Relaxed) != 0) == (summary >> w & 1 == 1))
+        self.bits
+            .iter()
+            .enumerate()
+            .all(|(w, word)| (word.load(Ordering::Relaxed) != 0) == (summary >> w & 1 == 1))
     }
 }
 
@@ -132,7 +144,10 @@ mod tests {
         // SAFETY: DescriptorHead is all atomics and padding, for which zero is a valid value.
         let head: DescriptorHead = unsafe { std::mem::zeroed() };
         let bits: Vec<AtomicU64> = (0..words).map(|_| AtomicU64::new(0)).collect();
-        f(Descriptor { head: &head, bits: &bits })
+        f(Descriptor {
+            head: &head,
+            bits: &bits,
+        })
     }
 
     #[test]

@@ -84,7 +84,9 @@ impl<'a> SlabThread<'a> {
     #[inline]
     pub fn alloc(&self, b: Bracket, class: u32) -> Result<NonNull<u8>, AllocError> {
         let spec = b.spec();
-        let info = spec.class(class).ok_or(AllocError::Corrupt("class id out of range"))?;
+        let info = spec
+            .class(class)
+            .ok_or(AllocError::Corrupt("class id out of range"))?;
         let head = &self.rec.lists(b).sized[class as usize - 1];
         loop {
             let link = head.load(Ordering::Relaxed);
@@ -92,11 +94,18 @@ impl<'a> SlabThread<'a> {
                 self.refill(b, class, info)?;
                 continue;
             }
-            let slab = self.mem.link(b, link).map_err(AllocError::Corrupt)?.ok_or(AllocError::Corrupt("sized head"))?;
+            let slab = self
+                .mem
+                .link(b, link)
+                .map_err(AllocError::Corrupt)?
+                .ok_or(AllocError::Corrupt("sized head"))?;
             let d = self.mem.desc(b, slab);
             #[cfg(feature = "validate")]
-            self.validate(b, slab, d, info).map_err(AllocError::Corrupt)?;
-            let block = d.lowest().ok_or(AllocError::Corrupt("sized slab without a free block"))?;
+            self.validate(b, slab, d, info)
+                .map_err(AllocError::Corrupt)?;
+            let block = d
+                .lowest()
+                .ok_or(AllocError::Corrupt("sized slab without a free block"))?;
             self.log(Redo::new(Op::Alloc, b, slab.index(), block));
             if d.take(block) == 0 {
                 self.retire(b, class, info, slab, d);
@@ -120,7 +129,9 @@ impl<'a> SlabThread<'a> {
         };
         let spec = b.spec();
         let rel = offset - mem.layout.bracket(b).data.offset;
-        let slab = mem.slab(b, (rel >> spec.slab_shift) as u32).ok_or(FreeError::ForeignPointer)?;
+        let slab = mem
+            .slab(b, (rel >> spec.slab_shift) as u32)
+            .ok_or(FreeError::ForeignPointer)?;
         let desc = mem.desc(b, slab);
         let class = desc.head.class.load(Ordering::Relaxed);
         let info = spec.class(class).ok_or(FreeError::NotAllocated)?;
@@ -132,18 +143,34 @@ impl<'a> SlabThread<'a> {
         if block >= info.blocks {
             return Err(FreeError::NotAllocated);
         }
-        Ok(Located { bracket: b, slab, desc, class, info, block, offset })
+        Ok(Located {
+            bracket: b,
+            slab,
+            desc,
+            class,
+            info,
+            block,
+            offset,
+        })
     }
 
     fn mark_word(&self, at: &Located<'_>) -> &AtomicU64 {
-        let p = self.mem.data(at.bracket, at.slab, at.block as usize * at.info.size as usize);
+        let p = self.mem.data(
+            at.bracket,
+            at.slab,
+            at.block as usize * at.info.size as usize,
+        );
         // SAFETY: the block is at least 8 bytes, 8-aligned (class sizes are multiples of 8 and
         // slabs are aligned), inside a mapped slab below the heap length.
         unsafe { &*(p.as_ptr() as *const AtomicU64) }
     }
 
     fn expected_mark(&self, at: &Located<'_>) -> u64 {
-        free_mark(self.mem.header.secret, at.offset, at.desc.head.generation.load(Ordering::Relaxed))
+        free_mark(
+            self.mem.header.secret,
+            at.offset,
+            at.desc.head.generation.load(Ordering::Relaxed),
+        )
     }
 
     /// Frees the block at `ptr`, locally if this thread owns its slab, remotely otherwise.
@@ -167,7 +194,8 @@ impl<'a> SlabThread<'a> {
         }
         let (b, d) = (at.bracket, at.desc);
         #[cfg(feature = "validate")]
-        self.validate(b, at.slab, d, at.info).map_err(FreeError::Corrupt)?;
+        self.validate(b, at.slab, d, at.info)
+            .map_err(FreeError::Corrupt)?;
         self.log(Redo::new(Op::LocalFree, b, at.slab.index(), at.block));
         let free = d.put(at.block);
         if free == at.info.blocks {
@@ -251,10 +279,18 @@ impl<'a> SlabThread<'a> {
         let d = self.mem.desc(b, slab);
         // T3: Local-unsized → Local-sized[class].
         self.log(Redo::new(Op::Size, b, slab.index(), class));
-        lists.unsized_head.store(d.head.next.load(Ordering::Relaxed), Ordering::Relaxed);
-        lists.unsized_len.store(lists.unsized_len.load(Ordering::Relaxed).saturating_sub(1), Ordering::Relaxed);
+        lists
+            .unsized_head
+            .store(d.head.next.load(Ordering::Relaxed), Ordering::Relaxed);
+        lists.unsized_len.store(
+            lists.unsized_len.load(Ordering::Relaxed).saturating_sub(1),
+            Ordering::Relaxed,
+        );
         d.head.class.store(class, Ordering::Relaxed);
-        d.head.generation.store(d.head.generation.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+        d.head.generation.store(
+            d.head.generation.load(Ordering::Relaxed).wrapping_add(1),
+            Ordering::Relaxed,
+        );
         d.fill(info.blocks);
         let version = self.rec.next_version();
         remote::reset(self.mem.remote(b, slab), info.blocks, self.tag(version));
@@ -298,7 +334,10 @@ impl<'a> SlabThread<'a> {
             self.clear_log();
             return Ok(false);
         };
-        let slab = mem.link(b, link).map_err(AllocError::Corrupt)?.ok_or(AllocError::Corrupt("popped null"))?;
+        let slab = mem
+            .link(b, link)
+            .map_err(AllocError::Corrupt)?
+            .ok_or(AllocError::Corrupt("popped null"))?;
         let d = mem.desc(b, slab);
         d.head.owner.store(self.me(), Ordering::Relaxed);
         self.push_unsized(b, slab, d);
@@ -314,27 +353,40 @@ impl<'a> SlabThread<'a> {
         let batch = mem.header.batch[b as usize];
         let capacity = mem.layout.bracket(b).capacity;
         let commit = mem.header.config().commit_on_grow;
-        let range = length::bump(&mem.globals(b).length, self.tag(version), batch, capacity, |from, to| {
-            self.log(Redo::new(Op::Bump, b, from, version));
-            if commit {
-                mem.commit(b, from, to).map_err(|_| AllocError::OutOfMemory(b))?;
-            }
-            Ok(())
-        })?;
+        let range = length::bump(
+            &mem.globals(b).length,
+            self.tag(version),
+            batch,
+            capacity,
+            |from, to| {
+                self.log(Redo::new(Op::Bump, b, from, version));
+                if commit {
+                    mem.commit(b, from, to)
+                        .map_err(|_| AllocError::OutOfMemory(b))?;
+                }
+                Ok(())
+            },
+        )?;
         let Some((from, to)) = range else {
             self.clear_log();
             return Err(AllocError::OutOfMemory(b));
         };
         mem.refresh_length(b);
-        mem.ensure_mapped(b, to).map_err(|_| AllocError::OutOfMemory(b))?;
+        mem.ensure_mapped(b, to)
+            .map_err(|_| AllocError::OutOfMemory(b))?;
         for index in (from..to).rev() {
-            let slab = mem.slab(b, index).ok_or(AllocError::Corrupt("bumped slab beyond length"))?;
+            let slab = mem
+                .slab(b, index)
+                .ok_or(AllocError::Corrupt("bumped slab beyond length"))?;
             let d = mem.desc(b, slab);
             d.head.owner.store(self.me(), Ordering::Relaxed);
             self.push_unsized(b, slab, d);
         }
         let counters = &self.rec.counters.slabs_bumped;
-        counters.store(counters.load(Ordering::Relaxed) + u64::from(to - from), Ordering::Relaxed);
+        counters.store(
+            counters.load(Ordering::Relaxed) + u64::from(to - from),
+            Ordering::Relaxed,
+        );
         self.clear_log();
         Ok(())
     }
@@ -352,20 +404,29 @@ impl<'a> SlabThread<'a> {
     fn release_unsized(&self, b: Bracket, keep: u32) {
         let lists = self.rec.lists(b);
         while lists.unsized_len.load(Ordering::Relaxed) > keep {
-            let Ok(Some(slab)) = self.mem.link(b, lists.unsized_head.load(Ordering::Relaxed)) else {
+            let Ok(Some(slab)) = self.mem.link(b, lists.unsized_head.load(Ordering::Relaxed))
+            else {
                 return;
             };
             let d = self.mem.desc(b, slab);
             let version = self.rec.next_version();
             self.log(Redo::new(Op::GlobalPush, b, slab.index(), version));
-            lists.unsized_head.store(d.head.next.load(Ordering::Relaxed), Ordering::Relaxed);
-            lists.unsized_len.store(lists.unsized_len.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
+            lists
+                .unsized_head
+                .store(d.head.next.load(Ordering::Relaxed), Ordering::Relaxed);
+            lists.unsized_len.store(
+                lists.unsized_len.load(Ordering::Relaxed) - 1,
+                Ordering::Relaxed,
+            );
             // The owner must be cleared before the slab is reachable by others (§14.3); the
             // push's Release CAS publishes it.
             d.head.owner.store(0, Ordering::Relaxed);
-            global_list::push(&self.mem.globals(b).global_head, self.tag(version), slab.link(), |next| {
-                d.head.next.store(next, Ordering::Relaxed)
-            });
+            global_list::push(
+                &self.mem.globals(b).global_head,
+                self.tag(version),
+                slab.link(),
+                |next| d.head.next.store(next, Ordering::Relaxed),
+            );
             ThreadRecord::bump(&self.rec.counters.global_pushes);
             self.clear_log();
         }
@@ -374,9 +435,15 @@ impl<'a> SlabThread<'a> {
     fn push_unsized(&self, b: Bracket, slab: Slab, d: Descriptor<'_>) {
         let lists = self.rec.lists(b);
         d.head.prev.store(0, Ordering::Relaxed);
-        d.head.next.store(lists.unsized_head.load(Ordering::Relaxed), Ordering::Relaxed);
+        d.head.next.store(
+            lists.unsized_head.load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
         lists.unsized_head.store(slab.link(), Ordering::Relaxed);
-        lists.unsized_len.store(lists.unsized_len.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        lists.unsized_len.store(
+            lists.unsized_len.load(Ordering::Relaxed) + 1,
+            Ordering::Relaxed,
+        );
     }
 
     fn link_sized(&self, b: Bracket, class: u32, slab: Slab, d: Descriptor<'_>) {
@@ -385,7 +452,11 @@ impl<'a> SlabThread<'a> {
         d.head.prev.store(0, Ordering::Relaxed);
         d.head.next.store(old, Ordering::Relaxed);
         if let Ok(Some(next)) = self.mem.link(b, old) {
-            self.mem.desc(b, next).head.prev.store(slab.link(), Ordering::Relaxed);
+            self.mem
+                .desc(b, next)
+                .head
+                .prev
+                .store(slab.link(), Ordering::Relaxed);
         }
         head.store(slab.link(), Ordering::Relaxed);
     }
@@ -406,7 +477,13 @@ impl<'a> SlabThread<'a> {
 
     /// The per-operation invariant check of the `validate` feature (O(bitset words)).
     #[cfg(feature = "validate")]
-    fn validate(&self, b: Bracket, slab: Slab, d: Descriptor<'_>, info: &ClassInfo) -> Result<(), &'static str> {
+    fn validate(
+        &self,
+        b: Bracket,
+        slab: Slab,
+        d: Descriptor<'_>,
+        info: &ClassInfo,
+    ) -> Result<(), &'static str> {
         let free = d.head.free.load(Ordering::Relaxed);
         if free != d.count_free() {
             return Err("free count differs from bitset popcount");

@@ -23,7 +23,9 @@ use crate::word::Holder;
 /// A thread's lease on one slot of a heap. Allocation and free go through it. Dropping it
 /// returns the thread's cached empty slabs to the global list and releases the slot.
 ///
-/// `Send` but not `Sync`: one thread at a time may use a slot.
+/// `Send` but not `Sync`: one thread at a time may use a slot. A handle belongs to the process
+/// that attached it: after `fork`, the child must attach its own (using an inherited handle
+/// would let two processes write one slot).
 #[derive(Debug)]
 pub struct ThreadHandle {
     heap: Heap,
@@ -55,17 +57,28 @@ pub(crate) fn attach(heap: &Heap) -> Result<ThreadHandle, AttachError> {
         let lease = mem.lease(slot);
         if lease.holder.load(Ordering::Relaxed) == 0 && lease::try_claim(&lease.holder, holder) {
             lease.tid.store(identity::current_tid(), Ordering::Relaxed);
-            return Ok(ThreadHandle { heap: heap.clone(), slot, holder, _not_sync: PhantomData });
+            return Ok(ThreadHandle {
+                heap: heap.clone(),
+                slot,
+                holder,
+                _not_sync: PhantomData,
+            });
         }
     }
-    Err(AttachError::SlotsExhausted { slots, dead: dead_slots(heap).len() as u32 })
+    Err(AttachError::SlotsExhausted {
+        slots,
+        dead: dead_slots(heap).len() as u32,
+    })
 }
 
 /// Slots whose holder process is gone (candidates for adoption by recovery).
 pub(crate) fn dead_slots(heap: &Heap) -> Vec<u32> {
     let mem = heap.mem();
     (0..mem.layout.slots)
-        .filter(|&s| Holder::unpack(mem.lease(s).holder.load(Ordering::Acquire)).is_some_and(|h| !identity::is_alive(h)))
+        .filter(|&s| {
+            Holder::unpack(mem.lease(s).holder.load(Ordering::Acquire))
+                .is_some_and(|h| !identity::is_alive(h))
+        })
         .collect()
 }
 
@@ -73,7 +86,11 @@ impl ThreadHandle {
     #[inline]
     fn ops(&self) -> SlabThread<'_> {
         let mem = self.heap.mem();
-        SlabThread { mem, slot: self.slot, rec: mem.record(self.slot) }
+        SlabThread {
+            mem,
+            slot: self.slot,
+            rec: mem.record(self.slot),
+        }
     }
 
     /// The heap this handle allocates from.
@@ -120,7 +137,9 @@ impl ThreadHandle {
         }
         match class_aligned(size, align) {
             Some((b, class)) => self.ops().alloc(b, class),
-            None if size > LARGE_MAX || align > Bracket::Large.spec().slab_size() => Err(AllocError::Unsupported(size.max(align))),
+            None if size > LARGE_MAX || align > Bracket::Large.spec().slab_size() => {
+                Err(AllocError::Unsupported(size.max(align)))
+            }
             None => Err(AllocError::BadAlignment(align)),
         }
     }
@@ -145,7 +164,9 @@ impl ThreadHandle {
         if new_size == 0 {
             return Err(AllocError::ZeroSize.into());
         }
-        let same_class = class_of(new_size).zip(class_of(old)).is_some_and(|(a, b)| a == b);
+        let same_class = class_of(new_size)
+            .zip(class_of(old))
+            .is_some_and(|(a, b)| a == b);
         if same_class {
             return Ok(ptr);
         }
@@ -159,6 +180,11 @@ impl ThreadHandle {
 
 impl Drop for ThreadHandle {
     fn drop(&mut self) {
+        // A forked child inherits a copy of its parent's handle; only the process that leased
+        // the slot may give it back.
+        if Holder::unpack(self.holder).map(|h| h.pid) != Some(std::process::id()) {
+            return;
+        }
         let ops = self.ops();
         for b in Bracket::ALL {
             ops.drain_unsized(b);

@@ -1,0 +1,421 @@
+//! DESIGN.md §11: every kind of bad input gets a clear, typed error and leaves the heap intact
+//! (the checker stays clean and earlier blocks keep their contents).
+
+use std::path::PathBuf;
+use std::ptr::NonNull;
+
+use cxlalloc::class::Bracket;
+use cxlalloc::{
+    AllocError, AttachError, Config, FreeError, Heap, OffsetError, OpenError, ReallocError,
+};
+
+fn small_heap() -> Heap {
+    Heap::anonymous(&Config::with_capacity(32 << 20)).unwrap()
+}
+
+fn assert_clean(heap: &Heap) {
+    let r = heap.check();
+    assert!(r.is_clean(), "{r}");
+}
+
+/// A unique heap directory under the system temp dir, removed on drop.
+struct TempHeapDir(PathBuf);
+
+impl TempHeapDir {
+    fn new(tag: &str) -> Self {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("cxlalloc-bad-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        TempHeapDir(p)
+    }
+}
+
+impl Drop for TempHeapDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn a_pointer_outside_the_heap_is_foreign() {
+    let heap = small_heap();
+    let t = heap.attach().unwrap();
+    let mut on_stack = 0u64;
+    let boxed = Box::new(7u64);
+    assert_eq!(
+        t.free(NonNull::from(&mut on_stack).cast()),
+        Err(FreeError::ForeignPointer)
+    );
+    assert_eq!(
+        t.free(NonNull::from(&*boxed).cast()),
+        Err(FreeError::ForeignPointer)
+    );
+    assert_clean(&heap);
+}
+
+#[test]
+fn a_pointer_beyond_the_heap_length_is_foreign() {
+    let heap = small_heap();
+    let t = heap.attach().unwrap();
+    let p = t.alloc(16).unwrap();
+    let beyond = unsafe { p.as_ptr().add(16 << 20) };
+    assert_eq!(
+        t.free(NonNull::new(beyond).unwrap()),
+        Err(FreeError::ForeignPointer)
+    );
+    t.free(p).unwrap();
+    assert_clean(&heap);
+}
+
+#[test]
+fn an_interior_pointer_is_refused_and_the_block_survives() {
+    let heap = small_heap();
+    let t = heap.attach().unwrap();
+    for size in [24, 1000, 5000] {
+        let p = t.alloc(size).unwrap();
+        unsafe { p.as_ptr().write_bytes(0x5a, size) };
+        let inner = unsafe { NonNull::new_unchecked(p.as_ptr().add(8)) };
+        assert_eq!(t.free(inner), Err(FreeError::InteriorPointer));
+        assert_eq!(unsafe { *p.as_ptr().add(size - 1) }, 0x5a);
+        t.free(p).unwrap();
+    }
+    assert_clean(&heap);
+}
+
+#[test]
+fn a_pointer_into_an_empty_slab_is_not_allocated() {
+    let heap = small_heap();
+    let t = heap.attach().unwrap();
+    let p = t.alloc(64).unwrap();
+    t.free(p).unwrap();
+    // The slab went back to the unsized list: no class, so no block can be freed there.
+    assert_eq!(t.free(p), Err(FreeError::NotAllocated));
+    assert_clean(&heap);
+}
+
+#[test]
+fn a_local_double_free_is_detected() {
+    let heap = small_heap();
+    let t = heap.attach().unwrap();
+    let keep = t.alloc(32).unwrap();
+    let p = t.alloc(32).unwrap();
+    t.free(p).unwrap();
+    assert_eq!(t.free(p), Err(FreeError::DoubleFree));
+    t.free(keep).unwrap();
+    assert_clean(&heap);
+}
+
+#[test]
+fn a_remote_double_free_is_detected() {
+    let heap = small_heap();
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    let keep = owner.alloc(48).unwrap();
+    let p = owner.alloc(48).unwrap();
+    other.free(p).unwrap();
+    assert_eq!(other.free(p), Err(FreeError::DoubleFree));
+    assert_eq!(
+        owner.free(p),
+        Err(FreeError::DoubleFree),
+        "the owner must not re-add a remotely freed block"
+    );
+    owner.free(keep).unwrap();
+    assert_clean(&heap);
+}
+
+#[test]
+fn a_remote_free_of_a_locally_freed_block_is_a_double_free() {
+    let heap = small_heap();
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    let keep = owner.alloc(48).unwrap();
+    let p = owner.alloc(48).unwrap();
+    owner.free(p).unwrap();
+    assert_eq!(other.free(p), Err(FreeError::DoubleFree));
+    owner.free(keep).unwrap();
+    assert_clean(&heap);
+}
+
+#[test]
+fn zero_and_overflowing_sizes_are_errors() {
+    let heap = small_heap();
+    let t = heap.attach().unwrap();
+    assert_eq!(t.alloc(0), Err(AllocError::ZeroSize));
+    assert_eq!(
+        t.alloc_array_zeroed(usize::MAX / 2, 3),
+        Err(AllocError::Overflow)
+    );
+    assert_eq!(
+        t.alloc(usize::MAX),
+        Err(AllocError::Unsupported(usize::MAX))
+    );
+    assert_eq!(
+        t.alloc((512 << 10) + 1),
+        Err(AllocError::Unsupported((512 << 10) + 1))
+    );
+    assert_clean(&heap);
+}
+
+#[test]
+fn a_non_power_of_two_alignment_is_an_error() {
+    let heap = small_heap();
+    let t = heap.attach().unwrap();
+    assert_eq!(t.alloc_aligned(64, 48), Err(AllocError::BadAlignment(48)));
+    assert_eq!(t.alloc_aligned(64, 0), Err(AllocError::BadAlignment(0)));
+    assert_clean(&heap);
+}
+
+#[test]
+fn aligned_allocations_are_aligned_without_padding() {
+    let heap = small_heap();
+    let t = heap.attach().unwrap();
+    for align in [8usize, 16, 64, 512, 4096, 65536, 512 << 10] {
+        for size in [1usize, 24, 1000, 3000] {
+            let p = t.alloc_aligned(size, align).unwrap();
+            assert_eq!(p.as_ptr() as usize % align, 0, "size {size} align {align}");
+            t.free(p).unwrap();
+        }
+    }
+    assert!(matches!(
+        t.alloc_aligned(8, 1 << 20),
+        Err(AllocError::Unsupported(_))
+    ));
+    assert_clean(&heap);
+}
+
+#[test]
+fn realloc_of_a_bad_pointer_copies_nothing_and_fails() {
+    let heap = small_heap();
+    let t = heap.attach().unwrap();
+    let mut x = 0u64;
+    assert_eq!(
+        t.realloc(NonNull::from(&mut x).cast(), 100),
+        Err(ReallocError::Free(FreeError::ForeignPointer))
+    );
+    let p = t.alloc(16).unwrap();
+    t.free(p).unwrap();
+    assert!(t.realloc(p, 100).is_err());
+    assert_clean(&heap);
+}
+
+#[test]
+fn realloc_preserves_contents_across_classes_and_brackets() {
+    let heap = small_heap();
+    let t = heap.attach().unwrap();
+    let mut p = t.alloc(10).unwrap();
+    unsafe {
+        p.as_ptr()
+            .copy_from_nonoverlapping(b"0123456789".as_ptr(), 10)
+    };
+    for size in [12, 100, 2000, 300_000, 40, 10] {
+        p = t.realloc(p, size).unwrap();
+        assert_eq!(
+            unsafe { std::slice::from_raw_parts(p.as_ptr(), 10) },
+            b"0123456789"
+        );
+    }
+    assert_eq!(
+        t.realloc(p, 0),
+        Err(ReallocError::Alloc(AllocError::ZeroSize))
+    );
+    t.free(p).unwrap();
+    assert_clean(&heap);
+}
+
+#[test]
+fn an_exhausted_heap_returns_out_of_memory_and_recovers_after_frees() {
+    let heap = Heap::anonymous(&Config {
+        small_capacity: 4 << 15,
+        large_capacity: 2 << 19,
+        ..Config::default()
+    })
+    .unwrap();
+    let t = heap.attach().unwrap();
+    let mut blocks = Vec::new();
+    let err = loop {
+        match t.alloc(1024) {
+            Ok(p) => blocks.push(p),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err, AllocError::OutOfMemory(Bracket::Small));
+    assert_eq!(blocks.len(), 4 * 32);
+    assert_eq!(t.alloc(8), Err(AllocError::OutOfMemory(Bracket::Small)));
+    assert!(t.alloc(4096).is_ok(), "the large bracket is independent");
+    for p in blocks.drain(..32) {
+        t.free(p).unwrap();
+    }
+    assert!(
+        t.alloc(8).is_ok(),
+        "a slab freed entirely serves another class"
+    );
+    assert_clean(&heap);
+}
+
+#[test]
+fn exhausted_thread_slots_are_a_clear_error() {
+    let heap = Heap::anonymous(&Config {
+        thread_slots: 2,
+        ..Config::with_capacity(8 << 20)
+    })
+    .unwrap();
+    let a = heap.attach().unwrap();
+    let _b = heap.attach().unwrap();
+    assert_eq!(
+        heap.attach().unwrap_err(),
+        AttachError::SlotsExhausted { slots: 2, dead: 0 }
+    );
+    drop(a);
+    assert!(heap.attach().is_ok(), "a detached slot can be leased again");
+}
+
+#[test]
+fn offsets_outside_the_heap_are_refused() {
+    let heap = small_heap();
+    let t = heap.attach().unwrap();
+    let p = t.alloc(8).unwrap();
+    let off = heap.offset_of(p.as_ptr()).unwrap();
+    assert_eq!(heap.pointer(off).unwrap(), p);
+    let x = 0u64;
+    assert_eq!(
+        heap.offset_of(&x as *const u64),
+        Err(OffsetError::OutOfBounds)
+    );
+    assert_eq!(
+        heap.pointer(cxlalloc::Offset::<u8>::NULL),
+        Err(OffsetError::Null)
+    );
+    assert_eq!(
+        heap.pointer(cxlalloc::Offset::<u8>::from_raw(u64::MAX)),
+        Err(OffsetError::OutOfBounds)
+    );
+    assert_eq!(
+        heap.pointer(cxlalloc::Offset::<u8>::from_raw(8)),
+        Err(OffsetError::OutOfBounds),
+        "the header is not data"
+    );
+    assert_eq!(heap.pointer(off.cast::<u64>().cast::<u8>()), Ok(p));
+    let odd = cxlalloc::Offset::<u64>::from_raw(off.raw() + 1);
+    assert_eq!(
+        heap.pointer(odd),
+        Err(OffsetError::OutOfBounds),
+        "misaligned for u64"
+    );
+    assert!(heap.root(Heap::ROOTS).is_none());
+    t.free(p).unwrap();
+}
+
+#[test]
+fn a_missing_heap_is_not_found() {
+    let dir = TempHeapDir::new("missing");
+    assert!(matches!(Heap::open_at(&dir.0), Err(OpenError::NotFound(_))));
+    assert!(matches!(
+        Heap::open("no-such-heap-cxlalloc-test"),
+        Err(OpenError::NotFound(_))
+    ));
+}
+
+#[test]
+fn invalid_names_are_refused() {
+    for name in ["", "a/b", ".hidden"] {
+        assert!(
+            matches!(Heap::open(name), Err(OpenError::InvalidConfig(_))),
+            "{name:?}"
+        );
+    }
+}
+
+#[test]
+fn creating_an_existing_heap_fails() {
+    let dir = TempHeapDir::new("exists");
+    let cfg = Config::with_capacity(8 << 20);
+    let _h = Heap::create_at(&dir.0, &cfg).unwrap();
+    assert!(matches!(
+        Heap::create_at(&dir.0, &cfg),
+        Err(OpenError::AlreadyExists(_))
+    ));
+}
+
+#[test]
+fn a_truncated_region_file_is_refused_at_open() {
+    let dir = TempHeapDir::new("trunc");
+    drop(Heap::create_at(&dir.0, &Config::with_capacity(8 << 20)).unwrap());
+    let data = dir.0.join("data");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&data)
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    match Heap::open_at(&dir.0) {
+        Err(OpenError::Truncated { path, actual, .. }) => {
+            assert_eq!(path, data);
+            assert_eq!(actual, 4096);
+        }
+        r => panic!("expected Truncated, got {r:?}"),
+    }
+}
+
+#[test]
+fn a_file_that_is_not_a_heap_has_bad_magic() {
+    let dir = TempHeapDir::new("magic");
+    drop(Heap::create_at(&dir.0, &Config::with_capacity(8 << 20)).unwrap());
+    std::fs::write(dir.0.join("header"), b"definitely not a heap header").unwrap();
+    assert!(matches!(Heap::open_at(&dir.0), Err(OpenError::BadMagic(_))));
+}
+
+#[test]
+fn a_corrupted_header_fails_its_checksum() {
+    let dir = TempHeapDir::new("sum");
+    drop(Heap::create_at(&dir.0, &Config::with_capacity(8 << 20)).unwrap());
+    let path = dir.0.join("header");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[40] ^= 0xff;
+    std::fs::write(&path, bytes).unwrap();
+    assert!(matches!(Heap::open_at(&dir.0), Err(OpenError::Checksum(_))));
+}
+
+#[test]
+fn a_zero_length_header_is_refused() {
+    let dir = TempHeapDir::new("empty");
+    drop(Heap::create_at(&dir.0, &Config::with_capacity(8 << 20)).unwrap());
+    std::fs::write(dir.0.join("header"), b"").unwrap();
+    assert!(matches!(Heap::open_at(&dir.0), Err(OpenError::BadMagic(_))));
+}
+
+#[test]
+fn opening_with_a_different_configuration_names_the_field() {
+    let dir = TempHeapDir::new("mismatch");
+    let cfg = Config::with_capacity(8 << 20);
+    let _h = Heap::create_at(&dir.0, &cfg).unwrap();
+    let other = Config {
+        thread_slots: 7,
+        ..cfg.clone()
+    };
+    match Heap::open_or_create_at(&dir.0, &other) {
+        Err(OpenError::Mismatch {
+            field,
+            found,
+            expected,
+        }) => {
+            assert_eq!((field, found, expected), ("thread_slots", 1024, 7));
+        }
+        r => panic!("expected Mismatch, got {r:?}"),
+    }
+    assert!(Heap::open_or_create_at(&dir.0, &cfg).is_ok());
+}
+
+#[test]
+fn an_invalid_configuration_is_refused_at_create() {
+    let dir = TempHeapDir::new("badcfg");
+    let bad = Config {
+        thread_slots: 0,
+        ..Config::with_capacity(8 << 20)
+    };
+    assert!(matches!(
+        Heap::create_at(&dir.0, &bad),
+        Err(OpenError::InvalidConfig(_))
+    ));
+    assert!(!dir.0.exists(), "nothing is left behind");
+}
