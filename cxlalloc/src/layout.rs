@@ -278,8 +278,7 @@ impl Header {
             h.record_bytes.into(),
             reference.record_bytes.into(),
         )?;
-        for (i, name) in [(0, "small"), (1, "large")] {
-            let _ = name;
+        for i in 0..2 {
             expect(
                 "slab_shift",
                 h.slab_shift[i].into(),
@@ -566,16 +565,16 @@ impl Layout {
 
         let mut arrays =
             |id: RegionId, stride: &dyn Fn(usize) -> usize, regions: &mut [Span; REGIONS]| {
-                let mut sub = [Span::default(); 2];
                 let mut size = 0;
-                for i in 0..2 {
+                let sub: [Span; 2] = std::array::from_fn(|i| {
                     let bytes = align_up(h.capacity[i] as usize * stride(i), REGION_ALIGN);
-                    sub[i] = Span {
+                    let span = Span {
                         offset: size,
                         size: bytes,
                     };
                     size += bytes;
-                }
+                    span
+                });
                 let base = place(id, size, regions);
                 sub.map(|s| Span {
                     offset: base + s.offset,

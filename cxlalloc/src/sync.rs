@@ -1,9 +1,9 @@
 //! The one concurrency facade: every atomic, fence and cell the allocator uses comes from here.
 //!
 //! Under `--cfg loom` the lock-free protocols in [`crate::protocol`] are compiled against loom's
-//! model-checked primitives instead of `std`'s; `clippy.toml` bans the `std` types elsewhere so
-//! no protocol can slip past the model checker.
-#![allow(clippy::disallowed_types)]
+//! model-checked primitives instead of `std`'s. The test `tests/facade.rs` fails if any other
+//! source file names `std`'s atomics or cells directly, so no protocol can slip past the model
+//! checker. (clippy's `disallowed-types` cannot express this: it also flags the re-exports.)
 
 #[cfg(loom)]
 pub use loom::sync::atomic::{

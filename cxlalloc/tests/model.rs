@@ -123,7 +123,7 @@ fn run(ops: Vec<Op>, config: Config) -> Result<(), TestCaseError> {
         live.len() as u64,
         "census disagrees with the model"
     );
-    for (&addr, _) in &live {
+    for &addr in live.keys() {
         threads[0]
             .free(NonNull::new(addr as *mut u8).unwrap())
             .unwrap();
