@@ -218,26 +218,35 @@ impl Walker<'_> {
         }
     }
 
+    /// Marks the slab with list link `link` as `state`; `None` (and a problem) if the link is
+    /// out of range or the slab was already seen.
+    fn visit(&mut self, link: u32, state: SlabState, name: &str) -> Option<Slab> {
+        let Some(slab) = link.checked_sub(1).and_then(|i| self.slab(i)) else {
+            self.problem(
+                None,
+                format!("{name}: link {link} beyond heap length {}", self.len),
+            );
+            return None;
+        };
+        if let Some(prev) = self.state[slab.index() as usize] {
+            self.problem(
+                Some(slab.index()),
+                format!("{name}: already {} (cycle or on two lists)", prev.name()),
+            );
+            return None;
+        }
+        self.state[slab.index() as usize] = Some(state);
+        Some(slab)
+    }
+
     /// Walks a list from `head`, marking each slab `state`; returns the slabs in order.
     fn walk(&mut self, head: u32, state: SlabState, name: &str) -> Vec<Slab> {
         let mut out = Vec::new();
         let mut link = head;
         while link != 0 {
-            let Some(slab) = self.slab(link - 1) else {
-                self.problem(
-                    None,
-                    format!("{name}: link {link} beyond heap length {}", self.len),
-                );
+            let Some(slab) = self.visit(link, state, name) else {
                 break;
             };
-            if let Some(prev) = self.state[slab.index() as usize] {
-                self.problem(
-                    Some(slab.index()),
-                    format!("{name}: already {} (cycle or on two lists)", prev.name()),
-                );
-                break;
-            }
-            self.state[slab.index() as usize] = Some(state);
             out.push(slab);
             link = self
                 .mem
@@ -247,6 +256,25 @@ impl Walker<'_> {
                 .load(Ordering::Relaxed);
         }
         out
+    }
+
+    /// Checks that a slab on one of `slot`'s lists is owned by it and has class `class`.
+    fn expect_owned(&mut self, slab: Slab, slot: u32, class: u32, what: &str) {
+        let d = self.mem.desc(self.b, slab).head;
+        let owner = d.owner.load(Ordering::Relaxed);
+        if owner != slot + 1 {
+            self.problem(
+                Some(slab.index()),
+                format!("slot {slot}'s {what} but owned by {owner}"),
+            );
+        }
+        let found = d.class.load(Ordering::Relaxed);
+        if found != class {
+            self.problem(
+                Some(slab.index()),
+                format!("slot {slot}'s {what} (class {class}) but class {found}"),
+            );
+        }
     }
 }
 
@@ -296,6 +324,7 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
         state: vec![None; len.min(capacity) as usize],
         problems,
     };
+    let mut cached = vec![0u32; w.len as usize];
     if len > capacity {
         w.problem(None, format!("length {len} exceeds capacity {capacity}"));
     }
@@ -312,68 +341,35 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
     }
 
     for slot in 0..mem.layout.slots {
-        let me = slot + 1;
         let lists = mem.record(slot).lists(b);
         let unsized_slabs = w.walk(
             lists.unsized_head.load(Ordering::Relaxed),
             SlabState::Unsized,
             "unsized list",
         );
-        if unsized_slabs.len() as u32 != lists.unsized_len.load(Ordering::Relaxed) {
+        let recorded = lists.unsized_len.load(Ordering::Relaxed);
+        if unsized_slabs.len() as u32 != recorded {
             w.problem(
                 None,
                 format!(
-                    "slot {slot}: unsized length {} but {} on the list",
-                    lists.unsized_len.load(Ordering::Relaxed),
+                    "slot {slot}: unsized length {recorded} but {} on the list",
                     unsized_slabs.len()
                 ),
             );
         }
         for slab in unsized_slabs {
-            let d = mem.desc(b, slab).head;
-            if d.owner.load(Ordering::Relaxed) != me {
-                w.problem(
-                    Some(slab.index()),
-                    format!(
-                        "on slot {slot}'s unsized list but owned by {}",
-                        d.owner.load(Ordering::Relaxed)
-                    ),
-                );
-            }
-            if d.class.load(Ordering::Relaxed) != 0 {
-                w.problem(
-                    Some(slab.index()),
-                    format!("on slot {slot}'s unsized list but sized"),
-                );
-            }
+            w.expect_owned(slab, slot, 0, "unsized slab");
         }
         for (ci, head) in lists.sized.iter().enumerate() {
             let class = ci as u32 + 1;
             let mut prev_link = 0;
             for slab in w.walk(head.load(Ordering::Relaxed), SlabState::Sized, "sized list") {
-                let d = mem.desc(b, slab);
-                if d.head.owner.load(Ordering::Relaxed) != me {
-                    w.problem(
-                        Some(slab.index()),
-                        format!(
-                            "on slot {slot}'s sized list but owned by {}",
-                            d.head.owner.load(Ordering::Relaxed)
-                        ),
-                    );
-                }
-                if d.head.class.load(Ordering::Relaxed) != class {
-                    w.problem(
-                        Some(slab.index()),
-                        format!(
-                            "on sized list {class} but class {}",
-                            d.head.class.load(Ordering::Relaxed)
-                        ),
-                    );
-                }
-                if d.head.prev.load(Ordering::Relaxed) != prev_link {
+                w.expect_owned(slab, slot, class, "sized slab");
+                let d = mem.desc(b, slab).head;
+                if d.prev.load(Ordering::Relaxed) != prev_link {
                     w.problem(Some(slab.index()), "sized list back link broken".into());
                 }
-                if d.head.free.load(Ordering::Relaxed) == 0 {
+                if d.free.load(Ordering::Relaxed) == 0 {
                     w.problem(
                         Some(slab.index()),
                         "on a sized list with no free block".into(),
@@ -381,6 +377,55 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
                 }
                 prev_link = slab.link();
             }
+        }
+        for (ci, cur) in lists.current.iter().enumerate() {
+            let class = ci as u32 + 1;
+            let bits = cur.bits.load(Ordering::Relaxed);
+            let link = cur.slab.load(Ordering::Relaxed);
+            if link == 0 {
+                if bits != 0 {
+                    w.problem(
+                        None,
+                        format!("slot {slot}: class {class} has cached bits but no current slab"),
+                    );
+                }
+                continue;
+            }
+            let Some(slab) = w.visit(link, SlabState::Sized, "current slab") else {
+                continue;
+            };
+            w.expect_owned(slab, slot, class, "current slab");
+            let word = cur.word.load(Ordering::Relaxed);
+            let d = mem.desc(b, slab);
+            if bits == 0 {
+                w.problem(
+                    Some(slab.index()),
+                    "current slab with an empty cached word".into(),
+                );
+            }
+            match (d.bits.get(word as usize), spec.class(class)) {
+                (Some(in_bitset), Some(info)) => {
+                    if in_bitset.load(Ordering::Relaxed) & bits != 0 {
+                        w.problem(
+                            Some(slab.index()),
+                            "cached blocks are also free in the bitset".into(),
+                        );
+                    }
+                    let expected =
+                        mem.data_offset(b, slab, word as usize * 64 * info.size as usize) as u64;
+                    if cur.block0.load(Ordering::Relaxed) != expected {
+                        w.problem(
+                            Some(slab.index()),
+                            "cached word's block offset is wrong".into(),
+                        );
+                    }
+                }
+                _ => w.problem(
+                    Some(slab.index()),
+                    format!("cached word {word} or class {class} out of range"),
+                ),
+            }
+            cached[slab.index() as usize] += bits.count_ones();
         }
     }
 
@@ -390,6 +435,7 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
         let owner = d.head.owner.load(Ordering::Relaxed);
         let class = d.head.class.load(Ordering::Relaxed);
         let free = d.head.free.load(Ordering::Relaxed);
+        let cached_here = cached[index as usize];
         let state = match w.state[index as usize] {
             Some(s) => s,
             None if class != 0 && free == 0 && owner != 0 => SlabState::Detached,
@@ -426,10 +472,13 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
                 format!("remote counter {counter} above block count {}", info.blocks),
             );
         }
-        if free > counter {
+        if free + cached_here > counter {
             w.problem(
                 Some(index),
-                format!("{free} free blocks but remote counter {counter}"),
+                format!(
+                    "{} free blocks but remote counter {counter}",
+                    free + cached_here
+                ),
             );
         }
         if state == SlabState::Disowned && counter == 0 {
@@ -441,7 +490,7 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
         let c = &mut census.classes[class as usize - 1];
         c.slabs += 1;
         c.blocks += u64::from(info.blocks);
-        c.free_blocks += u64::from(free);
+        c.free_blocks += u64::from(free + cached_here);
         c.remote_freed += u64::from(info.blocks.saturating_sub(counter));
     }
     census

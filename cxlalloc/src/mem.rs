@@ -112,10 +112,21 @@ impl LazyMap {
     }
 }
 
+/// Absolute addresses of one bracket's arrays in this process, precomputed for the fast paths.
+#[derive(Clone, Copy, Debug, Default)]
+struct Arrays {
+    remote: usize,
+    local: usize,
+    descriptor_size: usize,
+    /// Offset range of the bracket's slab data.
+    data: Span,
+}
+
 /// A heap mapped in this process.
 #[derive(Debug)]
 pub struct HeapMem {
     base: NonNull<u8>,
+    arrays: [Arrays; 2],
     /// Region and array offsets.
     pub layout: Layout,
     /// The validated header.
@@ -140,8 +151,18 @@ impl HeapMem {
     pub fn map(header: Header, backing: Box<dyn Backing>) -> Result<Self, OpenError> {
         let layout = Layout::from_header(&header);
         let base = map::reserve(layout.total).map_err(OpenError::Map)?;
+        let arrays = Bracket::ALL.map(|b| {
+            let bl = layout.bracket(b);
+            Arrays {
+                remote: base.as_ptr() as usize + bl.remote.offset,
+                local: base.as_ptr() as usize + bl.local.offset,
+                descriptor_size: b.spec().descriptor_size(),
+                data: bl.data,
+            }
+        });
         let mut mem = HeapMem {
             base,
+            arrays,
             layout,
             header,
             backing,
@@ -348,37 +369,50 @@ impl HeapMem {
     /// The remote-free counter word of `slab`.
     #[inline]
     pub fn remote(&self, b: Bracket, slab: Slab) -> &AtomicU64 {
-        let off = self.layout.bracket(b).remote.offset + slab.0 as usize * 8;
+        let addr = self.arrays[b as usize].remote + slab.0 as usize * 8;
         // SAFETY: slab < length ≤ capacity, so the word is inside the remote array; it is mapped
         // (eagerly or by the fault handler, which maps any slab below the length) and 8-aligned.
-        unsafe { &*(self.addr(off) as *const AtomicU64) }
+        unsafe { &*(addr as *const AtomicU64) }
     }
 
     /// The local descriptor of `slab`.
     #[inline]
     pub fn desc(&self, b: Bracket, slab: Slab) -> Descriptor<'_> {
-        let spec = b.spec();
-        let off = self.layout.bracket(b).local.offset + slab.0 as usize * spec.descriptor_size();
-        let p = self.addr(off);
+        let a = &self.arrays[b as usize];
+        let p = a.local + slab.0 as usize * a.descriptor_size;
         // SAFETY: slab < length ≤ capacity puts the descriptor inside the local array; it is
         // mapped (eagerly or on fault) and 64-aligned (descriptor sizes are multiples of 64);
         // the head and bitset are atomics, valid for any bit pattern.
         unsafe {
             Descriptor {
                 head: &*(p as *const DescriptorHead),
-                bits: std::slice::from_raw_parts(p.add(64) as *const AtomicU64, spec.bitset_words),
+                bits: std::slice::from_raw_parts(
+                    (p + 64) as *const AtomicU64,
+                    b.spec().bitset_words,
+                ),
             }
         }
     }
 
-    /// The address of byte `in_slab` of `slab`'s data.
+    /// The offset range of bracket `b`'s slab data.
     #[inline]
-    pub fn data(&self, b: Bracket, slab: Slab, in_slab: usize) -> NonNull<u8> {
-        let off = self.layout.bracket(b).data.offset
-            + ((slab.0 as usize) << b.spec().slab_shift)
-            + in_slab;
-        // SAFETY: inside the reservation, and never null (base is non-null).
-        unsafe { NonNull::new_unchecked(self.addr(off)) }
+    pub fn data_span(&self, b: Bracket) -> Span {
+        self.arrays[b as usize].data
+    }
+
+    /// The heap offset of byte `in_slab` of `slab`'s data.
+    #[inline]
+    pub fn data_offset(&self, b: Bracket, slab: Slab, in_slab: usize) -> usize {
+        self.arrays[b as usize].data.offset + ((slab.0 as usize) << b.spec().slab_shift) + in_slab
+    }
+
+    /// The address of a block at heap offset `offset` (an offset this heap computed itself).
+    #[inline]
+    pub fn block(&self, offset: usize) -> NonNull<u8> {
+        debug_assert!(offset > 0 && offset < self.layout.total);
+        // SAFETY: offsets come from data_offset on a checked slab, so they lie inside the
+        // reservation, and base + offset is never null.
+        unsafe { NonNull::new_unchecked(self.addr(offset)) }
     }
 
     /// The offset of `ptr` from the base, if it points into the reservation.

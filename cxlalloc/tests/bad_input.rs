@@ -87,10 +87,16 @@ fn an_interior_pointer_is_refused_and_the_block_survives() {
 fn a_pointer_into_an_empty_slab_is_not_allocated() {
     let heap = small_heap();
     let t = heap.attach().unwrap();
-    let p = t.alloc(64).unwrap();
-    t.free(p).unwrap();
-    // The slab went back to the unsized list: no class, so no block can be freed there.
-    assert_eq!(t.free(p), Err(FreeError::NotAllocated));
+    // 32 blocks of 1 KiB fill one slab; the 33rd moves allocation to a new slab.
+    let first: Vec<_> = (0..32).map(|_| t.alloc(1024).unwrap()).collect();
+    let other = t.alloc(1024).unwrap();
+    for &p in &first {
+        t.free(p).unwrap();
+    }
+    // The first slab is entirely free and back on the unsized list: it has no class.
+    assert_eq!(t.free(first[0]), Err(FreeError::NotAllocated));
+    assert_eq!(t.usable_size(first[5]), Err(FreeError::NotAllocated));
+    t.free(other).unwrap();
     assert_clean(&heap);
 }
 

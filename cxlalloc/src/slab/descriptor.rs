@@ -10,11 +10,13 @@ use crate::sync::{AtomicU32, AtomicU64, Ordering};
 /// remote freers, which tolerate stale values (paper §3.2.2: memory never names a non-owner as
 /// owner, so a stale read can only send a free down the remote path).
 ///
-/// Accounting identity, for a sized slab with `blocks` blocks:
+/// Accounting identity, for a sized slab with `blocks` blocks, where `cached` counts the bits
+/// the owner holds in its current-slab word for this slab:
 /// `free == popcount(bitset)`, and
-/// `free + outstanding + remotely_freed == blocks`, where `remote counter == blocks − remotely_freed`.
-/// Hence `free ≤ remote counter`, and the counter reaches 0 exactly when every block has been
-/// freed remotely.
+/// `free + cached + outstanding + remotely_freed == blocks`, where
+/// `remote counter == blocks − remotely_freed`.
+/// Hence `free + cached ≤ remote counter`, and the counter reaches 0 exactly when every block
+/// has been freed remotely.
 #[repr(C, align(64))]
 pub struct DescriptorHead {
     /// Owning thread slot + 1; 0 = none (Global, Disowned, Untouched).
@@ -29,9 +31,13 @@ pub struct DescriptorHead {
     pub free: AtomicU32,
     /// Bumped each time the slab is given a class; salts the free-block marks.
     pub generation: AtomicU32,
-    /// Bit `w` set ⇔ bitset word `w` is non-zero: the lowest free block in two `tzcnt`s.
+    /// Bit `w` set ⇔ bitset word `w` is non-zero: the lowest free word in one `tzcnt`.
     pub summary: AtomicU64,
-    _pad: [u8; 32],
+    /// Value a remote free writes into a block's first word, drawn when the slab is sized: a
+    /// block freed remotely is never reallocated within its slab's sizing, so finding the mark
+    /// there means the block was already freed.
+    pub mark: AtomicU64,
+    _pad: [u8; 24],
 }
 
 const _: () = assert!(std::mem::size_of::<DescriptorHead>() == 64);
@@ -55,31 +61,22 @@ impl Descriptor<'_> {
         self.bits[(i / 64) as usize].load(Ordering::Relaxed) & (1 << (i % 64)) != 0
     }
 
-    /// The lowest free block, if any.
+    /// The lowest non-empty bitset word, if any.
     #[inline]
-    pub fn lowest(&self) -> Option<u32> {
+    pub fn lowest_word(&self) -> Option<u32> {
         let summary = self.head.summary.load(Ordering::Relaxed);
-        if summary == 0 {
-            return None;
-        }
-        let w = summary.trailing_zeros();
-        let word = self.bits.get(w as usize)?.load(Ordering::Relaxed);
-        (word != 0).then(|| w * 64 + word.trailing_zeros())
+        (summary != 0).then(|| summary.trailing_zeros())
     }
 
-    /// Marks free block `i` allocated; returns the free count left.
-    #[inline]
-    pub fn take(&self, i: u32) -> u32 {
-        let w = (i / 64) as usize;
-        let word = self.bits[w].load(Ordering::Relaxed) & !(1 << (i % 64));
-        self.bits[w].store(word, Ordering::Relaxed);
-        if word == 0 {
-            let s = self.head.summary.load(Ordering::Relaxed) & !(1 << w);
-            self.head.summary.store(s, Ordering::Relaxed);
-        }
-        let free = self.head.free.load(Ordering::Relaxed) - 1;
+    /// Empties bitset word `w`, returning its free bits (now the caller's).
+    pub fn take_word(&self, w: u32) -> u64 {
+        let bits = self.bits[w as usize].load(Ordering::Relaxed);
+        self.bits[w as usize].store(0, Ordering::Relaxed);
+        let s = self.head.summary.load(Ordering::Relaxed) & !(1 << w);
+        self.head.summary.store(s, Ordering::Relaxed);
+        let free = self.head.free.load(Ordering::Relaxed) - bits.count_ones();
         self.head.free.store(free, Ordering::Relaxed);
-        free
+        bits
     }
 
     /// Marks allocated block `i` free; returns the new free count.
@@ -151,28 +148,29 @@ mod tests {
     }
 
     #[test]
-    fn fill_then_take_yields_blocks_lowest_first() {
+    fn fill_then_take_words_yields_every_block_once() {
         with_desc(64, |d| {
             d.fill(130);
-            for i in 0..130 {
-                assert_eq!(d.lowest(), Some(i));
-                assert_eq!(d.take(i), 129 - i);
+            let mut words = Vec::new();
+            while let Some(w) = d.lowest_word() {
+                words.push((w, d.take_word(w)));
             }
-            assert_eq!(d.lowest(), None);
+            assert_eq!(words, vec![(0, u64::MAX), (1, u64::MAX), (2, 0b11)]);
+            assert_eq!(d.head.free.load(Ordering::Relaxed), 0);
             assert!(d.summary_consistent());
         });
     }
 
     #[test]
-    fn put_returns_the_lowest_block_next() {
+    fn put_makes_blocks_free_again_lowest_word_first() {
         with_desc(8, |d| {
             d.fill(100);
-            for i in 0..100 {
-                d.take(i);
+            while let Some(w) = d.lowest_word() {
+                d.take_word(w);
             }
             assert_eq!(d.put(70), 1);
             assert_eq!(d.put(3), 2);
-            assert_eq!(d.lowest(), Some(3));
+            assert_eq!(d.lowest_word(), Some(0));
             assert!(d.is_free(70) && !d.is_free(71));
             assert_eq!(d.count_free(), 2);
             assert!(d.summary_consistent());

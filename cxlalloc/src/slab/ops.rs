@@ -1,10 +1,17 @@
 //! Allocation and free on the slab heaps: the fast paths and transitions T1–T10.
 //!
-//! Fast-path budget (local allocate, local free): no system call, no lock, no HWcc access, no
-//! atomic read-modify-write. Allocate = class lookup, one load of the sized-list head, two
-//! `tzcnt`s and three stores to the owner's own descriptor, plus the redo record. Everything else
-//! is behind the `#[cold]` entries [`SlabThread::refill`], [`SlabThread::retire`] and
-//! [`SlabThread::free_remote`].
+//! Each class has a *current* slab (see [`Current`]): allocation pops the lowest bit of one
+//! bitset word cached in the thread's record. Fast-path budget: no system call, no lock, no HWcc
+//! access, no atomic read-modify-write.
+//! - allocate: class lookup, one load and one store of the cached word, a `tzcnt`, an address
+//!   computation (≈ 10 instructions);
+//! - local free: locate the block (bounds, slab, descriptor, class, interior check by
+//!   multiplication), three double-free checks, the redo record, and three stores to the
+//!   owner's own descriptor.
+//!
+//! Everything else is behind the `#[cold]` entries: [`SlabThread::word_emptied`] (refill the
+//! cached word, or retire a full slab: T4/T5), `next_current` (T2/T1/T3), `after_local_free`
+//! (T6/T7) and `free_remote` (T10/T8).
 
 use std::ptr::NonNull;
 
@@ -14,7 +21,7 @@ use crate::mem::{HeapMem, Slab};
 use crate::protocol::{global_list, length, remote};
 use crate::slab::descriptor::Descriptor;
 use crate::sync::{fence, AtomicU64, Ordering};
-use crate::thread::record::ThreadRecord;
+use crate::thread::record::{Current, ThreadRecord};
 use crate::thread::redo::{Op, Redo};
 use crate::word::{Tag, Tagged};
 
@@ -47,13 +54,17 @@ pub struct SlabThread<'a> {
     pub rec: &'a ThreadRecord,
 }
 
-/// The value a remote free writes into a block's first word. Salted by the heap secret, the
-/// block's offset and the slab's generation: a block freed remotely is never reallocated within
-/// its slab's generation, so finding the mark there means the block was already freed.
-#[inline]
-fn free_mark(secret: u64, offset: usize, generation: u32) -> u64 {
-    let x = secret ^ (offset as u64) ^ (u64::from(generation) << 44);
-    x.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (x >> 29) ^ 0x5bd1_e995
+/// A fresh free-block mark for a slab being sized: unpredictable (salted by the heap secret)
+/// and different for every sizing of every slab.
+fn new_mark(secret: u64, b: Bracket, slab: Slab, generation: u32) -> u64 {
+    let x = secret ^ (u64::from(slab.index()) << 2 | b as u64) ^ (u64::from(generation) << 34);
+    let x = x.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (x ^ (x >> 31)) | 1
+}
+
+/// The heap offset of the first block of bitset word `word` of `slab`.
+fn block0(mem: &HeapMem, b: Bracket, slab: Slab, word: u32, info: &ClassInfo) -> u64 {
+    mem.data_offset(b, slab, word as usize * 64 * info.size as usize) as u64
 }
 
 impl<'a> SlabThread<'a> {
@@ -83,36 +94,160 @@ impl<'a> SlabThread<'a> {
     /// Allocates one block of class `class` (1-based) of bracket `b`.
     #[inline]
     pub fn alloc(&self, b: Bracket, class: u32) -> Result<NonNull<u8>, AllocError> {
-        let spec = b.spec();
-        let info = spec
+        let info = b
+            .spec()
             .class(class)
             .ok_or(AllocError::Corrupt("class id out of range"))?;
-        let head = &self.rec.lists(b).sized[class as usize - 1];
-        loop {
-            let link = head.load(Ordering::Relaxed);
-            if link == 0 {
-                self.refill(b, class, info)?;
-                continue;
-            }
-            let slab = self
-                .mem
-                .link(b, link)
-                .map_err(AllocError::Corrupt)?
-                .ok_or(AllocError::Corrupt("sized head"))?;
-            let d = self.mem.desc(b, slab);
-            #[cfg(feature = "validate")]
-            self.validate(b, slab, d, info)
-                .map_err(AllocError::Corrupt)?;
-            let block = d
-                .lowest()
-                .ok_or(AllocError::Corrupt("sized slab without a free block"))?;
-            self.log(Redo::new(Op::Alloc, b, slab.index(), block));
-            if d.take(block) == 0 {
-                self.retire(b, class, info, slab, d);
-            }
-            self.clear_log();
-            return Ok(self.mem.data(b, slab, block as usize * info.size as usize));
+        let cur = &self.rec.lists(b).current[class as usize - 1];
+        let mut bits = cur.bits.load(Ordering::Relaxed);
+        if bits == 0 {
+            self.next_current(b, class, info, cur)?;
+            bits = cur.bits.load(Ordering::Relaxed);
         }
+        let rest = bits & bits.wrapping_sub(1);
+        cur.bits.store(rest, Ordering::Relaxed);
+        let offset = cur.block0.load(Ordering::Relaxed) as usize
+            + bits.trailing_zeros() as usize * info.size as usize;
+        if rest == 0 {
+            // We still hold the block just taken, which T4/T5 rely on.
+            self.word_emptied(b, class, info, cur)?;
+        }
+        Ok(self.mem.block(offset))
+    }
+
+    /// The cached word ran out: take the current slab's next bitset word, or retire the slab
+    /// when its bitset is empty too.
+    #[cold]
+    #[inline(never)]
+    fn word_emptied(
+        &self,
+        b: Bracket,
+        class: u32,
+        info: &ClassInfo,
+        cur: &Current,
+    ) -> Result<(), AllocError> {
+        let slab = self
+            .mem
+            .link(b, cur.slab.load(Ordering::Relaxed))
+            .map_err(AllocError::Corrupt)?;
+        let Some(slab) = slab else {
+            return Err(AllocError::Corrupt("current word without a current slab"));
+        };
+        let d = self.mem.desc(b, slab);
+        match d.lowest_word() {
+            Some(w) => self.take_word(b, slab, d, w, info, cur),
+            None => self.retire(b, class, info, slab, d, cur),
+        }
+        Ok(())
+    }
+
+    /// Moves bitset word `w` of `slab` into the class's current-slab cache.
+    fn take_word(
+        &self,
+        b: Bracket,
+        slab: Slab,
+        d: Descriptor<'_>,
+        w: u32,
+        info: &ClassInfo,
+        cur: &Current,
+    ) {
+        self.log(Redo::new(Op::TakeWord, b, slab.index(), w));
+        // The cache is filled before the bitset word is cleared: a crash in between leaves the
+        // bits in both places, which recovery resolves from the record; never in neither.
+        cur.slab.store(slab.link(), Ordering::Relaxed);
+        cur.word.store(w, Ordering::Relaxed);
+        cur.block0
+            .store(block0(self.mem, b, slab, w, info), Ordering::Relaxed);
+        cur.bits.store(
+            d.bits[w as usize].load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
+        d.take_word(w);
+        self.clear_log();
+    }
+
+    /// Gives the class a new current slab with free blocks: the head of its sized list, or a
+    /// freshly sized one (T3), taking an unsized slab by T2 (global pop) or T1 (bump) if needed.
+    #[cold]
+    #[inline(never)]
+    fn next_current(
+        &self,
+        b: Bracket,
+        class: u32,
+        info: &ClassInfo,
+        cur: &Current,
+    ) -> Result<(), AllocError> {
+        let lists = self.rec.lists(b);
+        let head = &lists.sized[class as usize - 1];
+        if let Some(slab) = self
+            .mem
+            .link(b, head.load(Ordering::Relaxed))
+            .map_err(AllocError::Corrupt)?
+        {
+            let d = self.mem.desc(b, slab);
+            let w = d
+                .lowest_word()
+                .ok_or(AllocError::Corrupt("sized slab without a free block"))?;
+            self.unlink_sized(b, class, d);
+            self.take_word(b, slab, d, w, info, cur);
+            return Ok(());
+        }
+        if lists.unsized_head.load(Ordering::Relaxed) == 0 && !self.global_pop(b)? {
+            self.bump(b)?;
+        }
+        let slab = self
+            .mem
+            .link(b, lists.unsized_head.load(Ordering::Relaxed))
+            .map_err(AllocError::Corrupt)?
+            .ok_or(AllocError::Corrupt("unsized list empty after refill"))?;
+        let d = self.mem.desc(b, slab);
+        // T3: Local-unsized → Local-sized[class], as the class's current slab.
+        self.log(Redo::new(Op::Size, b, slab.index(), class));
+        lists
+            .unsized_head
+            .store(d.head.next.load(Ordering::Relaxed), Ordering::Relaxed);
+        lists.unsized_len.store(
+            lists.unsized_len.load(Ordering::Relaxed).saturating_sub(1),
+            Ordering::Relaxed,
+        );
+        d.head.next.store(0, Ordering::Relaxed);
+        d.head.class.store(class, Ordering::Relaxed);
+        let generation = d.head.generation.load(Ordering::Relaxed).wrapping_add(1);
+        d.head.generation.store(generation, Ordering::Relaxed);
+        d.head.mark.store(
+            new_mark(self.mem.header.secret, b, slab, generation),
+            Ordering::Relaxed,
+        );
+        d.fill(info.blocks);
+        let version = self.rec.next_version();
+        remote::reset(self.mem.remote(b, slab), info.blocks, self.tag(version));
+        self.take_word(b, slab, d, 0, info, cur);
+        Ok(())
+    }
+
+    /// T4/T5: the allocation just took the current slab's last free block.
+    fn retire(
+        &self,
+        b: Bracket,
+        class: u32,
+        info: &ClassInfo,
+        slab: Slab,
+        d: Descriptor<'_>,
+        cur: &Current,
+    ) {
+        self.log(Redo::new(Op::Retire, b, slab.index(), class));
+        cur.slab.store(0, Ordering::Relaxed);
+        match remote::retire(self.mem.remote(b, slab), info.blocks) {
+            remote::Retire::Detach => ThreadRecord::bump(&self.rec.counters.detaches),
+            remote::Retire::Disown => {
+                self.log(Redo::new(Op::Retire, b, slab.index(), class).flagged());
+                // Release: the descriptor writes above are ordered before the slab stops being
+                // ours; the claimer's AcqRel decrement pairs with it through the counter.
+                d.head.owner.store(0, Ordering::Release);
+                ThreadRecord::bump(&self.rec.counters.disowns);
+            }
+        }
+        self.clear_log();
     }
 
     /// Finds the block `ptr` names and checks that it is an allocated block start.
@@ -120,15 +255,15 @@ impl<'a> SlabThread<'a> {
     pub fn locate(&self, ptr: *const u8) -> Result<Located<'a>, FreeError> {
         let mem = self.mem;
         let offset = mem.offset_of(ptr).ok_or(FreeError::ForeignPointer)?;
-        let b = if mem.layout.bracket(Bracket::Small).data.contains(offset) {
+        let b = if mem.data_span(Bracket::Small).contains(offset) {
             Bracket::Small
-        } else if mem.layout.bracket(Bracket::Large).data.contains(offset) {
+        } else if mem.data_span(Bracket::Large).contains(offset) {
             Bracket::Large
         } else {
             return Err(FreeError::ForeignPointer);
         };
         let spec = b.spec();
-        let rel = offset - mem.layout.bracket(b).data.offset;
+        let rel = offset - mem.data_span(b).offset;
         let slab = mem
             .slab(b, (rel >> spec.slab_shift) as u32)
             .ok_or(FreeError::ForeignPointer)?;
@@ -154,76 +289,98 @@ impl<'a> SlabThread<'a> {
         })
     }
 
+    /// Whether the located block is free: in the owner's bitset, or in the owner's cached word.
+    fn is_free(&self, at: &Located<'_>) -> bool {
+        if at.desc.is_free(at.block) {
+            return true;
+        }
+        let owner = at.desc.head.owner.load(Ordering::Relaxed);
+        owner != 0
+            && owner <= self.mem.layout.slots
+            && self.mem.record(owner - 1).lists(at.bracket).current[at.class as usize - 1]
+                .holds(at.slab.link(), at.block)
+    }
+
     fn mark_word(&self, at: &Located<'_>) -> &AtomicU64 {
-        let p = self.mem.data(
-            at.bracket,
-            at.slab,
-            at.block as usize * at.info.size as usize,
-        );
+        let p = self.mem.block(at.offset);
         // SAFETY: the block is at least 8 bytes, 8-aligned (class sizes are multiples of 8 and
         // slabs are aligned), inside a mapped slab below the heap length.
         unsafe { &*(p.as_ptr() as *const AtomicU64) }
-    }
-
-    fn expected_mark(&self, at: &Located<'_>) -> u64 {
-        free_mark(
-            self.mem.header.secret,
-            at.offset,
-            at.desc.head.generation.load(Ordering::Relaxed),
-        )
     }
 
     /// Frees the block at `ptr`, locally if this thread owns its slab, remotely otherwise.
     #[inline]
     pub fn free(&self, ptr: *const u8) -> Result<(), FreeError> {
         let at = self.locate(ptr)?;
-        if at.desc.is_free(at.block) {
-            return Err(FreeError::DoubleFree);
-        }
-        if at.desc.head.owner.load(Ordering::Relaxed) == self.me() {
-            self.free_local(&at)
-        } else {
-            self.free_remote(&at)
-        }
-    }
-
-    #[inline]
-    fn free_local(&self, at: &Located<'_>) -> Result<(), FreeError> {
-        if self.mark_word(at).load(Ordering::Relaxed) == self.expected_mark(at) {
-            return Err(FreeError::DoubleFree);
+        if at.desc.head.owner.load(Ordering::Relaxed) != self.me() {
+            return self.free_remote(&at);
         }
         let (b, d) = (at.bracket, at.desc);
+        let (w, bit) = ((at.block / 64) as usize, 1u64 << (at.block % 64));
+        let word = d.bits[w].load(Ordering::Relaxed);
+        // Double frees: the block is free in our bitset, or in our cached word, or carries the
+        // mark of a remote free (a remotely freed block never returns to the bitset).
+        if word & bit != 0
+            || self.rec.lists(b).current[at.class as usize - 1].holds(at.slab.link(), at.block)
+            || self.mark_word(&at).load(Ordering::Relaxed) == d.head.mark.load(Ordering::Relaxed)
+        {
+            return Err(FreeError::DoubleFree);
+        }
         #[cfg(feature = "validate")]
         self.validate(b, at.slab, d, at.info)
             .map_err(FreeError::Corrupt)?;
         self.log(Redo::new(Op::LocalFree, b, at.slab.index(), at.block));
-        let free = d.put(at.block);
-        if free == at.info.blocks {
-            self.unsize(b, at.class, at.slab, d, free > 1);
-        } else if free == 1 {
-            // T6: Detached → Local-sized. A local free was never counted remotely, so the slab
-            // cannot be claimed while we re-attach it.
-            self.link_sized(b, at.class, at.slab, d);
+        d.bits[w].store(word | bit, Ordering::Relaxed);
+        d.head.summary.store(
+            d.head.summary.load(Ordering::Relaxed) | (1 << w),
+            Ordering::Relaxed,
+        );
+        let free = d.head.free.load(Ordering::Relaxed) + 1;
+        d.head.free.store(free, Ordering::Relaxed);
+        if free == 1 || free == at.info.blocks {
+            self.after_local_free(&at, free);
         }
         self.clear_log();
         Ok(())
     }
 
-    /// T7: a local free left the slab entirely free; it goes back to the unsized list.
+    /// T6 / T7, unless the slab is its class's current slab (which stays current).
     #[cold]
-    fn unsize(&self, b: Bracket, class: u32, slab: Slab, d: Descriptor<'_>, linked: bool) {
-        if linked {
-            self.unlink_sized(b, class, d);
+    #[inline(never)]
+    fn after_local_free(&self, at: &Located<'_>, free: u32) {
+        let (b, d) = (at.bracket, at.desc);
+        let lists = self.rec.lists(b);
+        if lists.current[at.class as usize - 1]
+            .slab
+            .load(Ordering::Relaxed)
+            == at.slab.link()
+        {
+            return;
         }
-        d.head.class.store(0, Ordering::Relaxed);
-        self.push_unsized(b, slab, d);
-        self.trim_cache(b);
+        if free == at.info.blocks {
+            // T7: entirely free; back to the unsized list. It was on the sized list iff it had a
+            // free block before this one.
+            if free > 1 {
+                self.unlink_sized(b, at.class, d);
+            }
+            d.head.class.store(0, Ordering::Relaxed);
+            self.push_unsized(b, at.slab, d);
+            self.trim_cache(b);
+        } else {
+            // T6: Detached → Local-sized. A local free was never counted remotely, so the slab
+            // cannot be claimed while we re-attach it.
+            self.link_sized(b, at.class, at.slab, d);
+        }
     }
 
     /// T10 / T8: a free of a block in a slab this thread does not own.
     #[cold]
+    #[inline(never)]
     fn free_remote(&self, at: &Located<'_>) -> Result<(), FreeError> {
-        let mark = self.expected_mark(at);
+        if self.is_free(at) {
+            return Err(FreeError::DoubleFree);
+        }
+        let mark = at.desc.head.mark.load(Ordering::Relaxed);
         // Relaxed swap: detection only; two concurrent double frees of one block race here and
         // exactly one of them sees the mark.
         if self.mark_word(at).swap(mark, Ordering::Relaxed) == mark {
@@ -256,65 +413,10 @@ impl<'a> SlabThread<'a> {
     /// The usable size of the allocated block at `ptr`.
     pub fn usable_size(&self, ptr: *const u8) -> Result<usize, FreeError> {
         let at = self.locate(ptr)?;
-        if at.desc.is_free(at.block) {
+        if self.is_free(&at) {
             return Err(FreeError::NotAllocated);
         }
         Ok(at.info.size as usize)
-    }
-
-    /// Gives `class` a fresh slab with free blocks: T3 on an unsized slab, taking one first by
-    /// T2 (global pop) or T1 (bump) when the unsized list is empty.
-    #[cold]
-    #[inline(never)]
-    fn refill(&self, b: Bracket, class: u32, info: &ClassInfo) -> Result<(), AllocError> {
-        let lists = self.rec.lists(b);
-        if lists.unsized_head.load(Ordering::Relaxed) == 0 && !self.global_pop(b)? {
-            self.bump(b)?;
-        }
-        let slab = self
-            .mem
-            .link(b, lists.unsized_head.load(Ordering::Relaxed))
-            .map_err(AllocError::Corrupt)?
-            .ok_or(AllocError::Corrupt("unsized list empty after refill"))?;
-        let d = self.mem.desc(b, slab);
-        // T3: Local-unsized → Local-sized[class].
-        self.log(Redo::new(Op::Size, b, slab.index(), class));
-        lists
-            .unsized_head
-            .store(d.head.next.load(Ordering::Relaxed), Ordering::Relaxed);
-        lists.unsized_len.store(
-            lists.unsized_len.load(Ordering::Relaxed).saturating_sub(1),
-            Ordering::Relaxed,
-        );
-        d.head.class.store(class, Ordering::Relaxed);
-        d.head.generation.store(
-            d.head.generation.load(Ordering::Relaxed).wrapping_add(1),
-            Ordering::Relaxed,
-        );
-        d.fill(info.blocks);
-        let version = self.rec.next_version();
-        remote::reset(self.mem.remote(b, slab), info.blocks, self.tag(version));
-        self.link_sized(b, class, slab, d);
-        self.clear_log();
-        Ok(())
-    }
-
-    /// T4/T5: the allocation just took the slab's last free block.
-    #[cold]
-    #[inline(never)]
-    fn retire(&self, b: Bracket, class: u32, info: &ClassInfo, slab: Slab, d: Descriptor<'_>) {
-        self.log(Redo::new(Op::Retire, b, slab.index(), class));
-        self.unlink_sized(b, class, d);
-        match remote::retire(self.mem.remote(b, slab), info.blocks) {
-            remote::Retire::Detach => ThreadRecord::bump(&self.rec.counters.detaches),
-            remote::Retire::Disown => {
-                self.log(Redo::new(Op::Retire, b, slab.index(), class).flagged());
-                // Release: the descriptor writes above are ordered before the slab stops being
-                // ours; the claimer's AcqRel decrement pairs with it through the counter.
-                d.head.owner.store(0, Ordering::Release);
-                ThreadRecord::bump(&self.rec.counters.disowns);
-            }
-        }
     }
 
     /// T2: pops a slab from the global list onto this thread's unsized list.
@@ -382,9 +484,9 @@ impl<'a> SlabThread<'a> {
             d.head.owner.store(self.me(), Ordering::Relaxed);
             self.push_unsized(b, slab, d);
         }
-        let counters = &self.rec.counters.slabs_bumped;
-        counters.store(
-            counters.load(Ordering::Relaxed) + u64::from(to - from),
+        let counter = &self.rec.counters.slabs_bumped;
+        counter.store(
+            counter.load(Ordering::Relaxed) + u64::from(to - from),
             Ordering::Relaxed,
         );
         self.clear_log();

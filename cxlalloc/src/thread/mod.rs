@@ -18,6 +18,7 @@ use crate::heap::Heap;
 use crate::protocol::lease;
 use crate::slab::ops::SlabThread;
 use crate::sync::Ordering;
+use crate::thread::record::ThreadRecord;
 use crate::word::Holder;
 
 /// A thread's lease on one slot of a heap. Allocation and free go through it. Dropping it
@@ -29,6 +30,8 @@ use crate::word::Holder;
 #[derive(Debug)]
 pub struct ThreadHandle {
     heap: Heap,
+    /// The slot's record, resolved once at attach (it lives as long as `heap`'s mapping).
+    record: NonNull<ThreadRecord>,
     slot: u32,
     holder: u64,
     _not_sync: PhantomData<Cell<()>>,
@@ -59,6 +62,7 @@ pub(crate) fn attach(heap: &Heap) -> Result<ThreadHandle, AttachError> {
             lease.tid.store(identity::current_tid(), Ordering::Relaxed);
             return Ok(ThreadHandle {
                 heap: heap.clone(),
+                record: NonNull::from(mem.record(slot)),
                 slot,
                 holder,
                 _not_sync: PhantomData,
@@ -82,14 +86,19 @@ pub(crate) fn dead_slots(heap: &Heap) -> Vec<u32> {
         .collect()
 }
 
+// SAFETY: the record pointer targets shared heap memory that any thread may access; the slot
+// is used by one thread at a time because the handle is not Sync.
+unsafe impl Send for ThreadHandle {}
+
 impl ThreadHandle {
     #[inline]
     fn ops(&self) -> SlabThread<'_> {
-        let mem = self.heap.mem();
+        // SAFETY: the record lies in the heap's owned region, mapped as long as `self.heap` lives.
+        let rec = unsafe { self.record.as_ref() };
         SlabThread {
-            mem,
+            mem: self.heap.mem(),
             slot: self.slot,
-            rec: mem.record(self.slot),
+            rec,
         }
     }
 

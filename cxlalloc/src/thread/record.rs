@@ -14,8 +14,43 @@ pub struct Lists<const N: usize> {
     pub unsized_head: AtomicU32,
     /// Length of the unsized list (decides T9).
     pub unsized_len: AtomicU32,
-    /// One doubly linked list per class of slabs with ≥ 1 free block (Local-sized), LIFO.
+    /// One doubly linked list per class of slabs with ≥ 1 free block in their bitset
+    /// (Local-sized), LIFO. The class's current slab is not on it.
     pub sized: [AtomicU32; N],
+    /// Per class, the slab being allocated from and one word of its free bits.
+    pub current: [Current; N],
+}
+
+/// A class's current slab and the word of free-block bits taken out of its bitset: allocation
+/// pops the lowest bit with one store, and the store is also the allocation's log record (the
+/// word is persistent, so a crash loses nothing the word does not name).
+///
+/// Region: owned (SWcc), written only by the slot holder. Remote freers read it (stale values
+/// tolerated) to detect double frees of cached blocks.
+///
+/// Invariant: `bits` are free blocks of word `word` of slab `slab − 1`, cleared from that slab's
+/// bitset; `block0` is the heap offset of block `64 · word`. `bits == 0` ⇔ no current slab
+/// (`slab == 0`), except inside an allocation, which refills or retires at once.
+#[repr(C)]
+pub struct Current {
+    /// Free blocks of the cached word (bit i = block `64 · word + i`).
+    pub bits: AtomicU64,
+    /// Heap offset of block `64 · word` of the slab.
+    pub block0: AtomicU64,
+    /// The current slab, index + 1; 0 = none.
+    pub slab: AtomicU32,
+    /// Which bitset word `bits` came from.
+    pub word: AtomicU32,
+}
+
+impl Current {
+    /// Whether block `block` of slab link `slab` is free in this cache.
+    #[inline]
+    pub fn holds(&self, slab: u32, block: u32) -> bool {
+        self.slab.load(Ordering::Relaxed) == slab
+            && self.word.load(Ordering::Relaxed) == block / 64
+            && self.bits.load(Ordering::Relaxed) & (1 << (block % 64)) != 0
+    }
 }
 
 /// Operation counters of one slot. Single writer (the holder), read by `stats` with stale values
@@ -45,8 +80,9 @@ pub struct Counters {
 /// aligned so that no two slots share a line (no false sharing, and a per-slot flush under
 /// limited coherence never touches another slot's data).
 ///
-/// Invariant: every slab on one of these lists has `owner == slot + 1` in its descriptor; slabs on
-/// `sized[c]` have `class == c + 1` and ≥ 1 free block; slabs on the unsized list have class 0.
+/// Invariant: every slab on one of these lists, and every current slab, has `owner == slot + 1`
+/// in its descriptor; slabs on `sized[c]` and `current[c]` have `class == c + 1`; slabs on
+/// `sized[c]` have ≥ 1 free block in their bitset; slabs on the unsized list have class 0.
 #[repr(C, align(64))]
 pub struct ThreadRecord {
     /// The redo record ([`crate::thread::redo::Redo`]); 0 when idle.
@@ -73,6 +109,8 @@ pub struct ListsRef<'a> {
     pub unsized_len: &'a AtomicU32,
     /// See [`Lists::sized`].
     pub sized: &'a [AtomicU32],
+    /// See [`Lists::current`].
+    pub current: &'a [Current],
 }
 
 impl ThreadRecord {
@@ -84,11 +122,13 @@ impl ThreadRecord {
                 unsized_head: &self.small.unsized_head,
                 unsized_len: &self.small.unsized_len,
                 sized: &self.small.sized,
+                current: &self.small.current,
             },
             Bracket::Large => ListsRef {
                 unsized_head: &self.large.unsized_head,
                 unsized_len: &self.large.unsized_len,
                 sized: &self.large.sized,
+                current: &self.large.current,
             },
         }
     }

@@ -9,7 +9,10 @@
 //! ```
 //!
 //! `arg` is a detectable-CAS version (bump, pop, push, remote free), a class id (unsized →
-//! sized) or a block index (allocate, local free). A zero word means "no operation in flight".
+//! sized, retire), a bitset word (take word) or a block index (local free). A zero word means
+//! "no operation in flight". The allocation fast path needs no record: popping a bit from the
+//! persistent current-slab word ([`crate::thread::record::Current`]) is one store that both
+//! performs and records it.
 
 use crate::class::Bracket;
 
@@ -23,8 +26,8 @@ pub enum Op {
     GlobalPop = 2,
     /// T3: give unsized `slab` the class in arg.
     Size = 3,
-    /// Allocate block arg of `slab`.
-    Alloc = 4,
+    /// Move bitset word arg of `slab` into the class's current-slab cache.
+    TakeWord = 4,
     /// Owner frees block arg of `slab` (T6/T7 may follow).
     LocalFree = 5,
     /// T4/T5: the owner's allocation filled `slab`; flag = disown.
@@ -41,7 +44,7 @@ impl Op {
             1 => Op::Bump,
             2 => Op::GlobalPop,
             3 => Op::Size,
-            4 => Op::Alloc,
+            4 => Op::TakeWord,
             5 => Op::LocalFree,
             6 => Op::Retire,
             7 => Op::RemoteFree,
@@ -120,7 +123,7 @@ mod tests {
             Op::Bump,
             Op::GlobalPop,
             Op::Size,
-            Op::Alloc,
+            Op::TakeWord,
             Op::LocalFree,
             Op::Retire,
             Op::RemoteFree,
