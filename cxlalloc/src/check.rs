@@ -156,13 +156,7 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for b in Bracket::ALL {
             let c = self.bracket(b);
-            write!(
-                f,
-                "{:>5}: length {}/{} slabs;",
-                b.name(),
-                c.length,
-                c.capacity
-            )?;
+            write!(f, "{:>5}: length {}/{} slabs;", b.name(), c.length, c.capacity)?;
             for s in SlabState::ALL {
                 write!(f, " {} {}", s.name(), c.slabs(s))?;
             }
@@ -202,11 +196,7 @@ struct Walker<'a> {
 impl Walker<'_> {
     fn problem(&mut self, slab: Option<u32>, what: String) {
         if self.problems.len() < MAX_PROBLEMS {
-            self.problems.push(Problem {
-                bracket: self.b,
-                slab,
-                what,
-            });
+            self.problems.push(Problem { bracket: self.b, slab, what });
         }
     }
 
@@ -222,17 +212,11 @@ impl Walker<'_> {
     /// out of range or the slab was already seen.
     fn visit(&mut self, link: u32, state: SlabState, name: &str) -> Option<Slab> {
         let Some(slab) = link.checked_sub(1).and_then(|i| self.slab(i)) else {
-            self.problem(
-                None,
-                format!("{name}: link {link} beyond heap length {}", self.len),
-            );
+            self.problem(None, format!("{name}: link {link} beyond heap length {}", self.len));
             return None;
         };
         if let Some(prev) = self.state[slab.index() as usize] {
-            self.problem(
-                Some(slab.index()),
-                format!("{name}: already {} (cycle or on two lists)", prev.name()),
-            );
+            self.problem(Some(slab.index()), format!("{name}: already {} (cycle or on two lists)", prev.name()));
             return None;
         }
         self.state[slab.index() as usize] = Some(state);
@@ -248,12 +232,7 @@ impl Walker<'_> {
                 break;
             };
             out.push(slab);
-            link = self
-                .mem
-                .desc(self.b, slab)
-                .head
-                .next
-                .load(Ordering::Relaxed);
+            link = self.mem.desc(self.b, slab).head.next.load(Ordering::Relaxed);
         }
         out
     }
@@ -263,17 +242,11 @@ impl Walker<'_> {
         let d = self.mem.desc(self.b, slab).head;
         let owner = d.owner.load(Ordering::Relaxed);
         if owner != slot + 1 {
-            self.problem(
-                Some(slab.index()),
-                format!("slot {slot}'s {what} but owned by {owner}"),
-            );
+            self.problem(Some(slab.index()), format!("slot {slot}'s {what} but owned by {owner}"));
         }
         let found = d.class.load(Ordering::Relaxed);
         if found != class {
-            self.problem(
-                Some(slab.index()),
-                format!("slot {slot}'s {what} (class {class}) but class {found}"),
-            );
+            self.problem(Some(slab.index()), format!("slot {slot}'s {what} (class {class}) but class {found}"));
         }
     }
 }
@@ -289,11 +262,7 @@ pub fn check(heap: &Heap) -> Report {
         let word = mem.record(slot).redo.load(Ordering::Acquire);
         if word != 0 {
             let holder_alive = holder.is_some_and(crate::thread::identity::is_alive);
-            report.in_flight.push(InFlight {
-                slot,
-                record: Redo::unpack(word),
-                holder_alive,
-            });
+            report.in_flight.push(InFlight { slot, record: Redo::unpack(word), holder_alive });
         }
     }
     for b in Bracket::ALL {
@@ -317,13 +286,7 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
         classes: vec![ClassCensus::default(); class_count],
         ..Default::default()
     };
-    let mut w = Walker {
-        mem,
-        b,
-        len: len.min(capacity),
-        state: vec![None; len.min(capacity) as usize],
-        problems,
-    };
+    let mut w = Walker { mem, b, len: len.min(capacity), state: vec![None; len.min(capacity) as usize], problems };
     let mut cached = vec![0u32; w.len as usize];
     if len > capacity {
         w.problem(None, format!("length {len} exceeds capacity {capacity}"));
@@ -342,20 +305,10 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
 
     for slot in 0..mem.layout.slots {
         let lists = mem.record(slot).lists(b);
-        let unsized_slabs = w.walk(
-            lists.unsized_head.load(Ordering::Relaxed),
-            SlabState::Unsized,
-            "unsized list",
-        );
+        let unsized_slabs = w.walk(lists.unsized_head.load(Ordering::Relaxed), SlabState::Unsized, "unsized list");
         let recorded = lists.unsized_len.load(Ordering::Relaxed);
         if unsized_slabs.len() as u32 != recorded {
-            w.problem(
-                None,
-                format!(
-                    "slot {slot}: unsized length {recorded} but {} on the list",
-                    unsized_slabs.len()
-                ),
-            );
+            w.problem(None, format!("slot {slot}: unsized length {recorded} but {} on the list", unsized_slabs.len()));
         }
         for slab in unsized_slabs {
             w.expect_owned(slab, slot, 0, "unsized slab");
@@ -370,10 +323,7 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
                     w.problem(Some(slab.index()), "sized list back link broken".into());
                 }
                 if d.free.load(Ordering::Relaxed) == 0 {
-                    w.problem(
-                        Some(slab.index()),
-                        "on a sized list with no free block".into(),
-                    );
+                    w.problem(Some(slab.index()), "on a sized list with no free block".into());
                 }
                 prev_link = slab.link();
             }
@@ -384,10 +334,7 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
             let link = cur.slab.load(Ordering::Relaxed);
             if link == 0 {
                 if bits != 0 {
-                    w.problem(
-                        None,
-                        format!("slot {slot}: class {class} has cached bits but no current slab"),
-                    );
+                    w.problem(None, format!("slot {slot}: class {class} has cached bits but no current slab"));
                 }
                 continue;
             }
@@ -398,32 +345,19 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
             let word = cur.word.load(Ordering::Relaxed);
             let d = mem.desc(b, slab);
             if bits == 0 {
-                w.problem(
-                    Some(slab.index()),
-                    "current slab with an empty cached word".into(),
-                );
+                w.problem(Some(slab.index()), "current slab with an empty cached word".into());
             }
             match (d.bits.get(word as usize), spec.class(class)) {
                 (Some(in_bitset), Some(info)) => {
                     if in_bitset.load(Ordering::Relaxed) & bits != 0 {
-                        w.problem(
-                            Some(slab.index()),
-                            "cached blocks are also free in the bitset".into(),
-                        );
+                        w.problem(Some(slab.index()), "cached blocks are also free in the bitset".into());
                     }
-                    let expected =
-                        mem.data_offset(b, slab, word as usize * 64 * info.size as usize) as u64;
+                    let expected = mem.data_offset(b, slab, word as usize * 64 * info.size as usize) as u64;
                     if cur.block0.load(Ordering::Relaxed) != expected {
-                        w.problem(
-                            Some(slab.index()),
-                            "cached word's block offset is wrong".into(),
-                        );
+                        w.problem(Some(slab.index()), "cached word's block offset is wrong".into());
                     }
                 }
-                _ => w.problem(
-                    Some(slab.index()),
-                    format!("cached word {word} or class {class} out of range"),
-                ),
+                _ => w.problem(Some(slab.index()), format!("cached word {word} or class {class} out of range")),
             }
             cached[slab.index() as usize] += bits.count_ones();
         }
@@ -441,10 +375,7 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
             None if class != 0 && free == 0 && owner != 0 => SlabState::Detached,
             None if class != 0 && free == 0 => SlabState::Disowned,
             None => {
-                w.problem(
-                    Some(index),
-                    format!("unreachable: owner {owner}, class {class}, free {free}"),
-                );
+                w.problem(Some(index), format!("unreachable: owner {owner}, class {class}, free {free}"));
                 SlabState::Unreachable
             }
         };
@@ -457,35 +388,20 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
             continue;
         };
         if free != d.count_free() {
-            w.problem(
-                Some(index),
-                format!("free count {free} but {} bits set", d.count_free()),
-            );
+            w.problem(Some(index), format!("free count {free} but {} bits set", d.count_free()));
         }
         if !d.summary_consistent() {
             w.problem(Some(index), "summary word disagrees with bitset".into());
         }
         let counter = remote_count(mem, b, slab);
         if counter > info.blocks {
-            w.problem(
-                Some(index),
-                format!("remote counter {counter} above block count {}", info.blocks),
-            );
+            w.problem(Some(index), format!("remote counter {counter} above block count {}", info.blocks));
         }
         if free + cached_here > counter {
-            w.problem(
-                Some(index),
-                format!(
-                    "{} free blocks but remote counter {counter}",
-                    free + cached_here
-                ),
-            );
+            w.problem(Some(index), format!("{} free blocks but remote counter {counter}", free + cached_here));
         }
         if state == SlabState::Disowned && counter == 0 {
-            w.problem(
-                Some(index),
-                "disowned with remote counter 0 (never claimed)".into(),
-            );
+            w.problem(Some(index), "disowned with remote counter 0 (never claimed)".into());
         }
         let c = &mut census.classes[class as usize - 1];
         c.slabs += 1;

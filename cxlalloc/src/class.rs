@@ -105,19 +105,11 @@ impl BracketSpec {
 }
 
 const fn info(size: u32, slab: u32) -> ClassInfo {
-    ClassInfo {
-        size,
-        blocks: slab / size,
-        recip: (1u64 << 40).div_ceil(size as u64),
-    }
+    ClassInfo { size, blocks: slab / size, recip: (1u64 << 40).div_ceil(size as u64) }
 }
 
 const fn small_classes() -> [ClassInfo; SMALL_CLASSES] {
-    let mut out = [ClassInfo {
-        size: 0,
-        blocks: 0,
-        recip: 0,
-    }; SMALL_CLASSES];
+    let mut out = [ClassInfo { size: 0, blocks: 0, recip: 0 }; SMALL_CLASSES];
     let mut i = 0;
     while i < SMALL_CLASSES {
         out[i] = info(8 * (i as u32 + 1), 1 << 15);
@@ -127,11 +119,7 @@ const fn small_classes() -> [ClassInfo; SMALL_CLASSES] {
 }
 
 const fn large_classes() -> [ClassInfo; LARGE_CLASSES] {
-    let mut out = [ClassInfo {
-        size: 0,
-        blocks: 0,
-        recip: 0,
-    }; LARGE_CLASSES];
+    let mut out = [ClassInfo { size: 0, blocks: 0, recip: 0 }; LARGE_CLASSES];
     let mut i = 0;
     while i < LARGE_CLASSES {
         let step = 1u32 << (8 + i / 4);
@@ -145,20 +133,8 @@ static SMALL_TABLE: [ClassInfo; SMALL_CLASSES] = small_classes();
 static LARGE_TABLE: [ClassInfo; LARGE_CLASSES] = large_classes();
 
 static SPECS: [BracketSpec; 2] = [
-    BracketSpec {
-        bracket: Bracket::Small,
-        slab_shift: 15,
-        bitset_words: 64,
-        classes: &SMALL_TABLE,
-        chunk_slabs: 64,
-    },
-    BracketSpec {
-        bracket: Bracket::Large,
-        slab_shift: 19,
-        bitset_words: 8,
-        classes: &LARGE_TABLE,
-        chunk_slabs: 4,
-    },
+    BracketSpec { bracket: Bracket::Small, slab_shift: 15, bitset_words: 64, classes: &SMALL_TABLE, chunk_slabs: 64 },
+    BracketSpec { bracket: Bracket::Large, slab_shift: 19, bitset_words: 8, classes: &LARGE_TABLE, chunk_slabs: 4 },
 ];
 
 /// The bracket and 1-based class id serving a request of `size` bytes (`1 ..= LARGE_MAX`).
@@ -238,15 +214,8 @@ mod tests {
     fn reciprocal_division_is_exact_for_every_in_slab_offset() {
         for spec in Bracket::ALL.map(Bracket::spec) {
             for info in spec.classes {
-                for off in (0..spec.slab_size() as u64)
-                    .step_by(7)
-                    .chain([spec.slab_size() as u64 - 1])
-                {
-                    assert_eq!(
-                        (off * info.recip) >> 40,
-                        off / u64::from(info.size),
-                        "{info:?} {off}"
-                    );
+                for off in (0..spec.slab_size() as u64).step_by(7).chain([spec.slab_size() as u64 - 1]) {
+                    assert_eq!((off * info.recip) >> 40, off / u64::from(info.size), "{info:?} {off}");
                 }
             }
         }
@@ -266,10 +235,7 @@ mod tests {
             for size in [1, 24, 100, 1000, 5000, 70000] {
                 let (b, c) = class_aligned(size, align).unwrap();
                 let s = b.spec().class(c).unwrap().size as usize;
-                assert!(
-                    s >= size && s % align == 0,
-                    "size {size} align {align} → {s}"
-                );
+                assert!(s >= size && s % align == 0, "size {size} align {align} → {s}");
             }
         }
         assert!(class_aligned(8, 1 << 20).is_none());

@@ -170,9 +170,7 @@ impl From<&OpenError> for ErrorCode {
             OpenError::NotFound(_) => ErrorCode::NotFound,
             OpenError::AlreadyExists(_) => ErrorCode::AlreadyExists,
             OpenError::Io { .. } => ErrorCode::Io,
-            OpenError::Truncated { .. } | OpenError::BadMagic(_) | OpenError::Checksum(_) => {
-                ErrorCode::BadHeap
-            }
+            OpenError::Truncated { .. } | OpenError::BadMagic(_) | OpenError::Checksum(_) => ErrorCode::BadHeap,
             OpenError::Mismatch { .. } => ErrorCode::Mismatch,
             OpenError::InvalidConfig(_) => ErrorCode::InvalidArgument,
             OpenError::Map(_) | OpenError::TooManyHeaps(_) => ErrorCode::OutOfMemory,

@@ -35,17 +35,12 @@ fn random_secret() -> u64 {
     // SAFETY: getrandom writes at most buf.len() bytes into buf.
     let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
     let seed = if n == 8 { u64::from_ne_bytes(buf) } else { 0 };
-    seed ^ std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
+    seed ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
 impl Heap {
     fn from_mem(mem: HeapMem) -> Result<Self, OpenError> {
-        let mut inner = Arc::new(HeapInner {
-            _registration: None,
-            mem,
-        });
+        let mut inner = Arc::new(HeapInner { _registration: None, mem });
         if let Some(lazy) = inner.mem.lazy() {
             let registration = signal::register(lazy).ok_or(OpenError::TooManyHeaps(MAX_HEAPS))?;
             match Arc::get_mut(&mut inner) {
@@ -152,9 +147,7 @@ impl Heap {
         }
         let mem = self.mem();
         let off = mem.offset_of(ptr.cast()).ok_or(OffsetError::OutOfBounds)?;
-        let in_data = Bracket::ALL
-            .iter()
-            .any(|&b| mem.layout.bracket(b).data.contains(off));
+        let in_data = Bracket::ALL.iter().any(|&b| mem.layout.bracket(b).data.contains(off));
         if in_data {
             Ok(Offset::from_raw(off as u64))
         } else {
@@ -177,9 +170,7 @@ impl Heap {
         if !in_data || off % std::mem::align_of::<T>() != 0 {
             return Err(OffsetError::OutOfBounds);
         }
-        mem.at(off)
-            .map(NonNull::cast)
-            .ok_or(OffsetError::OutOfBounds)
+        mem.at(off).map(NonNull::cast).ok_or(OffsetError::OutOfBounds)
     }
 
     /// Application root `index` (< [`ROOTS`]): a 64-bit word in HWcc memory that every process

@@ -80,11 +80,7 @@ impl Default for Config {
 impl Config {
     /// A configuration with both brackets bounded to `bytes` each.
     pub fn with_capacity(bytes: u64) -> Self {
-        Self {
-            small_capacity: bytes,
-            large_capacity: bytes,
-            ..Self::default()
-        }
+        Self { small_capacity: bytes, large_capacity: bytes, ..Self::default() }
     }
 
     fn capacity_slabs(&self, b: Bracket) -> u64 {
@@ -99,18 +95,12 @@ impl Config {
     pub fn validate(&self) -> Result<(), OpenError> {
         let bad = |s: String| Err(OpenError::InvalidConfig(s));
         if self.thread_slots == 0 || self.thread_slots > MAX_SLOTS {
-            return bad(format!(
-                "thread_slots must be 1..={MAX_SLOTS}, got {}",
-                self.thread_slots
-            ));
+            return bad(format!("thread_slots must be 1..={MAX_SLOTS}, got {}", self.thread_slots));
         }
         for b in Bracket::ALL {
             let slabs = self.capacity_slabs(b);
             if slabs == 0 || slabs >= u64::from(u32::MAX) {
-                return bad(format!(
-                    "{} capacity must be 1 ..< 2^32 slabs, got {slabs}",
-                    b.name()
-                ));
+                return bad(format!("{} capacity must be 1 ..< 2^32 slabs, got {slabs}", b.name()));
             }
         }
         if self.small_batch == 0 || self.large_batch == 0 {
@@ -172,9 +162,7 @@ const _: () = assert!(std::mem::size_of::<Header>() % 8 == 0);
 const FLAG_COMMIT: u32 = 1;
 
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    })
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
 }
 
 impl Header {
@@ -193,11 +181,7 @@ impl Header {
             descriptor_bytes: Bracket::ALL.map(|b| spec(b).descriptor_size() as u32),
             classes: [SMALL_CLASSES as u32, LARGE_CLASSES as u32],
             record_bytes: std::mem::size_of::<ThreadRecord>() as u32,
-            flags: if config.commit_on_grow {
-                FLAG_COMMIT
-            } else {
-                0
-            },
+            flags: if config.commit_on_grow { FLAG_COMMIT } else { 0 },
             capacity: Bracket::ALL.map(|b| config.capacity_slabs(b) as u32),
             batch: [config.small_batch, config.large_batch],
             cache_local: config.cache_local,
@@ -221,12 +205,7 @@ impl Header {
     pub fn as_bytes(&self) -> &[u8] {
         // SAFETY: Header is repr(C), Copy, made only of integers, and has no padding (asserted
         // by the size checks above and the field order), so every byte is initialized.
-        unsafe {
-            std::slice::from_raw_parts(
-                (self as *const Self).cast::<u8>(),
-                std::mem::size_of::<Self>(),
-            )
-        }
+        unsafe { std::slice::from_raw_parts((self as *const Self).cast::<u8>(), std::mem::size_of::<Self>()) }
     }
 
     /// Parses and validates header bytes read from `path`: magic, checksum, and every constant
@@ -249,23 +228,11 @@ impl Header {
             if found == expected {
                 Ok(())
             } else {
-                Err(OpenError::Mismatch {
-                    field,
-                    found,
-                    expected,
-                })
+                Err(OpenError::Mismatch { field, found, expected })
             }
         };
-        expect(
-            "layout_version",
-            h.layout_version.into(),
-            LAYOUT_VERSION.into(),
-        )?;
-        expect(
-            "header_bytes",
-            h.header_bytes.into(),
-            std::mem::size_of::<Header>() as u64,
-        )?;
+        expect("layout_version", h.layout_version.into(), LAYOUT_VERSION.into())?;
+        expect("header_bytes", h.header_bytes.into(), std::mem::size_of::<Header>() as u64)?;
         if h.checksum != h.compute_checksum() {
             return Err(OpenError::Checksum(path.to_path_buf()));
         }
@@ -273,31 +240,16 @@ impl Header {
         expect("page_size", h.page_size.into(), reference.page_size.into())?;
         expect("coherence", h.coherence.into(), Coherence::Full as u64)?;
         expect("roots", h.roots.into(), reference.roots.into())?;
-        expect(
-            "record_bytes",
-            h.record_bytes.into(),
-            reference.record_bytes.into(),
-        )?;
+        expect("record_bytes", h.record_bytes.into(), reference.record_bytes.into())?;
         for i in 0..2 {
-            expect(
-                "slab_shift",
-                h.slab_shift[i].into(),
-                reference.slab_shift[i].into(),
-            )?;
-            expect(
-                "descriptor_bytes",
-                h.descriptor_bytes[i].into(),
-                reference.descriptor_bytes[i].into(),
-            )?;
+            expect("slab_shift", h.slab_shift[i].into(), reference.slab_shift[i].into())?;
+            expect("descriptor_bytes", h.descriptor_bytes[i].into(), reference.descriptor_bytes[i].into())?;
             expect("classes", h.classes[i].into(), reference.classes[i].into())?;
         }
         let config = h.config();
         config.validate()?;
         let recomputed = Header::new(&config, h.secret);
-        for (r, (&found, &want)) in RegionId::ALL
-            .iter()
-            .zip(h.region_bytes.iter().zip(&recomputed.region_bytes))
-        {
+        for (r, (&found, &want)) in RegionId::ALL.iter().zip(h.region_bytes.iter().zip(&recomputed.region_bytes)) {
             expect(r.size_field(), found, want)?;
         }
         Ok(h)
@@ -321,45 +273,17 @@ impl Header {
     pub fn expect(&self, config: &Config) -> Result<(), OpenError> {
         let mine = self.config();
         let pairs: [(&'static str, u64, u64); 7] = [
-            (
-                "small_capacity",
-                mine.small_capacity,
-                config.capacity_slabs(Bracket::Small) << self.slab_shift[0],
-            ),
-            (
-                "large_capacity",
-                mine.large_capacity,
-                config.capacity_slabs(Bracket::Large) << self.slab_shift[1],
-            ),
-            (
-                "thread_slots",
-                mine.thread_slots.into(),
-                config.thread_slots.into(),
-            ),
-            (
-                "small_batch",
-                mine.small_batch.into(),
-                config.small_batch.into(),
-            ),
-            (
-                "large_batch",
-                mine.large_batch.into(),
-                config.large_batch.into(),
-            ),
-            (
-                "cache_local",
-                mine.cache_local.into(),
-                config.cache_local.into(),
-            ),
+            ("small_capacity", mine.small_capacity, config.capacity_slabs(Bracket::Small) << self.slab_shift[0]),
+            ("large_capacity", mine.large_capacity, config.capacity_slabs(Bracket::Large) << self.slab_shift[1]),
+            ("thread_slots", mine.thread_slots.into(), config.thread_slots.into()),
+            ("small_batch", mine.small_batch.into(), config.small_batch.into()),
+            ("large_batch", mine.large_batch.into(), config.large_batch.into()),
+            ("cache_local", mine.cache_local.into(), config.cache_local.into()),
             ("coherence", mine.coherence as u64, config.coherence as u64),
         ];
         for (field, found, expected) in pairs {
             if found != expected {
-                return Err(OpenError::Mismatch {
-                    field,
-                    found,
-                    expected,
-                });
+                return Err(OpenError::Mismatch { field, found, expected });
             }
         }
         Ok(())
@@ -399,14 +323,8 @@ pub enum RegionId {
 
 impl RegionId {
     /// All regions in layout order.
-    pub const ALL: [RegionId; REGIONS] = [
-        RegionId::Header,
-        RegionId::Shared,
-        RegionId::Owned,
-        RegionId::Remote,
-        RegionId::Local,
-        RegionId::Data,
-    ];
+    pub const ALL: [RegionId; REGIONS] =
+        [RegionId::Header, RegionId::Shared, RegionId::Owned, RegionId::Remote, RegionId::Local, RegionId::Data];
 
     /// File name of the region inside a heap directory.
     pub fn file_name(self) -> &'static str {
@@ -545,10 +463,7 @@ impl Layout {
         let mut brackets = [BracketLayout::default(); 2];
         let mut cursor = 0usize;
         let mut place = |id: RegionId, size: usize, regions: &mut [Span; REGIONS]| {
-            let span = Span {
-                offset: cursor,
-                size: align_up(size.max(1), page),
-            };
+            let span = Span { offset: cursor, size: align_up(size.max(1), page) };
             cursor = align_up(span.end(), REGION_ALIGN);
             regions[id as usize] = span;
             span.offset
@@ -557,52 +472,26 @@ impl Layout {
         let slot_table = std::mem::size_of::<SharedHeader>();
         let shared = slot_table + h.slots as usize * std::mem::size_of::<SlotLease>();
         let shared_off = place(RegionId::Shared, shared, &mut regions);
-        place(
-            RegionId::Owned,
-            h.slots as usize * h.record_bytes as usize,
-            &mut regions,
-        );
+        place(RegionId::Owned, h.slots as usize * h.record_bytes as usize, &mut regions);
 
-        let mut arrays =
-            |id: RegionId, stride: &dyn Fn(usize) -> usize, regions: &mut [Span; REGIONS]| {
-                let mut size = 0;
-                let sub: [Span; 2] = std::array::from_fn(|i| {
-                    let bytes = align_up(h.capacity[i] as usize * stride(i), REGION_ALIGN);
-                    let span = Span {
-                        offset: size,
-                        size: bytes,
-                    };
-                    size += bytes;
-                    span
-                });
-                let base = place(id, size, regions);
-                sub.map(|s| Span {
-                    offset: base + s.offset,
-                    ..s
-                })
-            };
+        let mut arrays = |id: RegionId, stride: &dyn Fn(usize) -> usize, regions: &mut [Span; REGIONS]| {
+            let mut size = 0;
+            let sub: [Span; 2] = std::array::from_fn(|i| {
+                let bytes = align_up(h.capacity[i] as usize * stride(i), REGION_ALIGN);
+                let span = Span { offset: size, size: bytes };
+                size += bytes;
+                span
+            });
+            let base = place(id, size, regions);
+            sub.map(|s| Span { offset: base + s.offset, ..s })
+        };
         let remote = arrays(RegionId::Remote, &|_| 8, &mut regions);
-        let local = arrays(
-            RegionId::Local,
-            &|i| h.descriptor_bytes[i] as usize,
-            &mut regions,
-        );
+        let local = arrays(RegionId::Local, &|i| h.descriptor_bytes[i] as usize, &mut regions);
         let data = arrays(RegionId::Data, &|i| 1usize << h.slab_shift[i], &mut regions);
         for i in 0..2 {
-            brackets[i] = BracketLayout {
-                capacity: h.capacity[i],
-                remote: remote[i],
-                local: local[i],
-                data: data[i],
-            };
+            brackets[i] = BracketLayout { capacity: h.capacity[i], remote: remote[i], local: local[i], data: data[i] };
         }
-        Layout {
-            regions,
-            brackets,
-            slot_table: shared_off + slot_table,
-            slots: h.slots,
-            total: cursor,
-        }
+        Layout { regions, brackets, slot_table: shared_off + slot_table, slots: h.slots, total: cursor }
     }
 
     /// The span of region `r`.
@@ -640,10 +529,7 @@ mod tests {
         let h = Header::new(&Config::default(), 42);
         let mut bytes = h.as_bytes().to_vec();
         bytes[100] ^= 1;
-        assert!(matches!(
-            Header::parse(&bytes, "x".as_ref()),
-            Err(OpenError::Checksum(_))
-        ));
+        assert!(matches!(Header::parse(&bytes, "x".as_ref()), Err(OpenError::Checksum(_))));
     }
 
     #[test]
@@ -651,19 +537,13 @@ mod tests {
         let h = Header::new(&Config::default(), 1);
         let mut bytes = h.as_bytes().to_vec();
         bytes[0] = b'X';
-        assert!(matches!(
-            Header::parse(&bytes, "x".as_ref()),
-            Err(OpenError::BadMagic(_))
-        ));
+        assert!(matches!(Header::parse(&bytes, "x".as_ref()), Err(OpenError::BadMagic(_))));
     }
 
     #[test]
     fn mismatched_expectation_names_the_field() {
         let h = Header::new(&Config::default(), 1);
-        let other = Config {
-            thread_slots: 8,
-            ..Config::default()
-        };
+        let other = Config { thread_slots: 8, ..Config::default() };
         match h.expect(&other) {
             Err(OpenError::Mismatch { field, .. }) => assert_eq!(field, "thread_slots"),
             r => panic!("{r:?}"),
@@ -686,23 +566,8 @@ mod tests {
 
     #[test]
     fn invalid_configs_are_refused() {
-        assert!(Config {
-            thread_slots: 0,
-            ..Config::default()
-        }
-        .validate()
-        .is_err());
-        assert!(Config {
-            thread_slots: 5000,
-            ..Config::default()
-        }
-        .validate()
-        .is_err());
-        assert!(Config {
-            small_capacity: 100,
-            ..Config::default()
-        }
-        .validate()
-        .is_err());
+        assert!(Config { thread_slots: 0, ..Config::default() }.validate().is_err());
+        assert!(Config { thread_slots: 5000, ..Config::default() }.validate().is_err());
+        assert!(Config { small_capacity: 100, ..Config::default() }.validate().is_err());
     }
 }

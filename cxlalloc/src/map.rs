@@ -53,29 +53,10 @@ pub fn reserve(len: usize) -> Result<NonNull<u8>, Errno> {
 /// - `[addr, addr + len)` must lie inside a reservation owned by the caller's heap, so that
 ///   replacing whatever is mapped there cannot clobber unrelated memory.
 /// - `addr`, `off` and `len` must be page-aligned.
-pub unsafe fn map_shared_fixed(
-    addr: *mut u8,
-    len: usize,
-    fd: i32,
-    off: usize,
-    writable: bool,
-) -> Result<(), Errno> {
-    let prot = if writable {
-        libc::PROT_READ | libc::PROT_WRITE
-    } else {
-        libc::PROT_READ
-    };
+pub unsafe fn map_shared_fixed(addr: *mut u8, len: usize, fd: i32, off: usize, writable: bool) -> Result<(), Errno> {
+    let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
     // SAFETY: the caller guarantees the range is inside our own reservation (see above).
-    let raw = unsafe {
-        libc::mmap(
-            addr.cast(),
-            len,
-            prot,
-            libc::MAP_SHARED | libc::MAP_FIXED,
-            fd,
-            off as libc::off_t,
-        )
-    };
+    let raw = unsafe { libc::mmap(addr.cast(), len, prot, libc::MAP_SHARED | libc::MAP_FIXED, fd, off as libc::off_t) };
     if raw == libc::MAP_FAILED {
         Err(Errno::last())
     } else {

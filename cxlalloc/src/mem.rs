@@ -9,9 +9,7 @@ use nix::errno::Errno;
 use crate::backing::Backing;
 use crate::class::Bracket;
 use crate::error::OpenError;
-use crate::layout::{
-    BracketGlobals, Header, Layout, RegionId, SharedHeader, SlotLease, Span, HEADER_BYTES,
-};
+use crate::layout::{BracketGlobals, Header, Layout, RegionId, SharedHeader, SlotLease, Span, HEADER_BYTES};
 use crate::map;
 use crate::slab::descriptor::{Descriptor, DescriptorHead};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
@@ -69,21 +67,11 @@ impl LazyMap {
         let to = (from + chunk as usize).min(self.capacity[b] as usize);
         for a in &self.arrays[b] {
             let start = (a.span.offset + from * a.stride) / self.page * self.page;
-            let end = (a.span.offset + to * a.stride)
-                .next_multiple_of(self.page)
-                .min(a.span.end());
+            let end = (a.span.offset + to * a.stride).next_multiple_of(self.page).min(a.span.end());
             let file_off = a.file_offset + (start - a.span.offset);
             // SAFETY: [start, end) lies inside the array's span, inside our reservation; all
             // three values are page-aligned by construction.
-            unsafe {
-                map::map_shared_fixed(
-                    (self.base + start) as *mut u8,
-                    end - start,
-                    a.fd,
-                    file_off,
-                    true,
-                )?
-            };
+            unsafe { map::map_shared_fixed((self.base + start) as *mut u8, end - start, a.fd, file_off, true)? };
         }
         Ok(())
     }
@@ -177,11 +165,7 @@ impl HeapMem {
             unsafe { map::map_private_fixed(base.as_ptr(), total) }.map_err(OpenError::Map)?;
             // SAFETY: the header region is mapped writable and at least HEADER_BYTES long.
             unsafe {
-                std::ptr::copy_nonoverlapping(
-                    header.as_bytes().as_ptr(),
-                    base.as_ptr(),
-                    header.as_bytes().len(),
-                )
+                std::ptr::copy_nonoverlapping(header.as_bytes().as_ptr(), base.as_ptr(), header.as_bytes().len())
             };
             for b in Bracket::ALL {
                 mem.mapped[b as usize].store(mem.layout.bracket(b).capacity, Ordering::Relaxed);
@@ -202,11 +186,7 @@ impl HeapMem {
     fn map_whole(&self, r: RegionId) -> Result<(), OpenError> {
         let span = self.layout.region(r);
         let fd = self.backing.fd(r).ok_or(OpenError::Map(Errno::EBADF))?;
-        let len = if r == RegionId::Header {
-            HEADER_BYTES
-        } else {
-            span.size
-        };
+        let len = if r == RegionId::Header { HEADER_BYTES } else { span.size };
         // SAFETY: the span lies inside our reservation and is page-aligned (layout invariant).
         unsafe { map::map_shared_fixed(self.addr(span.offset), len, fd, 0, r != RegionId::Header) }
             .map_err(OpenError::Map)
@@ -279,8 +259,7 @@ impl HeapMem {
             (RegionId::Data, bl.data, spec.slab_size()),
         ] {
             let start = span.offset - self.layout.region(r).offset + from as usize * stride;
-            self.backing
-                .commit(r, start, (to - from) as usize * stride)?;
+            self.backing.commit(r, start, (to - from) as usize * stride)?;
         }
         Ok(())
     }
@@ -325,10 +304,7 @@ impl HeapMem {
         debug_assert!(slot < self.layout.slots, "slot index out of range");
         // SAFETY: the owned region is mapped for the life of self, holds `slots` records, and is
         // 64-byte aligned; ThreadRecord is all atomics and padding.
-        unsafe {
-            &*(self.addr(self.layout.region(RegionId::Owned).offset) as *const ThreadRecord)
-                .add(slot as usize)
-        }
+        unsafe { &*(self.addr(self.layout.region(RegionId::Owned).offset) as *const ThreadRecord).add(slot as usize) }
     }
 
     /// Reads the HWcc length of `b` and raises this process's cached length to it.
@@ -345,9 +321,7 @@ impl HeapMem {
     /// memory only when the index is beyond it).
     #[inline]
     pub fn slab(&self, b: Bracket, index: u32) -> Option<Slab> {
-        if index < self.known_len[b as usize].load(Ordering::Relaxed)
-            || index < self.refresh_length(b)
-        {
+        if index < self.known_len[b as usize].load(Ordering::Relaxed) || index < self.refresh_length(b) {
             Some(Slab(index))
         } else {
             None
@@ -359,10 +333,7 @@ impl HeapMem {
     pub fn link(&self, b: Bracket, link: u32) -> Result<Option<Slab>, &'static str> {
         match link {
             0 => Ok(None),
-            l => self
-                .slab(b, l - 1)
-                .map(Some)
-                .ok_or("list link beyond heap length"),
+            l => self.slab(b, l - 1).map(Some).ok_or("list link beyond heap length"),
         }
     }
 
@@ -386,10 +357,7 @@ impl HeapMem {
         unsafe {
             Descriptor {
                 head: &*(p as *const DescriptorHead),
-                bits: std::slice::from_raw_parts(
-                    (p + 64) as *const AtomicU64,
-                    b.spec().bitset_words,
-                ),
+                bits: std::slice::from_raw_parts((p + 64) as *const AtomicU64, b.spec().bitset_words),
             }
         }
     }
@@ -425,9 +393,7 @@ impl HeapMem {
     /// The address at `offset`, if inside the reservation.
     #[inline]
     pub fn at(&self, offset: usize) -> Option<NonNull<u8>> {
-        (offset < self.layout.total)
-            .then(|| NonNull::new(self.addr(offset)))
-            .flatten()
+        (offset < self.layout.total).then(|| NonNull::new(self.addr(offset))).flatten()
     }
 }
 

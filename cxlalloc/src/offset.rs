@@ -22,10 +22,7 @@ impl<T> Offset<T> {
 
     /// Wraps a raw value (for instance one read from shared memory).
     pub const fn from_raw(raw: u64) -> Self {
-        Self {
-            raw,
-            _type: PhantomData,
-        }
+        Self { raw, _type: PhantomData }
     }
 
     /// The raw value, for storing in shared memory.

@@ -40,15 +40,7 @@ pub fn register(map: &LazyMap) -> Option<Registration> {
     let ptr = map as *const LazyMap as *mut LazyMap;
     for (index, slot) in REGISTRY.iter().enumerate() {
         // Release: publishes the LazyMap's contents to the handler's Acquire load.
-        if slot
-            .compare_exchange(
-                std::ptr::null_mut(),
-                ptr,
-                Ordering::Release,
-                Ordering::Relaxed,
-            )
-            .is_ok()
-        {
+        if slot.compare_exchange(std::ptr::null_mut(), ptr, Ordering::Release, Ordering::Relaxed).is_ok() {
             return Some(Registration { index });
         }
     }

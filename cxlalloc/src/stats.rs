@@ -60,14 +60,9 @@ pub fn stats(heap: &Heap) -> Stats {
         counters.disowns += read(&c.disowns);
     }
     let lengths = Bracket::ALL.map(|b| report.bracket(b).length);
-    let descriptors: u64 = Bracket::ALL
-        .iter()
-        .map(|&b| u64::from(lengths[b as usize]) * b.spec().descriptor_size() as u64)
-        .sum();
-    let data_bytes = Bracket::ALL
-        .iter()
-        .map(|&b| u64::from(lengths[b as usize]) << b.spec().slab_shift)
-        .sum();
+    let descriptors: u64 =
+        Bracket::ALL.iter().map(|&b| u64::from(lengths[b as usize]) * b.spec().descriptor_size() as u64).sum();
+    let data_bytes = Bracket::ALL.iter().map(|&b| u64::from(lengths[b as usize]) << b.spec().slab_shift).sum();
     Stats {
         hwcc_bytes: mem.layout.hwcc_bytes(lengths),
         swcc_metadata_bytes: mem.layout.region(RegionId::Owned).size as u64 + descriptors,

@@ -7,8 +7,7 @@
 
 #[cfg(loom)]
 pub use loom::sync::atomic::{
-    fence as compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
-    Ordering,
+    fence as compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
 };
 
 #[cfg(not(loom))]

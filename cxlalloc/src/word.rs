@@ -35,10 +35,7 @@ impl Tag {
     /// The tag thread `slot` uses for its operation number `version`.
     pub fn new(slot: u32, version: u32) -> Self {
         debug_assert!(slot < MAX_SLOTS);
-        Self {
-            writer: (slot + 1) as u16,
-            version: version & VERSION_MASK,
-        }
+        Self { writer: (slot + 1) as u16, version: version & VERSION_MASK }
     }
 
     fn pack(self) -> u32 {
@@ -46,10 +43,7 @@ impl Tag {
     }
 
     fn unpack(bits: u32) -> Self {
-        Self {
-            writer: (bits >> VERSION_BITS) as u16,
-            version: bits & VERSION_MASK,
-        }
+        Self { writer: (bits >> VERSION_BITS) as u16, version: bits & VERSION_MASK }
     }
 
     /// The next operation version after `version`, wrapping inside the tag's width.
@@ -81,10 +75,7 @@ impl Tagged {
 
     /// Decodes a raw word.
     pub fn unpack(word: u64) -> Self {
-        Self {
-            payload: word as u32,
-            tag: Tag::unpack((word >> 32) as u32),
-        }
+        Self { payload: word as u32, tag: Tag::unpack((word >> 32) as u32) }
     }
 }
 
@@ -115,10 +106,7 @@ impl Holder {
 
     /// Decodes a lease word; `None` for a free slot.
     pub fn unpack(word: u64) -> Option<Self> {
-        (word != 0).then_some(Self {
-            pid: word as u32,
-            start: (word >> 32) as u32,
-        })
+        (word != 0).then_some(Self { pid: word as u32, start: (word >> 32) as u32 })
     }
 }
 

@@ -24,25 +24,14 @@ pub const NAME_PREFIX: &str = "cxlalloc.";
 
 /// The directory of the heap called `name` in `/dev/shm`.
 pub fn path_for_name(name: &str) -> Result<PathBuf, OpenError> {
-    if name.is_empty()
-        || name.len() > 200
-        || name.contains('/')
-        || name.starts_with('.')
-        || name.contains('\0')
-    {
-        return Err(OpenError::InvalidConfig(format!(
-            "invalid heap name {name:?}"
-        )));
+    if name.is_empty() || name.len() > 200 || name.contains('/') || name.starts_with('.') || name.contains('\0') {
+        return Err(OpenError::InvalidConfig(format!("invalid heap name {name:?}")));
     }
     Ok(Path::new(SHM_DIR).join(format!("{NAME_PREFIX}{name}")))
 }
 
 fn io<'p>(op: &'static str, path: &'p Path) -> impl FnOnce(std::io::Error) -> OpenError + 'p {
-    move |source| OpenError::Io {
-        op,
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| OpenError::Io { op, path: path.to_path_buf(), source }
 }
 
 /// The region files of one heap directory, kept open for the life of the heap.
@@ -55,39 +44,19 @@ pub struct FileBacking {
 impl FileBacking {
     /// Creates a heap directory at `dir` with `header`; fails with `AlreadyExists` if one is there.
     pub fn create(dir: &Path, header: &Header) -> Result<Self, OpenError> {
-        let parent = dir
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let leaf = dir
-            .file_name()
-            .ok_or_else(|| OpenError::InvalidConfig(format!("bad heap path {}", dir.display())))?;
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let tmp = parent.join(format!(
-            ".{}.creating-{}-{nanos}",
-            leaf.to_string_lossy(),
-            std::process::id()
-        ));
+        let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let leaf =
+            dir.file_name().ok_or_else(|| OpenError::InvalidConfig(format!("bad heap path {}", dir.display())))?;
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let tmp = parent.join(format!(".{}.creating-{}-{nanos}", leaf.to_string_lossy(), std::process::id()));
         std::fs::create_dir(&tmp).map_err(io("create directory", &tmp))?;
         let built = Self::populate(&tmp, header);
-        let result = built.and_then(|files| {
-            match renameat2(AT_FDCWD, &tmp, AT_FDCWD, dir, RenameFlags::RENAME_NOREPLACE) {
-                Ok(()) => Ok(FileBacking {
-                    dir: dir.to_path_buf(),
-                    files,
-                }),
-                Err(Errno::EEXIST) | Err(Errno::ENOTEMPTY) => {
-                    Err(OpenError::AlreadyExists(dir.to_path_buf()))
-                }
-                Err(e) => Err(OpenError::Io {
-                    op: "rename",
-                    path: dir.to_path_buf(),
-                    source: e.into(),
-                }),
-            }
-        });
+        let result =
+            built.and_then(|files| match renameat2(AT_FDCWD, &tmp, AT_FDCWD, dir, RenameFlags::RENAME_NOREPLACE) {
+                Ok(()) => Ok(FileBacking { dir: dir.to_path_buf(), files }),
+                Err(Errno::EEXIST) | Err(Errno::ENOTEMPTY) => Err(OpenError::AlreadyExists(dir.to_path_buf())),
+                Err(e) => Err(OpenError::Io { op: "rename", path: dir.to_path_buf(), source: e.into() }),
+            });
         if result.is_err() {
             let _ = std::fs::remove_dir_all(&tmp);
         }
@@ -98,23 +67,15 @@ impl FileBacking {
         let mut files = Vec::with_capacity(REGIONS);
         for r in RegionId::ALL {
             let path = tmp.join(r.file_name());
-            let mut f = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(&path)
-                .map_err(io("create", &path))?;
-            f.set_len(header.region_bytes[r as usize])
-                .map_err(io("size", &path))?;
+            let mut f =
+                OpenOptions::new().read(true).write(true).create_new(true).open(&path).map_err(io("create", &path))?;
+            f.set_len(header.region_bytes[r as usize]).map_err(io("size", &path))?;
             if r == RegionId::Header {
-                f.write_all(header.as_bytes())
-                    .map_err(io("write header", &path))?;
+                f.write_all(header.as_bytes()).map_err(io("write header", &path))?;
             }
             files.push(f);
         }
-        files
-            .try_into()
-            .map_err(|_| OpenError::InvalidConfig("region count".into()))
+        files.try_into().map_err(|_| OpenError::InvalidConfig("region count".into()))
     }
 
     /// Opens the heap directory at `dir`, validating its header and every region file's size.
@@ -122,9 +83,7 @@ impl FileBacking {
         let header_path = dir.join(RegionId::Header.file_name());
         let mut hf = match OpenOptions::new().read(true).write(true).open(&header_path) {
             Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(OpenError::NotFound(dir.to_path_buf()))
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(OpenError::NotFound(dir.to_path_buf())),
             Err(e) => return Err(io("open", &header_path)(e)),
         };
         let mut bytes = Vec::new();
@@ -139,33 +98,17 @@ impl FileBacking {
             let f = if r == RegionId::Header {
                 hf.try_clone().map_err(io("dup", &path))?
             } else {
-                OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open(&path)
-                    .map_err(io("open", &path))?
+                OpenOptions::new().read(true).write(true).open(&path).map_err(io("open", &path))?
             };
             let actual = f.metadata().map_err(io("stat", &path))?.len();
             let expected = header.region_bytes[r as usize];
             if actual < expected {
-                return Err(OpenError::Truncated {
-                    path,
-                    expected,
-                    actual,
-                });
+                return Err(OpenError::Truncated { path, expected, actual });
             }
             files.push(f);
         }
-        let files = files
-            .try_into()
-            .map_err(|_| OpenError::InvalidConfig("region count".into()))?;
-        Ok((
-            FileBacking {
-                dir: dir.to_path_buf(),
-                files,
-            },
-            header,
-        ))
+        let files = files.try_into().map_err(|_| OpenError::InvalidConfig("region count".into()))?;
+        Ok((FileBacking { dir: dir.to_path_buf(), files }, header))
     }
 
     /// Removes the heap directory at `dir`. Processes that have it open keep their mappings.
@@ -183,13 +126,8 @@ impl Backing for FileBacking {
     }
 
     fn commit(&self, r: RegionId, off: usize, len: usize) -> Result<(), Errno> {
-        nix::fcntl::fallocate(
-            &self.files[r as usize],
-            FallocateFlags::FALLOC_FL_KEEP_SIZE,
-            off as i64,
-            len as i64,
-        )
-        .map(|_| ())
+        nix::fcntl::fallocate(&self.files[r as usize], FallocateFlags::FALLOC_FL_KEEP_SIZE, off as i64, len as i64)
+            .map(|_| ())
     }
 
     fn location(&self) -> String {

@@ -3,14 +3,21 @@
 //! A HEAP argument containing `/` is a heap directory path; anything else is a heap name in
 //! `/dev/shm`.
 
+#[cfg(not(loom))]
 use std::path::Path;
+#[cfg(not(loom))]
 use std::process::ExitCode;
 
+#[cfg(not(loom))]
 use clap::{Parser, Subcommand};
+#[cfg(not(loom))]
 use cxlalloc::check::SlabState;
+#[cfg(not(loom))]
 use cxlalloc::class::Bracket;
+#[cfg(not(loom))]
 use cxlalloc::{Config, Heap, OpenError};
 
+#[cfg(not(loom))]
 #[derive(Parser)]
 #[command(name = "cxlalloc", version, about = "Manage cxlalloc shared heaps")]
 struct Cli {
@@ -18,6 +25,7 @@ struct Cli {
     command: Command,
 }
 
+#[cfg(not(loom))]
 #[derive(Subcommand)]
 enum Command {
     /// Create a heap.
@@ -56,6 +64,7 @@ enum Command {
     },
 }
 
+#[cfg(not(loom))]
 fn parse_bytes(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let (digits, shift) = match s.char_indices().last() {
@@ -65,17 +74,16 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
         Some((i, 't' | 'T')) => (&s[..i], 40),
         _ => (s, 0),
     };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("not a byte size: {s:?}"))?;
-    n.checked_mul(1 << shift)
-        .ok_or_else(|| format!("byte size overflows: {s:?}"))
+    let n: u64 = digits.parse().map_err(|_| format!("not a byte size: {s:?}"))?;
+    n.checked_mul(1 << shift).ok_or_else(|| format!("byte size overflows: {s:?}"))
 }
 
+#[cfg(not(loom))]
 fn is_path(heap: &str) -> bool {
     heap.contains('/')
 }
 
+#[cfg(not(loom))]
 fn open(heap: &str) -> Result<Heap, OpenError> {
     if is_path(heap) {
         Heap::open_at(Path::new(heap))
@@ -84,6 +92,7 @@ fn open(heap: &str) -> Result<Heap, OpenError> {
     }
 }
 
+#[cfg(not(loom))]
 fn print_stats(heap: &Heap, per_class: bool) {
     let s = heap.stats();
     println!("data bytes:            {}", s.data_bytes);
@@ -128,14 +137,10 @@ fn print_stats(heap: &Heap, per_class: bool) {
     }
 }
 
+#[cfg(not(loom))]
 fn run(cli: Cli) -> Result<ExitCode, OpenError> {
     match cli.command {
-        Command::Create {
-            heap,
-            small_capacity,
-            large_capacity,
-            slots,
-        } => {
+        Command::Create { heap, small_capacity, large_capacity, slots } => {
             let d = Config::default();
             let config = Config {
                 small_capacity: small_capacity.unwrap_or(d.small_capacity),
@@ -175,6 +180,12 @@ fn run(cli: Cli) -> Result<ExitCode, OpenError> {
     Ok(ExitCode::SUCCESS)
 }
 
+// Under `--cfg loom` the library is only the model-checked protocols (see `lib.rs`), so
+// the CLI is compiled out; cargo still builds this binary for `tests/loom.rs`.
+#[cfg(loom)]
+fn main() {}
+
+#[cfg(not(loom))]
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(code) => code,

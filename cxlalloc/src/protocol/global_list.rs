@@ -15,12 +15,7 @@ pub fn push(head: &AtomicU64, tag: Tag, link: u32, mut set_next: impl FnMut(u32)
     loop {
         set_next(Tagged::unpack(cur).payload);
         // Release: publishes the slab's `next` link and cleared owner to the popper's Acquire.
-        match head.compare_exchange_weak(
-            cur,
-            Tagged::new(link, tag).pack(),
-            Ordering::Release,
-            Ordering::Relaxed,
-        ) {
+        match head.compare_exchange_weak(cur, Tagged::new(link, tag).pack(), Ordering::Release, Ordering::Relaxed) {
             Ok(_) => return,
             Err(seen) => cur = seen,
         }
@@ -49,12 +44,7 @@ pub fn pop<E>(
         announce(top);
         // AcqRel: Acquire as above for the next iteration's link read; Release so our tag is
         // ordered after the record write that announced it.
-        match head.compare_exchange_weak(
-            cur,
-            Tagged::new(next, tag).pack(),
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
+        match head.compare_exchange_weak(cur, Tagged::new(next, tag).pack(), Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => return Ok(Some(top)),
             Err(seen) => cur = seen,
         }

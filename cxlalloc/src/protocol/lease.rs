@@ -6,13 +6,11 @@ use crate::sync::{AtomicU64, Ordering};
 pub fn try_claim(word: &AtomicU64, holder: u64) -> bool {
     debug_assert_ne!(holder, 0);
     // Acquire: the new holder sees everything the previous holder wrote before releasing.
-    word.compare_exchange(0, holder, Ordering::Acquire, Ordering::Relaxed)
-        .is_ok()
+    word.compare_exchange(0, holder, Ordering::Acquire, Ordering::Relaxed).is_ok()
 }
 
 /// Releases a slot held by `holder`; false if it is not (any longer) held by `holder`.
 pub fn release(word: &AtomicU64, holder: u64) -> bool {
     // Release: publishes the holder's final writes to the slot's record to the next claimer.
-    word.compare_exchange(holder, 0, Ordering::Release, Ordering::Relaxed)
-        .is_ok()
+    word.compare_exchange(holder, 0, Ordering::Release, Ordering::Relaxed).is_ok()
 }

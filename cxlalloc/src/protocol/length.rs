@@ -26,12 +26,7 @@ pub fn bump<E>(
         before(from, to)?;
         // AcqRel: Release orders the logged record before the new length; Acquire keeps our
         // view of the length monotone on retry.
-        match word.compare_exchange_weak(
-            cur,
-            Tagged::new(to, tag).pack(),
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
+        match word.compare_exchange_weak(cur, Tagged::new(to, tag).pack(), Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => return Ok(Some((from, to))),
             Err(seen) => cur = seen,
         }

@@ -43,19 +43,8 @@ pub fn decrement(word: &AtomicU64, tag: Tag) -> Result<Decrement, Underflow> {
         }
         // AcqRel: the claimer (1 → 0) must see every earlier freer's writes to the slab's blocks
         // before it reuses them; Release publishes ours.
-        match word.compare_exchange_weak(
-            cur,
-            Tagged::new(n - 1, tag).pack(),
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => {
-                return Ok(if n == 1 {
-                    Decrement::Claimed
-                } else {
-                    Decrement::Counted
-                })
-            }
+        match word.compare_exchange_weak(cur, Tagged::new(n - 1, tag).pack(), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Ok(if n == 1 { Decrement::Claimed } else { Decrement::Counted }),
             Err(seen) => cur = seen,
         }
     }

@@ -37,7 +37,14 @@ pub struct DescriptorHead {
     /// block freed remotely is never reallocated within its slab's sizing, so finding the mark
     /// there means the block was already freed.
     pub mark: AtomicU64,
-    _pad: [u8; 24],
+    /// Block size of the class, copied here when the slab is sized so that a free finds the
+    /// block geometry on the line it already reads (0 while unsized).
+    pub size: AtomicU32,
+    /// Blocks per slab of the class (0 while unsized).
+    pub blocks: AtomicU32,
+    /// `ceil(2^40 / size)`: in-slab offset → block index by one multiplication.
+    pub recip: AtomicU64,
+    _pad: [u8; 8],
 }
 
 const _: () = assert!(std::mem::size_of::<DescriptorHead>() == 64);
@@ -83,14 +90,8 @@ impl Descriptor<'_> {
     #[inline]
     pub fn put(&self, i: u32) -> u32 {
         let w = (i / 64) as usize;
-        self.bits[w].store(
-            self.bits[w].load(Ordering::Relaxed) | (1 << (i % 64)),
-            Ordering::Relaxed,
-        );
-        self.head.summary.store(
-            self.head.summary.load(Ordering::Relaxed) | (1 << w),
-            Ordering::Relaxed,
-        );
+        self.bits[w].store(self.bits[w].load(Ordering::Relaxed) | (1 << (i % 64)), Ordering::Relaxed);
+        self.head.summary.store(self.head.summary.load(Ordering::Relaxed) | (1 << w), Ordering::Relaxed);
         let free = self.head.free.load(Ordering::Relaxed) + 1;
         self.head.free.store(free, Ordering::Relaxed);
         free
@@ -117,19 +118,13 @@ impl Descriptor<'_> {
 
     /// Population count of the bitset (O(words); for checks, not the fast path).
     pub fn count_free(&self) -> u32 {
-        self.bits
-            .iter()
-            .map(|w| w.load(Ordering::Relaxed).count_ones())
-            .sum()
+        self.bits.iter().map(|w| w.load(Ordering::Relaxed).count_ones()).sum()
     }
 
     /// Whether the summary word agrees with the bitset (O(words)).
     pub fn summary_consistent(&self) -> bool {
         let summary = self.head.summary.load(Ordering::Relaxed);
-        self.bits
-            .iter()
-            .enumerate()
-            .all(|(w, word)| (word.load(Ordering::Relaxed) != 0) == (summary >> w & 1 == 1))
+        self.bits.iter().enumerate().all(|(w, word)| (word.load(Ordering::Relaxed) != 0) == (summary >> w & 1 == 1))
     }
 }
 
@@ -141,10 +136,7 @@ mod tests {
         // SAFETY: DescriptorHead is all atomics and padding, for which zero is a valid value.
         let head: DescriptorHead = unsafe { std::mem::zeroed() };
         let bits: Vec<AtomicU64> = (0..words).map(|_| AtomicU64::new(0)).collect();
-        f(Descriptor {
-            head: &head,
-            bits: &bits,
-        })
+        f(Descriptor { head: &head, bits: &bits })
     }
 
     #[test]

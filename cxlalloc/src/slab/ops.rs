@@ -36,8 +36,10 @@ pub struct Located<'a> {
     pub desc: Descriptor<'a>,
     /// The slab's class.
     pub class: u32,
-    /// Class information.
-    pub info: &'static ClassInfo,
+    /// Block size of the class.
+    pub size: u32,
+    /// Blocks per slab of the class.
+    pub blocks: u32,
     /// Block index in the slab.
     pub block: u32,
     /// Offset of the block from the heap base.
@@ -94,10 +96,7 @@ impl<'a> SlabThread<'a> {
     /// Allocates one block of class `class` (1-based) of bracket `b`.
     #[inline]
     pub fn alloc(&self, b: Bracket, class: u32) -> Result<NonNull<u8>, AllocError> {
-        let info = b
-            .spec()
-            .class(class)
-            .ok_or(AllocError::Corrupt("class id out of range"))?;
+        let info = b.spec().class(class).ok_or(AllocError::Corrupt("class id out of range"))?;
         let cur = &self.rec.lists(b).current[class as usize - 1];
         let mut bits = cur.bits.load(Ordering::Relaxed);
         if bits == 0 {
@@ -106,8 +105,7 @@ impl<'a> SlabThread<'a> {
         }
         let rest = bits & bits.wrapping_sub(1);
         cur.bits.store(rest, Ordering::Relaxed);
-        let offset = cur.block0.load(Ordering::Relaxed) as usize
-            + bits.trailing_zeros() as usize * info.size as usize;
+        let offset = cur.block0.load(Ordering::Relaxed) as usize + bits.trailing_zeros() as usize * info.size as usize;
         if rest == 0 {
             // We still hold the block just taken, which T4/T5 rely on.
             self.word_emptied(b, class, info, cur)?;
@@ -119,17 +117,8 @@ impl<'a> SlabThread<'a> {
     /// when its bitset is empty too.
     #[cold]
     #[inline(never)]
-    fn word_emptied(
-        &self,
-        b: Bracket,
-        class: u32,
-        info: &ClassInfo,
-        cur: &Current,
-    ) -> Result<(), AllocError> {
-        let slab = self
-            .mem
-            .link(b, cur.slab.load(Ordering::Relaxed))
-            .map_err(AllocError::Corrupt)?;
+    fn word_emptied(&self, b: Bracket, class: u32, info: &ClassInfo, cur: &Current) -> Result<(), AllocError> {
+        let slab = self.mem.link(b, cur.slab.load(Ordering::Relaxed)).map_err(AllocError::Corrupt)?;
         let Some(slab) = slab else {
             return Err(AllocError::Corrupt("current word without a current slab"));
         };
@@ -142,26 +131,14 @@ impl<'a> SlabThread<'a> {
     }
 
     /// Moves bitset word `w` of `slab` into the class's current-slab cache.
-    fn take_word(
-        &self,
-        b: Bracket,
-        slab: Slab,
-        d: Descriptor<'_>,
-        w: u32,
-        info: &ClassInfo,
-        cur: &Current,
-    ) {
+    fn take_word(&self, b: Bracket, slab: Slab, d: Descriptor<'_>, w: u32, info: &ClassInfo, cur: &Current) {
         self.log(Redo::new(Op::TakeWord, b, slab.index(), w));
         // The cache is filled before the bitset word is cleared: a crash in between leaves the
         // bits in both places, which recovery resolves from the record; never in neither.
         cur.slab.store(slab.link(), Ordering::Relaxed);
         cur.word.store(w, Ordering::Relaxed);
-        cur.block0
-            .store(block0(self.mem, b, slab, w, info), Ordering::Relaxed);
-        cur.bits.store(
-            d.bits[w as usize].load(Ordering::Relaxed),
-            Ordering::Relaxed,
-        );
+        cur.block0.store(block0(self.mem, b, slab, w, info), Ordering::Relaxed);
+        cur.bits.store(d.bits[w as usize].load(Ordering::Relaxed), Ordering::Relaxed);
         d.take_word(w);
         self.clear_log();
     }
@@ -170,24 +147,12 @@ impl<'a> SlabThread<'a> {
     /// freshly sized one (T3), taking an unsized slab by T2 (global pop) or T1 (bump) if needed.
     #[cold]
     #[inline(never)]
-    fn next_current(
-        &self,
-        b: Bracket,
-        class: u32,
-        info: &ClassInfo,
-        cur: &Current,
-    ) -> Result<(), AllocError> {
+    fn next_current(&self, b: Bracket, class: u32, info: &ClassInfo, cur: &Current) -> Result<(), AllocError> {
         let lists = self.rec.lists(b);
         let head = &lists.sized[class as usize - 1];
-        if let Some(slab) = self
-            .mem
-            .link(b, head.load(Ordering::Relaxed))
-            .map_err(AllocError::Corrupt)?
-        {
+        if let Some(slab) = self.mem.link(b, head.load(Ordering::Relaxed)).map_err(AllocError::Corrupt)? {
             let d = self.mem.desc(b, slab);
-            let w = d
-                .lowest_word()
-                .ok_or(AllocError::Corrupt("sized slab without a free block"))?;
+            let w = d.lowest_word().ok_or(AllocError::Corrupt("sized slab without a free block"))?;
             self.unlink_sized(b, class, d);
             self.take_word(b, slab, d, w, info, cur);
             return Ok(());
@@ -203,21 +168,16 @@ impl<'a> SlabThread<'a> {
         let d = self.mem.desc(b, slab);
         // T3: Local-unsized → Local-sized[class], as the class's current slab.
         self.log(Redo::new(Op::Size, b, slab.index(), class));
-        lists
-            .unsized_head
-            .store(d.head.next.load(Ordering::Relaxed), Ordering::Relaxed);
-        lists.unsized_len.store(
-            lists.unsized_len.load(Ordering::Relaxed).saturating_sub(1),
-            Ordering::Relaxed,
-        );
+        lists.unsized_head.store(d.head.next.load(Ordering::Relaxed), Ordering::Relaxed);
+        lists.unsized_len.store(lists.unsized_len.load(Ordering::Relaxed).saturating_sub(1), Ordering::Relaxed);
         d.head.next.store(0, Ordering::Relaxed);
         d.head.class.store(class, Ordering::Relaxed);
+        d.head.size.store(info.size, Ordering::Relaxed);
+        d.head.blocks.store(info.blocks, Ordering::Relaxed);
+        d.head.recip.store(info.recip, Ordering::Relaxed);
         let generation = d.head.generation.load(Ordering::Relaxed).wrapping_add(1);
         d.head.generation.store(generation, Ordering::Relaxed);
-        d.head.mark.store(
-            new_mark(self.mem.header.secret, b, slab, generation),
-            Ordering::Relaxed,
-        );
+        d.head.mark.store(new_mark(self.mem.header.secret, b, slab, generation), Ordering::Relaxed);
         d.fill(info.blocks);
         let version = self.rec.next_version();
         remote::reset(self.mem.remote(b, slab), info.blocks, self.tag(version));
@@ -226,15 +186,7 @@ impl<'a> SlabThread<'a> {
     }
 
     /// T4/T5: the allocation just took the current slab's last free block.
-    fn retire(
-        &self,
-        b: Bracket,
-        class: u32,
-        info: &ClassInfo,
-        slab: Slab,
-        d: Descriptor<'_>,
-        cur: &Current,
-    ) {
+    fn retire(&self, b: Bracket, class: u32, info: &ClassInfo, slab: Slab, d: Descriptor<'_>, cur: &Current) {
         self.log(Redo::new(Op::Retire, b, slab.index(), class));
         cur.slab.store(0, Ordering::Relaxed);
         match remote::retire(self.mem.remote(b, slab), info.blocks) {
@@ -250,43 +202,46 @@ impl<'a> SlabThread<'a> {
         self.clear_log();
     }
 
-    /// Finds the block `ptr` names and checks that it is an allocated block start.
+    /// Finds the block `ptr` names and checks that it is an allocated block start. Reads only
+    /// the descriptor's first line (class geometry is copied there when the slab is sized).
     #[inline]
     pub fn locate(&self, ptr: *const u8) -> Result<Located<'a>, FreeError> {
+        let offset = self.mem.offset_of(ptr).ok_or(FreeError::ForeignPointer)?;
+        let small = self.mem.data_span(Bracket::Small);
+        match offset.wrapping_sub(small.offset) {
+            // Two calls with constant brackets, so each copy folds its bracket's geometry.
+            rel if rel < small.size => self.locate_in(Bracket::Small, offset, rel),
+            _ => {
+                let large = self.mem.data_span(Bracket::Large);
+                match offset.wrapping_sub(large.offset) {
+                    rel if rel < large.size => self.locate_in(Bracket::Large, offset, rel),
+                    _ => Err(FreeError::ForeignPointer),
+                }
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn locate_in(&self, b: Bracket, offset: usize, rel: usize) -> Result<Located<'a>, FreeError> {
         let mem = self.mem;
-        let offset = mem.offset_of(ptr).ok_or(FreeError::ForeignPointer)?;
-        let b = if mem.data_span(Bracket::Small).contains(offset) {
-            Bracket::Small
-        } else if mem.data_span(Bracket::Large).contains(offset) {
-            Bracket::Large
-        } else {
-            return Err(FreeError::ForeignPointer);
-        };
-        let spec = b.spec();
-        let rel = offset - mem.data_span(b).offset;
-        let slab = mem
-            .slab(b, (rel >> spec.slab_shift) as u32)
-            .ok_or(FreeError::ForeignPointer)?;
+        let shift = b.spec().slab_shift;
+        let slab = mem.slab(b, (rel >> shift) as u32).ok_or(FreeError::ForeignPointer)?;
         let desc = mem.desc(b, slab);
         let class = desc.head.class.load(Ordering::Relaxed);
-        let info = spec.class(class).ok_or(FreeError::NotAllocated)?;
-        let in_slab = (rel & (spec.slab_size() - 1)) as u64;
-        let block = ((in_slab * info.recip) >> 40) as u32;
-        if u64::from(block) * u64::from(info.size) != in_slab {
-            return Err(FreeError::InteriorPointer);
-        }
-        if block >= info.blocks {
+        let size = desc.head.size.load(Ordering::Relaxed);
+        if class == 0 || size == 0 {
             return Err(FreeError::NotAllocated);
         }
-        Ok(Located {
-            bracket: b,
-            slab,
-            desc,
-            class,
-            info,
-            block,
-            offset,
-        })
+        let in_slab = (rel & ((1 << shift) - 1)) as u64;
+        let block = ((in_slab * desc.head.recip.load(Ordering::Relaxed)) >> 40) as u32;
+        if u64::from(block) * u64::from(size) != in_slab {
+            return Err(FreeError::InteriorPointer);
+        }
+        let blocks = desc.head.blocks.load(Ordering::Relaxed);
+        if block >= blocks {
+            return Err(FreeError::NotAllocated);
+        }
+        Ok(Located { bracket: b, slab, desc, class, size, blocks, block, offset })
     }
 
     /// Whether the located block is free: in the owner's bitset, or in the owner's cached word.
@@ -312,10 +267,10 @@ impl<'a> SlabThread<'a> {
     #[inline]
     pub fn free(&self, ptr: *const u8) -> Result<(), FreeError> {
         let at = self.locate(ptr)?;
-        if at.desc.head.owner.load(Ordering::Relaxed) != self.me() {
-            return self.free_remote(&at);
-        }
         let (b, d) = (at.bracket, at.desc);
+        if d.head.owner.load(Ordering::Relaxed) != self.me() {
+            return self.free_remote(ptr);
+        }
         let (w, bit) = ((at.block / 64) as usize, 1u64 << (at.block % 64));
         let word = d.bits[w].load(Ordering::Relaxed);
         // Double frees: the block is free in our bitset, or in our cached word, or carries the
@@ -327,18 +282,14 @@ impl<'a> SlabThread<'a> {
             return Err(FreeError::DoubleFree);
         }
         #[cfg(feature = "validate")]
-        self.validate(b, at.slab, d, at.info)
-            .map_err(FreeError::Corrupt)?;
+        self.validate(b, at.slab, d, at.blocks).map_err(FreeError::Corrupt)?;
         self.log(Redo::new(Op::LocalFree, b, at.slab.index(), at.block));
         d.bits[w].store(word | bit, Ordering::Relaxed);
-        d.head.summary.store(
-            d.head.summary.load(Ordering::Relaxed) | (1 << w),
-            Ordering::Relaxed,
-        );
+        d.head.summary.store(d.head.summary.load(Ordering::Relaxed) | (1 << w), Ordering::Relaxed);
         let free = d.head.free.load(Ordering::Relaxed) + 1;
         d.head.free.store(free, Ordering::Relaxed);
-        if free == 1 || free == at.info.blocks {
-            self.after_local_free(&at, free);
+        if free == 1 || free == at.blocks {
+            self.after_local_free(b, at.class, at.slab, free == at.blocks);
         }
         self.clear_log();
         Ok(())
@@ -347,36 +298,34 @@ impl<'a> SlabThread<'a> {
     /// T6 / T7, unless the slab is its class's current slab (which stays current).
     #[cold]
     #[inline(never)]
-    fn after_local_free(&self, at: &Located<'_>, free: u32) {
-        let (b, d) = (at.bracket, at.desc);
+    fn after_local_free(&self, b: Bracket, class: u32, slab: Slab, entirely_free: bool) {
+        let d = self.mem.desc(b, slab);
         let lists = self.rec.lists(b);
-        if lists.current[at.class as usize - 1]
-            .slab
-            .load(Ordering::Relaxed)
-            == at.slab.link()
-        {
+        if lists.current[class as usize - 1].slab.load(Ordering::Relaxed) == slab.link() {
             return;
         }
-        if free == at.info.blocks {
-            // T7: entirely free; back to the unsized list. It was on the sized list iff it had a
-            // free block before this one.
-            if free > 1 {
-                self.unlink_sized(b, at.class, d);
+        if entirely_free {
+            // T7: back to the unsized list. It was on the sized list iff it had a free block
+            // before this one.
+            if d.head.free.load(Ordering::Relaxed) > 1 {
+                self.unlink_sized(b, class, d);
             }
             d.head.class.store(0, Ordering::Relaxed);
-            self.push_unsized(b, at.slab, d);
+            d.head.size.store(0, Ordering::Relaxed);
+            self.push_unsized(b, slab, d);
             self.trim_cache(b);
         } else {
             // T6: Detached → Local-sized. A local free was never counted remotely, so the slab
             // cannot be claimed while we re-attach it.
-            self.link_sized(b, at.class, at.slab, d);
+            self.link_sized(b, class, slab, d);
         }
     }
 
     /// T10 / T8: a free of a block in a slab this thread does not own.
     #[cold]
     #[inline(never)]
-    fn free_remote(&self, at: &Located<'_>) -> Result<(), FreeError> {
+    fn free_remote(&self, ptr: *const u8) -> Result<(), FreeError> {
+        let at = &self.locate(ptr)?;
         if self.is_free(at) {
             return Err(FreeError::DoubleFree);
         }
@@ -399,6 +348,7 @@ impl<'a> SlabThread<'a> {
                 let d = at.desc;
                 d.head.owner.store(self.me(), Ordering::Relaxed);
                 d.head.class.store(0, Ordering::Relaxed);
+                d.head.size.store(0, Ordering::Relaxed);
                 self.push_unsized(b, at.slab, d);
                 ThreadRecord::bump(&self.rec.counters.claims);
                 self.trim_cache(b);
@@ -416,7 +366,7 @@ impl<'a> SlabThread<'a> {
         if self.is_free(&at) {
             return Err(FreeError::NotAllocated);
         }
-        Ok(at.info.size as usize)
+        Ok(at.size as usize)
     }
 
     /// T2: pops a slab from the global list onto this thread's unsized list.
@@ -436,10 +386,7 @@ impl<'a> SlabThread<'a> {
             self.clear_log();
             return Ok(false);
         };
-        let slab = mem
-            .link(b, link)
-            .map_err(AllocError::Corrupt)?
-            .ok_or(AllocError::Corrupt("popped null"))?;
+        let slab = mem.link(b, link).map_err(AllocError::Corrupt)?.ok_or(AllocError::Corrupt("popped null"))?;
         let d = mem.desc(b, slab);
         d.head.owner.store(self.me(), Ordering::Relaxed);
         self.push_unsized(b, slab, d);
@@ -455,40 +402,27 @@ impl<'a> SlabThread<'a> {
         let batch = mem.header.batch[b as usize];
         let capacity = mem.layout.bracket(b).capacity;
         let commit = mem.header.config().commit_on_grow;
-        let range = length::bump(
-            &mem.globals(b).length,
-            self.tag(version),
-            batch,
-            capacity,
-            |from, to| {
-                self.log(Redo::new(Op::Bump, b, from, version));
-                if commit {
-                    mem.commit(b, from, to)
-                        .map_err(|_| AllocError::OutOfMemory(b))?;
-                }
-                Ok(())
-            },
-        )?;
+        let range = length::bump(&mem.globals(b).length, self.tag(version), batch, capacity, |from, to| {
+            self.log(Redo::new(Op::Bump, b, from, version));
+            if commit {
+                mem.commit(b, from, to).map_err(|_| AllocError::OutOfMemory(b))?;
+            }
+            Ok(())
+        })?;
         let Some((from, to)) = range else {
             self.clear_log();
             return Err(AllocError::OutOfMemory(b));
         };
         mem.refresh_length(b);
-        mem.ensure_mapped(b, to)
-            .map_err(|_| AllocError::OutOfMemory(b))?;
+        mem.ensure_mapped(b, to).map_err(|_| AllocError::OutOfMemory(b))?;
         for index in (from..to).rev() {
-            let slab = mem
-                .slab(b, index)
-                .ok_or(AllocError::Corrupt("bumped slab beyond length"))?;
+            let slab = mem.slab(b, index).ok_or(AllocError::Corrupt("bumped slab beyond length"))?;
             let d = mem.desc(b, slab);
             d.head.owner.store(self.me(), Ordering::Relaxed);
             self.push_unsized(b, slab, d);
         }
         let counter = &self.rec.counters.slabs_bumped;
-        counter.store(
-            counter.load(Ordering::Relaxed) + u64::from(to - from),
-            Ordering::Relaxed,
-        );
+        counter.store(counter.load(Ordering::Relaxed) + u64::from(to - from), Ordering::Relaxed);
         self.clear_log();
         Ok(())
     }
@@ -506,29 +440,20 @@ impl<'a> SlabThread<'a> {
     fn release_unsized(&self, b: Bracket, keep: u32) {
         let lists = self.rec.lists(b);
         while lists.unsized_len.load(Ordering::Relaxed) > keep {
-            let Ok(Some(slab)) = self.mem.link(b, lists.unsized_head.load(Ordering::Relaxed))
-            else {
+            let Ok(Some(slab)) = self.mem.link(b, lists.unsized_head.load(Ordering::Relaxed)) else {
                 return;
             };
             let d = self.mem.desc(b, slab);
             let version = self.rec.next_version();
             self.log(Redo::new(Op::GlobalPush, b, slab.index(), version));
-            lists
-                .unsized_head
-                .store(d.head.next.load(Ordering::Relaxed), Ordering::Relaxed);
-            lists.unsized_len.store(
-                lists.unsized_len.load(Ordering::Relaxed) - 1,
-                Ordering::Relaxed,
-            );
+            lists.unsized_head.store(d.head.next.load(Ordering::Relaxed), Ordering::Relaxed);
+            lists.unsized_len.store(lists.unsized_len.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
             // The owner must be cleared before the slab is reachable by others (§14.3); the
             // push's Release CAS publishes it.
             d.head.owner.store(0, Ordering::Relaxed);
-            global_list::push(
-                &self.mem.globals(b).global_head,
-                self.tag(version),
-                slab.link(),
-                |next| d.head.next.store(next, Ordering::Relaxed),
-            );
+            global_list::push(&self.mem.globals(b).global_head, self.tag(version), slab.link(), |next| {
+                d.head.next.store(next, Ordering::Relaxed)
+            });
             ThreadRecord::bump(&self.rec.counters.global_pushes);
             self.clear_log();
         }
@@ -537,15 +462,9 @@ impl<'a> SlabThread<'a> {
     fn push_unsized(&self, b: Bracket, slab: Slab, d: Descriptor<'_>) {
         let lists = self.rec.lists(b);
         d.head.prev.store(0, Ordering::Relaxed);
-        d.head.next.store(
-            lists.unsized_head.load(Ordering::Relaxed),
-            Ordering::Relaxed,
-        );
+        d.head.next.store(lists.unsized_head.load(Ordering::Relaxed), Ordering::Relaxed);
         lists.unsized_head.store(slab.link(), Ordering::Relaxed);
-        lists.unsized_len.store(
-            lists.unsized_len.load(Ordering::Relaxed) + 1,
-            Ordering::Relaxed,
-        );
+        lists.unsized_len.store(lists.unsized_len.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
 
     fn link_sized(&self, b: Bracket, class: u32, slab: Slab, d: Descriptor<'_>) {
@@ -554,11 +473,7 @@ impl<'a> SlabThread<'a> {
         d.head.prev.store(0, Ordering::Relaxed);
         d.head.next.store(old, Ordering::Relaxed);
         if let Ok(Some(next)) = self.mem.link(b, old) {
-            self.mem
-                .desc(b, next)
-                .head
-                .prev
-                .store(slab.link(), Ordering::Relaxed);
+            self.mem.desc(b, next).head.prev.store(slab.link(), Ordering::Relaxed);
         }
         head.store(slab.link(), Ordering::Relaxed);
     }
@@ -579,13 +494,7 @@ impl<'a> SlabThread<'a> {
 
     /// The per-operation invariant check of the `validate` feature (O(bitset words)).
     #[cfg(feature = "validate")]
-    fn validate(
-        &self,
-        b: Bracket,
-        slab: Slab,
-        d: Descriptor<'_>,
-        info: &ClassInfo,
-    ) -> Result<(), &'static str> {
+    fn validate(&self, b: Bracket, slab: Slab, d: Descriptor<'_>, blocks: u32) -> Result<(), &'static str> {
         let free = d.head.free.load(Ordering::Relaxed);
         if free != d.count_free() {
             return Err("free count differs from bitset popcount");
@@ -593,7 +502,7 @@ impl<'a> SlabThread<'a> {
         if !d.summary_consistent() {
             return Err("summary word differs from bitset");
         }
-        if free > info.blocks {
+        if free > blocks {
             return Err("more free blocks than the class has");
         }
         if free > remote::count(self.mem.remote(b, slab)) {

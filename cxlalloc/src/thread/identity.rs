@@ -55,10 +55,7 @@ mod tests {
     fn an_exited_child_is_dead() {
         let child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
-        let holder = Holder {
-            pid,
-            start: start_time(pid).map_or(1, |t| (t as u32).max(1)),
-        };
+        let holder = Holder { pid, start: start_time(pid).map_or(1, |t| (t as u32).max(1)) };
         let mut child = child;
         child.wait().unwrap();
         assert!(!is_alive(holder));

@@ -12,7 +12,7 @@ use std::cell::Cell;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 
-use crate::class::{class_aligned, class_of, Bracket, LARGE_MAX};
+use crate::class::{class_aligned, class_of, Bracket, LARGE_MAX, SMALL_MAX};
 use crate::error::{AllocError, AttachError, FreeError};
 use crate::heap::Heap;
 use crate::protocol::lease;
@@ -69,10 +69,7 @@ pub(crate) fn attach(heap: &Heap) -> Result<ThreadHandle, AttachError> {
             });
         }
     }
-    Err(AttachError::SlotsExhausted {
-        slots,
-        dead: dead_slots(heap).len() as u32,
-    })
+    Err(AttachError::SlotsExhausted { slots, dead: dead_slots(heap).len() as u32 })
 }
 
 /// Slots whose holder process is gone (candidates for adoption by recovery).
@@ -80,8 +77,7 @@ pub(crate) fn dead_slots(heap: &Heap) -> Vec<u32> {
     let mem = heap.mem();
     (0..mem.layout.slots)
         .filter(|&s| {
-            Holder::unpack(mem.lease(s).holder.load(Ordering::Acquire))
-                .is_some_and(|h| !identity::is_alive(h))
+            Holder::unpack(mem.lease(s).holder.load(Ordering::Acquire)).is_some_and(|h| !identity::is_alive(h))
         })
         .collect()
 }
@@ -95,11 +91,7 @@ impl ThreadHandle {
     fn ops(&self) -> SlabThread<'_> {
         // SAFETY: the record lies in the heap's owned region, mapped as long as `self.heap` lives.
         let rec = unsafe { self.record.as_ref() };
-        SlabThread {
-            mem: self.heap.mem(),
-            slot: self.slot,
-            rec,
-        }
+        SlabThread { mem: self.heap.mem(), slot: self.slot, rec }
     }
 
     /// The heap this handle allocates from.
@@ -115,6 +107,16 @@ impl ThreadHandle {
     /// Allocates `size` bytes (uninitialized; contents are whatever the block last held).
     #[inline]
     pub fn alloc(&self, size: usize) -> Result<NonNull<u8>, AllocError> {
+        if size.wrapping_sub(1) < SMALL_MAX {
+            // A constant bracket lets the small fast path fold its geometry.
+            self.ops().alloc(Bracket::Small, size.div_ceil(8) as u32)
+        } else {
+            self.alloc_other(size)
+        }
+    }
+
+    #[inline(never)]
+    fn alloc_other(&self, size: usize) -> Result<NonNull<u8>, AllocError> {
         match class_of(size) {
             Some((b, class)) => self.ops().alloc(b, class),
             None if size == 0 => Err(AllocError::ZeroSize),
@@ -173,9 +175,7 @@ impl ThreadHandle {
         if new_size == 0 {
             return Err(AllocError::ZeroSize.into());
         }
-        let same_class = class_of(new_size)
-            .zip(class_of(old))
-            .is_some_and(|(a, b)| a == b);
+        let same_class = class_of(new_size).zip(class_of(old)).is_some_and(|(a, b)| a == b);
         if same_class {
             return Ok(ptr);
         }

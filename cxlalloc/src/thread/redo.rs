@@ -76,13 +76,7 @@ impl Redo {
     /// A record of `op` on `slab`.
     #[inline]
     pub fn new(op: Op, bracket: Bracket, slab: u32, arg: u32) -> Self {
-        Self {
-            op,
-            bracket,
-            flag: false,
-            arg,
-            slab,
-        }
+        Self { op, bracket, flag: false, arg, slab }
     }
 
     /// The same record with the flag set.
@@ -119,16 +113,9 @@ mod tests {
 
     #[test]
     fn every_op_round_trips() {
-        for op in [
-            Op::Bump,
-            Op::GlobalPop,
-            Op::Size,
-            Op::TakeWord,
-            Op::LocalFree,
-            Op::Retire,
-            Op::RemoteFree,
-            Op::GlobalPush,
-        ] {
+        for op in
+            [Op::Bump, Op::GlobalPop, Op::Size, Op::TakeWord, Op::LocalFree, Op::Retire, Op::RemoteFree, Op::GlobalPush]
+        {
             for b in Bracket::ALL {
                 let r = Redo::new(op, b, u32::MAX, (1 << 25) - 1).flagged();
                 assert_eq!(Redo::unpack(r.pack()), Some(r));
