@@ -1,1 +1,1095 @@
-//! C API (filled in below).
+//! C API: the functions declared in `include/cxlalloc.h`, exported from the static and shared
+//! libraries this crate builds.
+//!
+//! # Conventions
+//!
+//! * Handles are boxed Rust values handed to C as opaque pointers: [`CxlHeap`] wraps a [`Heap`],
+//!   [`CxlThread`] a [`ThreadHandle`]. `cxl_heap_close` / `cxl_thread_detach` drop them.
+//! * Every function except `cxl_last_error`, `cxl_last_error_message` and `cxl_strerror` sets the
+//!   calling thread's last error: [`ErrorCode::Ok`] on success, the failure's code and a message
+//!   otherwise. Failures also set `errno` ([`errno_of`]); successes leave `errno` alone.
+//! * A null handle is an error (`CXL_EINVAL`), never a crash. Dangling handles and pointers are
+//!   the caller's responsibility (the `# Safety` sections).
+//! * Nothing here panics: no `unwrap`, no indexing, no arithmetic that can overflow, and the
+//!   thread-local error slots are reached with `try_with` / `try_borrow_mut`. Should a panic
+//!   escape the library regardless, `extern "C"` functions abort the process rather than unwind
+//!   into C (Rust ≥ 1.81), so it is never undefined behaviour — only a crash, which the
+//!   library's policy (DESIGN §11) rules out on every public path.
+
+use std::cell::{Cell, RefCell};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::fmt;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::ptr::{self, NonNull};
+
+use crate::error::{AllocError, ErrorCode, FreeError, OffsetError, OpenError};
+use crate::heap::Heap;
+use crate::layout::{Coherence, Config};
+use crate::offset::Offset;
+use crate::sync::Ordering;
+use crate::thread::{ReallocError, ThreadHandle};
+
+// ---------------------------------------------------------------------------------------------
+// Types shared with C
+// ---------------------------------------------------------------------------------------------
+
+/// `cxl_heap_t`: an open heap. Opaque to C.
+#[derive(Debug)]
+pub struct CxlHeap {
+    heap: Heap,
+}
+
+/// `cxl_thread_t`: a thread's lease on one slot of a heap. Opaque to C. Like [`ThreadHandle`],
+/// it may move between threads but only one thread may use it at a time.
+#[derive(Debug)]
+pub struct CxlThread {
+    thread: ThreadHandle,
+}
+
+/// `cxl_config_t`: the C mirror of [`Config`]. Field order and types are fixed by the header.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CxlConfig {
+    /// [`Config::small_capacity`].
+    pub small_capacity: u64,
+    /// [`Config::large_capacity`].
+    pub large_capacity: u64,
+    /// [`Config::thread_slots`].
+    pub thread_slots: u32,
+    /// [`Config::small_batch`].
+    pub small_batch: u32,
+    /// [`Config::large_batch`].
+    pub large_batch: u32,
+    /// [`Config::cache_local`].
+    pub cache_local: u32,
+    /// [`Config::coherence`] as its `repr(u32)` value (`CXL_COHERENCE_*`).
+    pub coherence: u32,
+    /// [`Config::commit_on_grow`]; any non-zero value is true. An `int`, not a `bool`, so that no
+    /// C value can be an invalid Rust `bool`.
+    pub commit_on_grow: c_int,
+}
+
+// Pinned to the header's `cxl_config_t` (the C test asserts the same numbers).
+const _: () = assert!(std::mem::size_of::<CxlConfig>() == 40);
+const _: () = assert!(std::mem::align_of::<CxlConfig>() == 8);
+const _: () = assert!(std::mem::offset_of!(CxlConfig, thread_slots) == 16);
+const _: () = assert!(std::mem::offset_of!(CxlConfig, coherence) == 32);
+const _: () = assert!(std::mem::offset_of!(CxlConfig, commit_on_grow) == 36);
+
+// C shares one heap handle between threads; the wrappers inherit Send/Sync from the Rust types.
+const _: fn() = || {
+    fn shareable<T: Send + Sync>() {}
+    fn sendable<T: Send>() {}
+    shareable::<CxlHeap>();
+    sendable::<CxlThread>();
+};
+
+impl From<&Config> for CxlConfig {
+    fn from(c: &Config) -> Self {
+        Self {
+            small_capacity: c.small_capacity,
+            large_capacity: c.large_capacity,
+            thread_slots: c.thread_slots,
+            small_batch: c.small_batch,
+            large_batch: c.large_batch,
+            cache_local: c.cache_local,
+            coherence: c.coherence as u32,
+            commit_on_grow: c_int::from(c.commit_on_grow),
+        }
+    }
+}
+
+impl CxlConfig {
+    fn to_config(self) -> Result<Config, String> {
+        let coherence = match self.coherence {
+            x if x == Coherence::Full as u32 => Coherence::Full,
+            other => return Err(format!("unknown coherence model {other}")),
+        };
+        Ok(Config {
+            small_capacity: self.small_capacity,
+            large_capacity: self.large_capacity,
+            thread_slots: self.thread_slots,
+            small_batch: self.small_batch,
+            large_batch: self.large_batch,
+            cache_local: self.cache_local,
+            coherence,
+            commit_on_grow: self.commit_on_grow != 0,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Error codes and the thread-local last error
+// ---------------------------------------------------------------------------------------------
+
+/// Every [`ErrorCode`], in value order. The header's `CXL_OK` / `CXL_E*` constants are tested
+/// against this list.
+pub const ALL_CODES: [ErrorCode; 15] = [
+    ErrorCode::Ok,
+    ErrorCode::InvalidArgument,
+    ErrorCode::OutOfMemory,
+    ErrorCode::NotFound,
+    ErrorCode::AlreadyExists,
+    ErrorCode::BadHeap,
+    ErrorCode::Mismatch,
+    ErrorCode::SlotsExhausted,
+    ErrorCode::ForeignPointer,
+    ErrorCode::InteriorPointer,
+    ErrorCode::DoubleFree,
+    ErrorCode::NotAllocated,
+    ErrorCode::Corrupt,
+    ErrorCode::Unsupported,
+    ErrorCode::Io,
+];
+// A variant appended to `ErrorCode` without being listed here fails the build.
+const _: () = assert!(ALL_CODES.len() == ErrorCode::Io as usize + 1);
+
+/// The header's name for `code` and a one-line description (what `cxl_strerror` returns).
+/// Exhaustive: a new [`ErrorCode`] variant does not compile until it is named here.
+pub fn code_info(code: ErrorCode) -> (&'static str, &'static CStr) {
+    match code {
+        ErrorCode::Ok => ("CXL_OK", c"success"),
+        ErrorCode::InvalidArgument => ("CXL_EINVAL", c"invalid argument"),
+        ErrorCode::OutOfMemory => ("CXL_ENOMEM", c"out of memory"),
+        ErrorCode::NotFound => ("CXL_ENOTFOUND", c"heap not found"),
+        ErrorCode::AlreadyExists => ("CXL_EEXIST", c"heap already exists"),
+        ErrorCode::BadHeap => ("CXL_EBADHEAP", c"heap files corrupt, truncated, or not a heap"),
+        ErrorCode::Mismatch => ("CXL_EMISMATCH", c"heap parameters differ from those expected"),
+        ErrorCode::SlotsExhausted => ("CXL_ESLOTS_EXHAUSTED", c"all thread slots are leased"),
+        ErrorCode::ForeignPointer => ("CXL_EFOREIGN_POINTER", c"pointer does not belong to this heap"),
+        ErrorCode::InteriorPointer => ("CXL_EINTERIOR_POINTER", c"pointer is interior to a block"),
+        ErrorCode::DoubleFree => ("CXL_EDOUBLE_FREE", c"double free"),
+        ErrorCode::NotAllocated => ("CXL_ENOT_ALLOCATED", c"pointer is not an allocated block"),
+        ErrorCode::Corrupt => ("CXL_ECORRUPT", c"heap metadata corrupt"),
+        ErrorCode::Unsupported => ("CXL_EUNSUPPORTED", c"request not supported (allocation above 512 KiB)"),
+        ErrorCode::Io => ("CXL_EIO", c"operating-system error"),
+    }
+}
+
+/// The `errno` value a failure with `code` sets (allocation functions override it with
+/// `ENOMEM`, see [`alloc_failed`]; open failures carry the OS error where there is one).
+pub fn errno_of(code: ErrorCode) -> c_int {
+    match code {
+        ErrorCode::Ok => 0,
+        ErrorCode::OutOfMemory | ErrorCode::Unsupported => libc::ENOMEM,
+        ErrorCode::NotFound => libc::ENOENT,
+        ErrorCode::AlreadyExists => libc::EEXIST,
+        ErrorCode::SlotsExhausted => libc::EAGAIN,
+        ErrorCode::Corrupt | ErrorCode::Io => libc::EIO,
+        ErrorCode::InvalidArgument
+        | ErrorCode::BadHeap
+        | ErrorCode::Mismatch
+        | ErrorCode::ForeignPointer
+        | ErrorCode::InteriorPointer
+        | ErrorCode::DoubleFree
+        | ErrorCode::NotAllocated => libc::EINVAL,
+    }
+}
+
+thread_local! {
+    /// The calling thread's last error code (an [`ErrorCode`] value).
+    static LAST_CODE: Cell<i32> = const { Cell::new(ErrorCode::Ok as i32) };
+    /// The message of the calling thread's last failure; replaced by the next failure.
+    static LAST_MESSAGE: RefCell<Option<CString>> = const { RefCell::new(None) };
+}
+
+/// Records success. One thread-local store: cheap enough for the allocation fast path.
+#[inline]
+fn succeed() {
+    // An Err means the thread is tearing down its thread-locals; nothing is left to report to.
+    let _ = LAST_CODE.try_with(|c| c.set(ErrorCode::Ok as i32));
+}
+
+/// Records a failure of `func`: code, `errno`, and the message "`func`: `detail`".
+#[cold]
+#[inline(never)]
+fn fail(func: &str, code: ErrorCode, errno: c_int, detail: &dyn fmt::Display) {
+    nix::errno::Errno::set_raw(errno);
+    let _ = LAST_CODE.try_with(|c| c.set(code as i32));
+    let message = to_cstring(format!("{func}: {detail}"));
+    let _ = LAST_MESSAGE.try_with(|m| {
+        // Never contended: nothing on this thread holds the borrow across a call.
+        if let Ok(mut slot) = m.try_borrow_mut() {
+            *slot = Some(message);
+        }
+    });
+}
+
+/// `s` as a C string, with any interior NUL dropped.
+fn to_cstring(s: String) -> CString {
+    CString::new(s).unwrap_or_else(|e| {
+        let mut bytes = e.into_vec();
+        bytes.retain(|&b| b != 0);
+        CString::new(bytes).unwrap_or_default()
+    })
+}
+
+fn invalid(func: &str, detail: &dyn fmt::Display) {
+    fail(func, ErrorCode::InvalidArgument, libc::EINVAL, detail);
+}
+
+fn null_argument(func: &str, what: &str) {
+    invalid(func, &format_args!("{what} is NULL"));
+}
+
+fn open_failed(func: &str, e: &OpenError) {
+    let code = ErrorCode::from(e);
+    let errno = match e {
+        OpenError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+        OpenError::Map(errno) => *errno as c_int,
+        _ => errno_of(code),
+    };
+    fail(func, code, errno, e);
+}
+
+/// Allocation functions report every failure but a bad argument as `ENOMEM`, as C expects.
+fn alloc_failed(func: &str, e: &AllocError) {
+    let code = ErrorCode::from(e);
+    let errno = if code == ErrorCode::InvalidArgument { libc::EINVAL } else { libc::ENOMEM };
+    fail(func, code, errno, e);
+}
+
+fn free_failed(func: &str, e: &FreeError) {
+    let code = ErrorCode::from(e);
+    fail(func, code, errno_of(code), e);
+}
+
+fn offset_failed(func: &str, e: &OffsetError) {
+    let code = match e {
+        OffsetError::Null => ErrorCode::InvalidArgument,
+        OffsetError::OutOfBounds => ErrorCode::ForeignPointer,
+    };
+    fail(func, code, errno_of(code), e);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Argument conversion
+// ---------------------------------------------------------------------------------------------
+
+/// The heap behind `heap`, or `None` (recorded as `CXL_EINVAL`) if it is null.
+///
+/// # Safety
+///
+/// `heap` is null or a live pointer returned by a `cxl_heap_*` constructor.
+unsafe fn heap_ref<'a>(heap: *const CxlHeap, func: &str) -> Option<&'a Heap> {
+    // SAFETY: by the contract above, a non-null `heap` points to a live CxlHeap.
+    match unsafe { heap.as_ref() } {
+        Some(h) => Some(&h.heap),
+        None => {
+            null_argument(func, "heap");
+            None
+        }
+    }
+}
+
+/// The thread handle behind `thread`, or `None` (recorded as `CXL_EINVAL`) if it is null.
+///
+/// # Safety
+///
+/// `thread` is null or a live pointer returned by `cxl_thread_attach`, used by no other thread
+/// during this call.
+unsafe fn thread_ref<'a>(thread: *const CxlThread, func: &str) -> Option<&'a ThreadHandle> {
+    // SAFETY: by the contract above, a non-null `thread` points to a live CxlThread that no
+    // other thread is using.
+    match unsafe { thread.as_ref() } {
+        Some(t) => Some(&t.thread),
+        None => {
+            null_argument(func, "thread");
+            None
+        }
+    }
+}
+
+/// A heap name: non-null, NUL-terminated UTF-8.
+///
+/// # Safety
+///
+/// `name` is null or a NUL-terminated string valid for reads.
+unsafe fn name_arg<'a>(name: *const c_char, func: &str) -> Option<&'a str> {
+    if name.is_null() {
+        null_argument(func, "name");
+        return None;
+    }
+    // SAFETY: non-null, and NUL-terminated and readable by the contract above.
+    let bytes = unsafe { CStr::from_ptr(name) };
+    match bytes.to_str() {
+        Ok(s) => Some(s),
+        Err(_) => {
+            invalid(func, &"name is not valid UTF-8");
+            None
+        }
+    }
+}
+
+/// A directory path: non-null, NUL-terminated, any bytes.
+///
+/// # Safety
+///
+/// `path` is null or a NUL-terminated string valid for reads.
+unsafe fn path_arg<'a>(path: *const c_char, func: &str) -> Option<&'a Path> {
+    if path.is_null() {
+        null_argument(func, "path");
+        return None;
+    }
+    // SAFETY: non-null, and NUL-terminated and readable by the contract above.
+    let bytes = unsafe { CStr::from_ptr(path) };
+    Some(Path::new(std::ffi::OsStr::from_bytes(bytes.to_bytes())))
+}
+
+/// The configuration `cfg` describes, or the default one if `cfg` is null.
+///
+/// # Safety
+///
+/// `cfg` is null or points to a readable `cxl_config_t`.
+unsafe fn config_arg(cfg: *const CxlConfig, func: &str) -> Option<Config> {
+    // SAFETY: by the contract above, a non-null `cfg` is readable. `CxlConfig` has no invalid
+    // bit patterns (integers only), so any bytes C left there are a valid value.
+    let Some(c) = (unsafe { cfg.as_ref() }) else {
+        return Some(Config::default());
+    };
+    match c.to_config() {
+        Ok(config) => Some(config),
+        Err(msg) => {
+            invalid(func, &msg);
+            None
+        }
+    }
+}
+
+/// Boxes an opened heap for C, or records why it could not be opened.
+fn heap_result(func: &str, r: Result<Heap, OpenError>) -> *mut CxlHeap {
+    match r {
+        Ok(heap) => {
+            succeed();
+            Box::into_raw(Box::new(CxlHeap { heap }))
+        }
+        Err(e) => {
+            open_failed(func, &e);
+            ptr::null_mut()
+        }
+    }
+}
+
+fn unit_result(func: &str, r: Result<(), OpenError>) -> c_int {
+    match r {
+        Ok(()) => {
+            succeed();
+            ErrorCode::Ok as c_int
+        }
+        Err(e) => {
+            open_failed(func, &e);
+            ErrorCode::from(&e) as c_int
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------
+
+/// `int cxl_last_error(void)`: the calling thread's last error code.
+#[unsafe(no_mangle)]
+pub extern "C" fn cxl_last_error() -> c_int {
+    LAST_CODE.try_with(Cell::get).unwrap_or(ErrorCode::Ok as i32)
+}
+
+/// `const char* cxl_last_error_message(void)`: the message of the calling thread's last error
+/// ("success" when the last call succeeded). Never null. Valid until the next cxlalloc call on
+/// this thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn cxl_last_error_message() -> *const c_char {
+    let code = cxl_last_error();
+    if code == ErrorCode::Ok as c_int {
+        return c"success".as_ptr();
+    }
+    let stored = LAST_MESSAGE
+        .try_with(|m| m.try_borrow().ok().and_then(|slot| slot.as_ref().map(|s| s.as_ptr())))
+        .ok()
+        .flatten();
+    // The CString's buffer is not freed until the next failure replaces it.
+    stored.unwrap_or_else(|| cxl_strerror(code))
+}
+
+/// `const char* cxl_strerror(int code)`: a static description of `code`. Never null.
+#[unsafe(no_mangle)]
+pub extern "C" fn cxl_strerror(code: c_int) -> *const c_char {
+    match ALL_CODES.iter().find(|&&c| c as c_int == code) {
+        Some(&c) => code_info(c).1.as_ptr(),
+        None => c"unknown cxlalloc error code".as_ptr(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration and heaps
+// ---------------------------------------------------------------------------------------------
+
+/// `void cxl_config_default(cxl_config_t* cfg)`: fills `*cfg` with the defaults.
+///
+/// # Safety
+///
+/// `cfg` is null (recorded as `CXL_EINVAL`) or points to writable memory for a `cxl_config_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_config_default(cfg: *mut CxlConfig) {
+    if cfg.is_null() {
+        null_argument("cxl_config_default", "cfg");
+        return;
+    }
+    // SAFETY: non-null and writable by the contract above; `write` reads nothing old.
+    unsafe { cfg.write(CxlConfig::from(&Config::default())) };
+    succeed();
+}
+
+/// `cxl_heap_t* cxl_heap_create(const char* name, const cxl_config_t* cfg)`: creates the heap
+/// `name` in `/dev/shm`; fails with `CXL_EEXIST` if it exists. A null `cfg` means the defaults.
+///
+/// # Safety
+///
+/// `name` is null or a NUL-terminated string; `cfg` is null or points to a `cxl_config_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_heap_create(name: *const c_char, cfg: *const CxlConfig) -> *mut CxlHeap {
+    const F: &str = "cxl_heap_create";
+    // SAFETY: forwarded from this function's contract.
+    let Some(name) = (unsafe { name_arg(name, F) }) else {
+        return ptr::null_mut();
+    };
+    // SAFETY: forwarded from this function's contract.
+    let Some(config) = (unsafe { config_arg(cfg, F) }) else {
+        return ptr::null_mut();
+    };
+    heap_result(F, Heap::create(name, &config))
+}
+
+/// `cxl_heap_t* cxl_heap_open(const char* name)`: opens the existing heap `name`.
+///
+/// # Safety
+///
+/// `name` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_heap_open(name: *const c_char) -> *mut CxlHeap {
+    const F: &str = "cxl_heap_open";
+    // SAFETY: forwarded from this function's contract.
+    let Some(name) = (unsafe { name_arg(name, F) }) else {
+        return ptr::null_mut();
+    };
+    heap_result(F, Heap::open(name))
+}
+
+/// `cxl_heap_t* cxl_heap_open_or_create(const char* name, const cxl_config_t* cfg)`: opens the
+/// heap `name`, creating it with `cfg` (null: defaults) if absent; an existing heap must match
+/// `cfg` (`CXL_EMISMATCH`).
+///
+/// # Safety
+///
+/// `name` is null or a NUL-terminated string; `cfg` is null or points to a `cxl_config_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_heap_open_or_create(name: *const c_char, cfg: *const CxlConfig) -> *mut CxlHeap {
+    const F: &str = "cxl_heap_open_or_create";
+    // SAFETY: forwarded from this function's contract.
+    let Some(name) = (unsafe { name_arg(name, F) }) else {
+        return ptr::null_mut();
+    };
+    // SAFETY: forwarded from this function's contract.
+    let Some(config) = (unsafe { config_arg(cfg, F) }) else {
+        return ptr::null_mut();
+    };
+    heap_result(F, Heap::open_or_create(name, &config))
+}
+
+/// `int cxl_heap_unlink(const char* name)`: removes the heap `name`; processes that have it
+/// open keep using it. Returns `CXL_OK` or the error code.
+///
+/// # Safety
+///
+/// `name` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_heap_unlink(name: *const c_char) -> c_int {
+    const F: &str = "cxl_heap_unlink";
+    // SAFETY: forwarded from this function's contract.
+    let Some(name) = (unsafe { name_arg(name, F) }) else {
+        return ErrorCode::InvalidArgument as c_int;
+    };
+    unit_result(F, Heap::unlink(name))
+}
+
+/// `cxl_heap_t* cxl_heap_create_at(const char* path, const cxl_config_t* cfg)`: creates a heap
+/// in directory `path`, which must not exist.
+///
+/// # Safety
+///
+/// `path` is null or a NUL-terminated string; `cfg` is null or points to a `cxl_config_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_heap_create_at(path: *const c_char, cfg: *const CxlConfig) -> *mut CxlHeap {
+    const F: &str = "cxl_heap_create_at";
+    // SAFETY: forwarded from this function's contract.
+    let Some(path) = (unsafe { path_arg(path, F) }) else {
+        return ptr::null_mut();
+    };
+    // SAFETY: forwarded from this function's contract.
+    let Some(config) = (unsafe { config_arg(cfg, F) }) else {
+        return ptr::null_mut();
+    };
+    heap_result(F, Heap::create_at(path, &config))
+}
+
+/// `cxl_heap_t* cxl_heap_open_at(const char* path)`: opens the heap in directory `path`.
+///
+/// # Safety
+///
+/// `path` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_heap_open_at(path: *const c_char) -> *mut CxlHeap {
+    const F: &str = "cxl_heap_open_at";
+    // SAFETY: forwarded from this function's contract.
+    let Some(path) = (unsafe { path_arg(path, F) }) else {
+        return ptr::null_mut();
+    };
+    heap_result(F, Heap::open_at(path))
+}
+
+/// `cxl_heap_t* cxl_heap_open_or_create_at(const char* path, const cxl_config_t* cfg)`: as
+/// [`cxl_heap_open_or_create`], for a directory.
+///
+/// # Safety
+///
+/// `path` is null or a NUL-terminated string; `cfg` is null or points to a `cxl_config_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_heap_open_or_create_at(path: *const c_char, cfg: *const CxlConfig) -> *mut CxlHeap {
+    const F: &str = "cxl_heap_open_or_create_at";
+    // SAFETY: forwarded from this function's contract.
+    let Some(path) = (unsafe { path_arg(path, F) }) else {
+        return ptr::null_mut();
+    };
+    // SAFETY: forwarded from this function's contract.
+    let Some(config) = (unsafe { config_arg(cfg, F) }) else {
+        return ptr::null_mut();
+    };
+    heap_result(F, Heap::open_or_create_at(path, &config))
+}
+
+/// `int cxl_heap_unlink_at(const char* path)`: removes the heap directory `path`.
+///
+/// # Safety
+///
+/// `path` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_heap_unlink_at(path: *const c_char) -> c_int {
+    const F: &str = "cxl_heap_unlink_at";
+    // SAFETY: forwarded from this function's contract.
+    let Some(path) = (unsafe { path_arg(path, F) }) else {
+        return ErrorCode::InvalidArgument as c_int;
+    };
+    unit_result(F, Heap::unlink_at(path))
+}
+
+/// `cxl_heap_t* cxl_heap_anonymous(const cxl_config_t* cfg)`: a private heap in anonymous
+/// memory, for this process only.
+///
+/// # Safety
+///
+/// `cfg` is null or points to a `cxl_config_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_heap_anonymous(cfg: *const CxlConfig) -> *mut CxlHeap {
+    const F: &str = "cxl_heap_anonymous";
+    // SAFETY: forwarded from this function's contract.
+    let Some(config) = (unsafe { config_arg(cfg, F) }) else {
+        return ptr::null_mut();
+    };
+    heap_result(F, Heap::anonymous(&config))
+}
+
+/// `void cxl_heap_close(cxl_heap_t* heap)`: drops the handle. Thread handles attached to the
+/// heap stay valid; the mapping lives until the last of them is detached. Null is a no-op.
+///
+/// # Safety
+///
+/// `heap` is null or a live heap handle, which no other thread is using and which is not used
+/// again.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_heap_close(heap: *mut CxlHeap) {
+    if !heap.is_null() {
+        // SAFETY: by the contract above, `heap` came from Box::into_raw in `heap_result` and
+        // ownership returns to us here, once.
+        drop(unsafe { Box::from_raw(heap) });
+    }
+    succeed();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Threads
+// ---------------------------------------------------------------------------------------------
+
+/// `cxl_thread_t* cxl_thread_attach(cxl_heap_t* heap)`: leases a thread slot of `heap` for the
+/// caller (`CXL_ESLOTS_EXHAUSTED` when none is free).
+///
+/// # Safety
+///
+/// `heap` is null or a live heap handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_thread_attach(heap: *const CxlHeap) -> *mut CxlThread {
+    const F: &str = "cxl_thread_attach";
+    // SAFETY: forwarded from this function's contract.
+    let Some(heap) = (unsafe { heap_ref(heap, F) }) else {
+        return ptr::null_mut();
+    };
+    match heap.attach() {
+        Ok(thread) => {
+            succeed();
+            Box::into_raw(Box::new(CxlThread { thread }))
+        }
+        Err(e) => {
+            let code = ErrorCode::SlotsExhausted;
+            fail(F, code, errno_of(code), &e);
+            ptr::null_mut()
+        }
+    }
+}
+
+/// `void cxl_thread_detach(cxl_thread_t* thread)`: releases the slot (its cached empty slabs go
+/// back to the heap). Blocks allocated through it stay allocated. Null is a no-op.
+///
+/// # Safety
+///
+/// `thread` is null or a live thread handle, which no other thread is using and which is not
+/// used again.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_thread_detach(thread: *mut CxlThread) {
+    if !thread.is_null() {
+        // SAFETY: by the contract above, `thread` came from Box::into_raw in
+        // `cxl_thread_attach` and ownership returns to us here, once.
+        drop(unsafe { Box::from_raw(thread) });
+    }
+    succeed();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Allocation
+// ---------------------------------------------------------------------------------------------
+
+fn alloc_result(func: &str, r: Result<NonNull<u8>, AllocError>) -> *mut c_void {
+    match r {
+        Ok(p) => {
+            succeed();
+            p.as_ptr().cast()
+        }
+        Err(e) => {
+            alloc_failed(func, &e);
+            ptr::null_mut()
+        }
+    }
+}
+
+/// `void* cxl_malloc(cxl_thread_t* thread, size_t size)`: `size` bytes, uninitialized. Null on
+/// failure: `CXL_EINVAL`/`EINVAL` for size 0, `CXL_EUNSUPPORTED`/`ENOMEM` above 512 KiB,
+/// `CXL_ENOMEM`/`ENOMEM` when the heap is full.
+///
+/// # Safety
+///
+/// `thread` is null or a live thread handle that no other thread is using.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_malloc(thread: *mut CxlThread, size: usize) -> *mut c_void {
+    const F: &str = "cxl_malloc";
+    // SAFETY: forwarded from this function's contract.
+    let Some(t) = (unsafe { thread_ref(thread, F) }) else {
+        return ptr::null_mut();
+    };
+    alloc_result(F, t.alloc(size))
+}
+
+/// `void* cxl_calloc(cxl_thread_t* thread, size_t count, size_t size)`: `count * size` zeroed
+/// bytes. An overflowing product fails with `CXL_ENOMEM`/`ENOMEM`.
+///
+/// # Safety
+///
+/// `thread` is null or a live thread handle that no other thread is using.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_calloc(thread: *mut CxlThread, count: usize, size: usize) -> *mut c_void {
+    const F: &str = "cxl_calloc";
+    // SAFETY: forwarded from this function's contract.
+    let Some(t) = (unsafe { thread_ref(thread, F) }) else {
+        return ptr::null_mut();
+    };
+    alloc_result(F, t.alloc_array_zeroed(count, size))
+}
+
+/// `void* cxl_realloc(cxl_thread_t* thread, void* ptr, size_t size)`: C `realloc`. Null `ptr`:
+/// `cxl_malloc(size)`. Size 0: frees `ptr` and returns null (the last error is `CXL_OK` when
+/// the free succeeded). Otherwise `ptr` is validated before anything is copied; on any failure
+/// null is returned and `ptr` is untouched and still allocated.
+///
+/// # Safety
+///
+/// `thread` is null or a live thread handle that no other thread is using; `ptr` is null or
+/// any pointer (a block of this heap, or not: foreign pointers are detected) whose block no
+/// other thread frees or reallocates concurrently.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_realloc(thread: *mut CxlThread, ptr: *mut c_void, size: usize) -> *mut c_void {
+    const F: &str = "cxl_realloc";
+    // SAFETY: forwarded from this function's contract.
+    let Some(t) = (unsafe { thread_ref(thread, F) }) else {
+        return ptr::null_mut();
+    };
+    let Some(old) = NonNull::new(ptr.cast::<u8>()) else {
+        return alloc_result(F, t.alloc(size));
+    };
+    if size == 0 {
+        match t.free(old) {
+            Ok(()) => succeed(),
+            Err(e) => free_failed(F, &e),
+        }
+        return ptr::null_mut();
+    }
+    match t.realloc(old, size) {
+        Ok(p) => {
+            succeed();
+            p.as_ptr().cast()
+        }
+        Err(ReallocError::Free(e)) => {
+            free_failed(F, &e);
+            ptr::null_mut()
+        }
+        Err(ReallocError::Alloc(e)) => {
+            alloc_failed(F, &e);
+            ptr::null_mut()
+        }
+    }
+}
+
+/// `void* cxl_aligned_alloc(cxl_thread_t* thread, size_t alignment, size_t size)`: C11
+/// `aligned_alloc` (alignment first). `alignment` must be a power of two (`CXL_EINVAL`); `size`
+/// need not be a multiple of it.
+///
+/// # Safety
+///
+/// `thread` is null or a live thread handle that no other thread is using.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_aligned_alloc(thread: *mut CxlThread, alignment: usize, size: usize) -> *mut c_void {
+    const F: &str = "cxl_aligned_alloc";
+    // SAFETY: forwarded from this function's contract.
+    let Some(t) = (unsafe { thread_ref(thread, F) }) else {
+        return ptr::null_mut();
+    };
+    alloc_result(F, t.alloc_aligned(size, alignment))
+}
+
+/// `int cxl_free(cxl_thread_t* thread, void* ptr)`: frees a block allocated by any thread of
+/// any process from this heap. Null `ptr` is a no-op. Returns `CXL_OK` or the error code
+/// (foreign, interior, double free, ...), in which case the heap is untouched.
+///
+/// # Safety
+///
+/// `thread` is null or a live thread handle that no other thread is using; `ptr` is null or any
+/// pointer whose block no other thread frees or reallocates concurrently.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_free(thread: *mut CxlThread, ptr: *mut c_void) -> c_int {
+    const F: &str = "cxl_free";
+    // SAFETY: forwarded from this function's contract.
+    let Some(t) = (unsafe { thread_ref(thread, F) }) else {
+        return ErrorCode::InvalidArgument as c_int;
+    };
+    let Some(p) = NonNull::new(ptr.cast::<u8>()) else {
+        succeed();
+        return ErrorCode::Ok as c_int;
+    };
+    match t.free(p) {
+        Ok(()) => {
+            succeed();
+            ErrorCode::Ok as c_int
+        }
+        Err(e) => {
+            free_failed(F, &e);
+            ErrorCode::from(&e) as c_int
+        }
+    }
+}
+
+/// `size_t cxl_usable_size(cxl_thread_t* thread, const void* ptr)`: the usable size of an
+/// allocated block; 0 for null `ptr` (not an error) and on error.
+///
+/// # Safety
+///
+/// `thread` is null or a live thread handle that no other thread is using.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_usable_size(thread: *mut CxlThread, ptr: *const c_void) -> usize {
+    const F: &str = "cxl_usable_size";
+    // SAFETY: forwarded from this function's contract.
+    let Some(t) = (unsafe { thread_ref(thread, F) }) else {
+        return 0;
+    };
+    let Some(p) = NonNull::new(ptr.cast::<u8>().cast_mut()) else {
+        succeed();
+        return 0;
+    };
+    match t.usable_size(p) {
+        Ok(n) => {
+            succeed();
+            n
+        }
+        Err(e) => {
+            free_failed(F, &e);
+            0
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Offsets and roots
+// ---------------------------------------------------------------------------------------------
+
+/// `uint64_t cxl_offset_of(const cxl_heap_t* heap, const void* ptr)`: the offset of `ptr`,
+/// which must point into the heap's block data; 0 on error (`CXL_EINVAL` for null,
+/// `CXL_EFOREIGN_POINTER` outside the heap).
+///
+/// # Safety
+///
+/// `heap` is null or a live heap handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_offset_of(heap: *const CxlHeap, ptr: *const c_void) -> u64 {
+    const F: &str = "cxl_offset_of";
+    // SAFETY: forwarded from this function's contract.
+    let Some(h) = (unsafe { heap_ref(heap, F) }) else {
+        return 0;
+    };
+    match h.offset_of(ptr.cast::<u8>()) {
+        Ok(off) => {
+            succeed();
+            off.raw()
+        }
+        Err(e) => {
+            offset_failed(F, &e);
+            0
+        }
+    }
+}
+
+/// `void* cxl_pointer(const cxl_heap_t* heap, uint64_t offset)`: the address of `offset` in this
+/// process's mapping of the heap; null on error (`CXL_EINVAL` for offset 0,
+/// `CXL_EFOREIGN_POINTER` outside the heap's block data).
+///
+/// # Safety
+///
+/// `heap` is null or a live heap handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_pointer(heap: *const CxlHeap, offset: u64) -> *mut c_void {
+    const F: &str = "cxl_pointer";
+    // SAFETY: forwarded from this function's contract.
+    let Some(h) = (unsafe { heap_ref(heap, F) }) else {
+        return ptr::null_mut();
+    };
+    match h.pointer(Offset::<u8>::from_raw(offset)) {
+        Ok(p) => {
+            succeed();
+            p.as_ptr().cast()
+        }
+        Err(e) => {
+            offset_failed(F, &e);
+            ptr::null_mut()
+        }
+    }
+}
+
+fn bad_root(func: &str, index: c_uint) {
+    invalid(func, &format_args!("root index {index} is not below {}", Heap::ROOTS));
+}
+
+/// `uint64_t cxl_root_load(const cxl_heap_t* heap, unsigned index)`: application root `index`
+/// (< `CXL_ROOTS`); 0 on error (`CXL_EINVAL`), so check `cxl_last_error` when 0 is ambiguous.
+///
+/// # Safety
+///
+/// `heap` is null or a live heap handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_root_load(heap: *const CxlHeap, index: c_uint) -> u64 {
+    const F: &str = "cxl_root_load";
+    // SAFETY: forwarded from this function's contract.
+    let Some(h) = (unsafe { heap_ref(heap, F) }) else {
+        return 0;
+    };
+    match h.root(index as usize) {
+        Some(root) => {
+            succeed();
+            // Acquire: pairs with the AcqRel of the `cxl_root_cas` that stored the value, so
+            // the block the root names is seen as its writer left it.
+            root.load(Ordering::Acquire)
+        }
+        None => {
+            bad_root(F, index);
+            0
+        }
+    }
+}
+
+/// `bool cxl_root_cas(const cxl_heap_t* heap, unsigned index, uint64_t* expected,
+/// uint64_t desired)`: C11 `atomic_compare_exchange_strong` on root `index`. True if the root
+/// held `*expected` and now holds `desired`; false otherwise, with the current value written to
+/// `*expected`. Invalid arguments also return false (`CXL_EINVAL`), leaving `*expected` alone.
+///
+/// # Safety
+///
+/// `heap` is null or a live heap handle; `expected` is null or points to a readable and
+/// writable `uint64_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_root_cas(heap: *const CxlHeap, index: c_uint, expected: *mut u64, desired: u64) -> bool {
+    const F: &str = "cxl_root_cas";
+    // SAFETY: forwarded from this function's contract.
+    let Some(h) = (unsafe { heap_ref(heap, F) }) else {
+        return false;
+    };
+    // SAFETY: by the contract above, a non-null `expected` is readable and writable, and C
+    // holds no other reference to it during this call.
+    let Some(expected) = (unsafe { expected.as_mut() }) else {
+        null_argument(F, "expected");
+        return false;
+    };
+    let Some(root) = h.root(index as usize) else {
+        bad_root(F, index);
+        return false;
+    };
+    succeed();
+    // AcqRel: Release publishes the caller's writes to the block `desired` names (pairs with
+    // the Acquire in `cxl_root_load` and in a later CAS); Acquire on success and failure gives
+    // the same guarantee for the value read.
+    match root.compare_exchange(*expected, desired, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => true,
+        Err(current) => {
+            *expected = current;
+            false
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checker
+// ---------------------------------------------------------------------------------------------
+
+/// `int cxl_heap_check(const cxl_heap_t* heap, size_t* problems_out)`: runs the checker on a
+/// quiescent heap and stores the number of problems found in `*problems_out` (if non-null).
+/// Returns `CXL_OK`, or `CXL_EINVAL` for a null heap.
+///
+/// # Safety
+///
+/// `heap` is null or a live heap handle; `problems_out` is null or points to a writable
+/// `size_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_heap_check(heap: *const CxlHeap, problems_out: *mut usize) -> c_int {
+    const F: &str = "cxl_heap_check";
+    // SAFETY: forwarded from this function's contract.
+    let Some(h) = (unsafe { heap_ref(heap, F) }) else {
+        return ErrorCode::InvalidArgument as c_int;
+    };
+    let report = h.check();
+    // SAFETY: by the contract above, a non-null `problems_out` is writable.
+    if let Some(out) = unsafe { problems_out.as_mut() } {
+        *out = report.problems.len();
+    }
+    succeed();
+    ErrorCode::Ok as c_int
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str = include_str!("../include/cxlalloc.h");
+
+    /// `(name, value)` of every `#define NAME VALUE` in the header whose value is an integer.
+    fn header_defines() -> Vec<(String, i64)> {
+        HEADER
+            .lines()
+            .filter_map(|line| {
+                let mut words = line.split_whitespace();
+                if words.next()? != "#define" {
+                    return None;
+                }
+                let name = words.next()?;
+                let value = words.next()?.trim_start_matches('(').trim_end_matches(')').trim_end_matches(['u', 'U']);
+                Some((name.to_string(), value.parse().ok()?))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn header_error_codes_match_error_code() {
+        let defines: Vec<_> =
+            header_defines().into_iter().filter(|(name, _)| name == "CXL_OK" || name.starts_with("CXL_E")).collect();
+        for code in ALL_CODES {
+            let name = code_info(code).0;
+            let found: Vec<_> = defines.iter().filter(|(n, _)| n == name).collect();
+            assert_eq!(found.len(), 1, "{name} must be defined exactly once in cxlalloc.h");
+            assert_eq!(found[0].1, code as i64, "{name} in cxlalloc.h differs from ErrorCode::{code:?}");
+        }
+        for (name, _) in &defines {
+            assert!(
+                ALL_CODES.iter().any(|&c| code_info(c).0 == name),
+                "cxlalloc.h defines {name}, which is no ErrorCode"
+            );
+        }
+    }
+
+    #[test]
+    fn header_constants_match_rust() {
+        let defines = header_defines();
+        let get = |n: &str| defines.iter().find(|(name, _)| name == n).map(|&(_, v)| v);
+        assert_eq!(get("CXL_ROOTS"), Some(Heap::ROOTS as i64));
+        assert_eq!(get("CXL_COHERENCE_FULL"), Some(Coherence::Full as i64));
+    }
+
+    #[test]
+    fn all_codes_are_in_value_order() {
+        for (i, c) in ALL_CODES.iter().enumerate() {
+            assert_eq!(*c as usize, i);
+        }
+    }
+
+    #[test]
+    fn config_round_trips_through_c_struct() {
+        let c = Config::with_capacity(1 << 30);
+        assert_eq!(CxlConfig::from(&c).to_config(), Ok(c));
+        let bad = CxlConfig { coherence: 99, ..CxlConfig::from(&Config::default()) };
+        assert!(bad.to_config().is_err());
+    }
+
+    #[test]
+    fn null_handles_are_errors_not_crashes() {
+        // SAFETY: every handle passed is null, which each function accepts.
+        unsafe {
+            assert!(cxl_malloc(ptr::null_mut(), 8).is_null());
+            assert_eq!(cxl_last_error(), ErrorCode::InvalidArgument as c_int);
+            assert_eq!(cxl_free(ptr::null_mut(), ptr::null_mut()), ErrorCode::InvalidArgument as c_int);
+            assert!(cxl_thread_attach(ptr::null()).is_null());
+            assert_eq!(cxl_root_load(ptr::null(), 0), 0);
+            assert_eq!(cxl_heap_check(ptr::null(), ptr::null_mut()), ErrorCode::InvalidArgument as c_int);
+            let msg = CStr::from_ptr(cxl_last_error_message()).to_string_lossy().into_owned();
+            assert!(msg.contains("cxl_heap_check") && msg.contains("NULL"), "{msg}");
+            cxl_heap_close(ptr::null_mut());
+            cxl_thread_detach(ptr::null_mut());
+            assert_eq!(cxl_last_error(), ErrorCode::Ok as c_int);
+        }
+    }
+
+    #[test]
+    fn anonymous_heap_through_c_api() {
+        let cfg = CxlConfig::from(&Config::with_capacity(64 << 20));
+        // SAFETY: handles come from the constructors and are used on this thread only.
+        unsafe {
+            let h = cxl_heap_anonymous(&cfg);
+            assert!(!h.is_null());
+            let t = cxl_thread_attach(h);
+            assert!(!t.is_null());
+            let p = cxl_malloc(t, 100);
+            assert!(!p.is_null());
+            assert!(cxl_usable_size(t, p) >= 100);
+            let off = cxl_offset_of(h, p);
+            assert_eq!(cxl_pointer(h, off), p);
+            assert_eq!(cxl_free(t, p), 0);
+            assert!(cxl_malloc(t, (512 << 10) + 1).is_null());
+            assert_eq!(cxl_last_error(), ErrorCode::Unsupported as c_int);
+            assert_eq!(nix::errno::Errno::last_raw(), libc::ENOMEM);
+            let mut problems = usize::MAX;
+            assert_eq!(cxl_heap_check(h, &mut problems), 0);
+            assert_eq!(problems, 0);
+            cxl_thread_detach(t);
+            cxl_heap_close(h);
+        }
+    }
+}

@@ -5,9 +5,7 @@ use std::path::PathBuf;
 use std::ptr::NonNull;
 
 use cxlalloc::class::Bracket;
-use cxlalloc::{
-    AllocError, AttachError, Config, FreeError, Heap, OffsetError, OpenError, ReallocError,
-};
+use cxlalloc::{AllocError, AttachError, Config, FreeError, Heap, OffsetError, OpenError, ReallocError};
 
 fn small_heap() -> Heap {
     Heap::anonymous(&Config::with_capacity(32 << 20)).unwrap()
@@ -43,14 +41,8 @@ fn a_pointer_outside_the_heap_is_foreign() {
     let t = heap.attach().unwrap();
     let mut on_stack = 0u64;
     let boxed = Box::new(7u64);
-    assert_eq!(
-        t.free(NonNull::from(&mut on_stack).cast()),
-        Err(FreeError::ForeignPointer)
-    );
-    assert_eq!(
-        t.free(NonNull::from(&*boxed).cast()),
-        Err(FreeError::ForeignPointer)
-    );
+    assert_eq!(t.free(NonNull::from(&mut on_stack).cast()), Err(FreeError::ForeignPointer));
+    assert_eq!(t.free(NonNull::from(&*boxed).cast()), Err(FreeError::ForeignPointer));
     assert_clean(&heap);
 }
 
@@ -60,10 +52,7 @@ fn a_pointer_beyond_the_heap_length_is_foreign() {
     let t = heap.attach().unwrap();
     let p = t.alloc(16).unwrap();
     let beyond = unsafe { p.as_ptr().add(16 << 20) };
-    assert_eq!(
-        t.free(NonNull::new(beyond).unwrap()),
-        Err(FreeError::ForeignPointer)
-    );
+    assert_eq!(t.free(NonNull::new(beyond).unwrap()), Err(FreeError::ForeignPointer));
     t.free(p).unwrap();
     assert_clean(&heap);
 }
@@ -121,11 +110,7 @@ fn a_remote_double_free_is_detected() {
     let p = owner.alloc(48).unwrap();
     other.free(p).unwrap();
     assert_eq!(other.free(p), Err(FreeError::DoubleFree));
-    assert_eq!(
-        owner.free(p),
-        Err(FreeError::DoubleFree),
-        "the owner must not re-add a remotely freed block"
-    );
+    assert_eq!(owner.free(p), Err(FreeError::DoubleFree), "the owner must not re-add a remotely freed block");
     owner.free(keep).unwrap();
     assert_clean(&heap);
 }
@@ -148,18 +133,9 @@ fn zero_and_overflowing_sizes_are_errors() {
     let heap = small_heap();
     let t = heap.attach().unwrap();
     assert_eq!(t.alloc(0), Err(AllocError::ZeroSize));
-    assert_eq!(
-        t.alloc_array_zeroed(usize::MAX / 2, 3),
-        Err(AllocError::Overflow)
-    );
-    assert_eq!(
-        t.alloc(usize::MAX),
-        Err(AllocError::Unsupported(usize::MAX))
-    );
-    assert_eq!(
-        t.alloc((512 << 10) + 1),
-        Err(AllocError::Unsupported((512 << 10) + 1))
-    );
+    assert_eq!(t.alloc_array_zeroed(usize::MAX / 2, 3), Err(AllocError::Overflow));
+    assert_eq!(t.alloc(usize::MAX), Err(AllocError::Unsupported(usize::MAX)));
+    assert_eq!(t.alloc((512 << 10) + 1), Err(AllocError::Unsupported((512 << 10) + 1)));
     assert_clean(&heap);
 }
 
@@ -183,10 +159,7 @@ fn aligned_allocations_are_aligned_without_padding() {
             t.free(p).unwrap();
         }
     }
-    assert!(matches!(
-        t.alloc_aligned(8, 1 << 20),
-        Err(AllocError::Unsupported(_))
-    ));
+    assert!(matches!(t.alloc_aligned(8, 1 << 20), Err(AllocError::Unsupported(_))));
     assert_clean(&heap);
 }
 
@@ -195,10 +168,7 @@ fn realloc_of_a_bad_pointer_copies_nothing_and_fails() {
     let heap = small_heap();
     let t = heap.attach().unwrap();
     let mut x = 0u64;
-    assert_eq!(
-        t.realloc(NonNull::from(&mut x).cast(), 100),
-        Err(ReallocError::Free(FreeError::ForeignPointer))
-    );
+    assert_eq!(t.realloc(NonNull::from(&mut x).cast(), 100), Err(ReallocError::Free(FreeError::ForeignPointer)));
     let p = t.alloc(16).unwrap();
     t.free(p).unwrap();
     assert!(t.realloc(p, 100).is_err());
@@ -210,33 +180,20 @@ fn realloc_preserves_contents_across_classes_and_brackets() {
     let heap = small_heap();
     let t = heap.attach().unwrap();
     let mut p = t.alloc(10).unwrap();
-    unsafe {
-        p.as_ptr()
-            .copy_from_nonoverlapping(b"0123456789".as_ptr(), 10)
-    };
+    unsafe { p.as_ptr().copy_from_nonoverlapping(b"0123456789".as_ptr(), 10) };
     for size in [12, 100, 2000, 300_000, 40, 10] {
         p = t.realloc(p, size).unwrap();
-        assert_eq!(
-            unsafe { std::slice::from_raw_parts(p.as_ptr(), 10) },
-            b"0123456789"
-        );
+        assert_eq!(unsafe { std::slice::from_raw_parts(p.as_ptr(), 10) }, b"0123456789");
     }
-    assert_eq!(
-        t.realloc(p, 0),
-        Err(ReallocError::Alloc(AllocError::ZeroSize))
-    );
+    assert_eq!(t.realloc(p, 0), Err(ReallocError::Alloc(AllocError::ZeroSize)));
     t.free(p).unwrap();
     assert_clean(&heap);
 }
 
 #[test]
 fn an_exhausted_heap_returns_out_of_memory_and_recovers_after_frees() {
-    let heap = Heap::anonymous(&Config {
-        small_capacity: 4 << 15,
-        large_capacity: 2 << 19,
-        ..Config::default()
-    })
-    .unwrap();
+    let heap =
+        Heap::anonymous(&Config { small_capacity: 4 << 15, large_capacity: 2 << 19, ..Config::default() }).unwrap();
     let t = heap.attach().unwrap();
     let mut blocks = Vec::new();
     let err = loop {
@@ -252,26 +209,16 @@ fn an_exhausted_heap_returns_out_of_memory_and_recovers_after_frees() {
     for p in blocks.drain(..32) {
         t.free(p).unwrap();
     }
-    assert!(
-        t.alloc(8).is_ok(),
-        "a slab freed entirely serves another class"
-    );
+    assert!(t.alloc(8).is_ok(), "a slab freed entirely serves another class");
     assert_clean(&heap);
 }
 
 #[test]
 fn exhausted_thread_slots_are_a_clear_error() {
-    let heap = Heap::anonymous(&Config {
-        thread_slots: 2,
-        ..Config::with_capacity(8 << 20)
-    })
-    .unwrap();
+    let heap = Heap::anonymous(&Config { thread_slots: 2, ..Config::with_capacity(8 << 20) }).unwrap();
     let a = heap.attach().unwrap();
     let _b = heap.attach().unwrap();
-    assert_eq!(
-        heap.attach().unwrap_err(),
-        AttachError::SlotsExhausted { slots: 2, dead: 0 }
-    );
+    assert_eq!(heap.attach().unwrap_err(), AttachError::SlotsExhausted { slots: 2, dead: 0 });
     drop(a);
     assert!(heap.attach().is_ok(), "a detached slot can be leased again");
 }
@@ -284,18 +231,9 @@ fn offsets_outside_the_heap_are_refused() {
     let off = heap.offset_of(p.as_ptr()).unwrap();
     assert_eq!(heap.pointer(off).unwrap(), p);
     let x = 0u64;
-    assert_eq!(
-        heap.offset_of(&x as *const u64),
-        Err(OffsetError::OutOfBounds)
-    );
-    assert_eq!(
-        heap.pointer(cxlalloc::Offset::<u8>::NULL),
-        Err(OffsetError::Null)
-    );
-    assert_eq!(
-        heap.pointer(cxlalloc::Offset::<u8>::from_raw(u64::MAX)),
-        Err(OffsetError::OutOfBounds)
-    );
+    assert_eq!(heap.offset_of(&x as *const u64), Err(OffsetError::OutOfBounds));
+    assert_eq!(heap.pointer(cxlalloc::Offset::<u8>::NULL), Err(OffsetError::Null));
+    assert_eq!(heap.pointer(cxlalloc::Offset::<u8>::from_raw(u64::MAX)), Err(OffsetError::OutOfBounds));
     assert_eq!(
         heap.pointer(cxlalloc::Offset::<u8>::from_raw(8)),
         Err(OffsetError::OutOfBounds),
@@ -303,11 +241,7 @@ fn offsets_outside_the_heap_are_refused() {
     );
     assert_eq!(heap.pointer(off.cast::<u64>().cast::<u8>()), Ok(p));
     let odd = cxlalloc::Offset::<u64>::from_raw(off.raw() + 1);
-    assert_eq!(
-        heap.pointer(odd),
-        Err(OffsetError::OutOfBounds),
-        "misaligned for u64"
-    );
+    assert_eq!(heap.pointer(odd), Err(OffsetError::OutOfBounds), "misaligned for u64");
     assert!(heap.root(Heap::ROOTS).is_none());
     t.free(p).unwrap();
 }
@@ -316,19 +250,13 @@ fn offsets_outside_the_heap_are_refused() {
 fn a_missing_heap_is_not_found() {
     let dir = TempHeapDir::new("missing");
     assert!(matches!(Heap::open_at(&dir.0), Err(OpenError::NotFound(_))));
-    assert!(matches!(
-        Heap::open("no-such-heap-cxlalloc-test"),
-        Err(OpenError::NotFound(_))
-    ));
+    assert!(matches!(Heap::open("no-such-heap-cxlalloc-test"), Err(OpenError::NotFound(_))));
 }
 
 #[test]
 fn invalid_names_are_refused() {
     for name in ["", "a/b", ".hidden"] {
-        assert!(
-            matches!(Heap::open(name), Err(OpenError::InvalidConfig(_))),
-            "{name:?}"
-        );
+        assert!(matches!(Heap::open(name), Err(OpenError::InvalidConfig(_))), "{name:?}");
     }
 }
 
@@ -337,10 +265,7 @@ fn creating_an_existing_heap_fails() {
     let dir = TempHeapDir::new("exists");
     let cfg = Config::with_capacity(8 << 20);
     let _h = Heap::create_at(&dir.0, &cfg).unwrap();
-    assert!(matches!(
-        Heap::create_at(&dir.0, &cfg),
-        Err(OpenError::AlreadyExists(_))
-    ));
+    assert!(matches!(Heap::create_at(&dir.0, &cfg), Err(OpenError::AlreadyExists(_))));
 }
 
 #[test]
@@ -348,12 +273,7 @@ fn a_truncated_region_file_is_refused_at_open() {
     let dir = TempHeapDir::new("trunc");
     drop(Heap::create_at(&dir.0, &Config::with_capacity(8 << 20)).unwrap());
     let data = dir.0.join("data");
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&data)
-        .unwrap()
-        .set_len(4096)
-        .unwrap();
+    std::fs::OpenOptions::new().write(true).open(&data).unwrap().set_len(4096).unwrap();
     match Heap::open_at(&dir.0) {
         Err(OpenError::Truncated { path, actual, .. }) => {
             assert_eq!(path, data);
@@ -395,16 +315,9 @@ fn opening_with_a_different_configuration_names_the_field() {
     let dir = TempHeapDir::new("mismatch");
     let cfg = Config::with_capacity(8 << 20);
     let _h = Heap::create_at(&dir.0, &cfg).unwrap();
-    let other = Config {
-        thread_slots: 7,
-        ..cfg.clone()
-    };
+    let other = Config { thread_slots: 7, ..cfg.clone() };
     match Heap::open_or_create_at(&dir.0, &other) {
-        Err(OpenError::Mismatch {
-            field,
-            found,
-            expected,
-        }) => {
+        Err(OpenError::Mismatch { field, found, expected }) => {
             assert_eq!((field, found, expected), ("thread_slots", 1024, 7));
         }
         r => panic!("expected Mismatch, got {r:?}"),
@@ -415,13 +328,23 @@ fn opening_with_a_different_configuration_names_the_field() {
 #[test]
 fn an_invalid_configuration_is_refused_at_create() {
     let dir = TempHeapDir::new("badcfg");
-    let bad = Config {
-        thread_slots: 0,
-        ..Config::with_capacity(8 << 20)
-    };
-    assert!(matches!(
-        Heap::create_at(&dir.0, &bad),
-        Err(OpenError::InvalidConfig(_))
-    ));
+    let bad = Config { thread_slots: 0, ..Config::with_capacity(8 << 20) };
+    assert!(matches!(Heap::create_at(&dir.0, &bad), Err(OpenError::InvalidConfig(_))));
     assert!(!dir.0.exists(), "nothing is left behind");
+}
+
+#[test]
+fn realloc_of_a_block_freed_by_another_thread_fails_without_leaking() {
+    let heap = small_heap();
+    let a = heap.attach().unwrap();
+    let b = heap.attach().unwrap();
+    let keep = a.alloc(64).unwrap();
+    let p = a.alloc(64).unwrap();
+    b.free(p).unwrap();
+    assert_eq!(a.realloc(p, 2000), Err(ReallocError::Free(FreeError::NotAllocated)));
+    assert_eq!(a.usable_size(p), Err(FreeError::NotAllocated));
+    a.free(keep).unwrap();
+    let r = heap.check();
+    assert!(r.is_clean(), "{r}");
+    assert_eq!(Bracket::ALL.iter().map(|&b| r.bracket(b).live_blocks()).sum::<u64>(), 0, "{r}");
 }

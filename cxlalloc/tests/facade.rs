@@ -29,9 +29,5 @@ fn only_the_sync_facade_names_std_atomics_or_cells() {
             }
         }
     }
-    assert!(
-        offenders.is_empty(),
-        "use crate::sync instead:\n{}",
-        offenders.join("\n")
-    );
+    assert!(offenders.is_empty(), "use crate::sync instead:\n{}", offenders.join("\n"));
 }

@@ -63,21 +63,11 @@ fn run(ops: Vec<Op>, config: Config) -> Result<(), TestCaseError> {
                 let usable = threads[thread].usable_size(p).unwrap();
                 prop_assert!(usable >= size);
                 if let Some((&a, l)) = live.range(..addr + size).next_back() {
-                    prop_assert!(
-                        a + l.size <= addr,
-                        "block {addr:#x}+{size} overlaps {a:#x}+{}",
-                        l.size
-                    );
+                    prop_assert!(a + l.size <= addr, "block {addr:#x}+{size} overlaps {a:#x}+{}", l.size);
                 }
                 counter = counter.wrapping_add(1);
                 unsafe { p.as_ptr().write_bytes(counter, size) };
-                live.insert(
-                    addr,
-                    Live {
-                        size,
-                        fill: counter,
-                    },
-                );
+                live.insert(addr, Live { size, fill: counter });
                 freed.retain(|&f| f != addr);
             }
             Op::Free { thread, pick } => {
@@ -87,10 +77,7 @@ fn run(ops: Vec<Op>, config: Config) -> Result<(), TestCaseError> {
                 let addr = *live.keys().nth(pick % live.len()).unwrap();
                 let l = live.remove(&addr).unwrap();
                 let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, l.size) };
-                prop_assert!(
-                    bytes.iter().all(|&b| b == l.fill),
-                    "block {addr:#x} was overwritten"
-                );
+                prop_assert!(bytes.iter().all(|&b| b == l.fill), "block {addr:#x} was overwritten");
                 threads[thread]
                     .free(NonNull::new(addr as *mut u8).unwrap())
                     .map_err(|e| TestCaseError::fail(format!("free: {e}")))?;
@@ -114,29 +101,14 @@ fn run(ops: Vec<Op>, config: Config) -> Result<(), TestCaseError> {
     }
     let report = heap.check();
     prop_assert!(report.is_clean(), "{report}");
-    let census_live: u64 = Bracket::ALL
-        .iter()
-        .map(|&b| report.bracket(b).live_blocks())
-        .sum();
-    prop_assert_eq!(
-        census_live,
-        live.len() as u64,
-        "census disagrees with the model"
-    );
+    let census_live: u64 = Bracket::ALL.iter().map(|&b| report.bracket(b).live_blocks()).sum();
+    prop_assert_eq!(census_live, live.len() as u64, "census disagrees with the model");
     for &addr in live.keys() {
-        threads[0]
-            .free(NonNull::new(addr as *mut u8).unwrap())
-            .unwrap();
+        threads[0].free(NonNull::new(addr as *mut u8).unwrap()).unwrap();
     }
     let report = heap.check();
     prop_assert!(report.is_clean(), "{report}");
-    prop_assert_eq!(
-        Bracket::ALL
-            .iter()
-            .map(|&b| report.bracket(b).live_blocks())
-            .sum::<u64>(),
-        0
-    );
+    prop_assert_eq!(Bracket::ALL.iter().map(|&b| report.bracket(b).live_blocks()).sum::<u64>(), 0);
     Ok(())
 }
 

@@ -363,7 +363,8 @@ impl<'a> SlabThread<'a> {
     /// The usable size of the allocated block at `ptr`.
     pub fn usable_size(&self, ptr: *const u8) -> Result<usize, FreeError> {
         let at = self.locate(ptr)?;
-        if self.is_free(&at) {
+        let freed_remotely = self.mark_word(&at).load(Ordering::Relaxed) == at.desc.head.mark.load(Ordering::Relaxed);
+        if freed_remotely || self.is_free(&at) {
             return Err(FreeError::NotAllocated);
         }
         Ok(at.size as usize)
@@ -381,7 +382,8 @@ impl<'a> SlabThread<'a> {
                 _ => Err(AllocError::Corrupt("global list link beyond heap length")),
             },
             |link| self.log(Redo::new(Op::GlobalPop, b, link - 1, version)),
-        )?;
+        )
+        .inspect_err(|_| self.clear_log())?;
         let Some(link) = popped else {
             self.clear_log();
             return Ok(false);
@@ -408,13 +410,15 @@ impl<'a> SlabThread<'a> {
                 mem.commit(b, from, to).map_err(|_| AllocError::OutOfMemory(b))?;
             }
             Ok(())
-        })?;
-        let Some((from, to)) = range else {
+        });
+        let Ok(Some((from, to))) = range else {
             self.clear_log();
-            return Err(AllocError::OutOfMemory(b));
+            return range.and(Err(AllocError::OutOfMemory(b)));
         };
         mem.refresh_length(b);
-        mem.ensure_mapped(b, to).map_err(|_| AllocError::OutOfMemory(b))?;
+        // Mapping eagerly only saves this process a fault per chunk: if it fails, the fault
+        // handler maps the same chunk on first touch.
+        let _ = mem.ensure_mapped(b, to);
         for index in (from..to).rev() {
             let slab = mem.slab(b, index).ok_or(AllocError::Corrupt("bumped slab beyond length"))?;
             let d = mem.desc(b, slab);
@@ -425,6 +429,39 @@ impl<'a> SlabThread<'a> {
         counter.store(counter.load(Ordering::Relaxed) + u64::from(to - from), Ordering::Relaxed);
         self.clear_log();
         Ok(())
+    }
+
+    /// Returns every class's cached word to its slab and lets go of the current slabs (a thread
+    /// detaching): entirely free ones go to the unsized list (T7), others onto their sized list.
+    pub fn release_currents(&self, b: Bracket) {
+        let lists = self.rec.lists(b);
+        for (ci, cur) in lists.current.iter().enumerate() {
+            let Ok(Some(slab)) = self.mem.link(b, cur.slab.load(Ordering::Relaxed)) else { continue };
+            let class = ci as u32 + 1;
+            let d = self.mem.desc(b, slab);
+            let w = cur.word.load(Ordering::Relaxed);
+            let Some(word) = d.bits.get(w as usize) else { continue };
+            self.log(Redo::new(Op::TakeWord, b, slab.index(), w).flagged());
+            // Bitset first, cache second: a crash in between leaves the bits in both places,
+            // which recovery resolves from the flagged record; never in neither.
+            let bits = cur.bits.load(Ordering::Relaxed);
+            word.store(word.load(Ordering::Relaxed) | bits, Ordering::Relaxed);
+            if bits != 0 {
+                d.head.summary.store(d.head.summary.load(Ordering::Relaxed) | (1 << w), Ordering::Relaxed);
+            }
+            let free = d.head.free.load(Ordering::Relaxed) + bits.count_ones();
+            d.head.free.store(free, Ordering::Relaxed);
+            cur.bits.store(0, Ordering::Relaxed);
+            cur.slab.store(0, Ordering::Relaxed);
+            if free == d.head.blocks.load(Ordering::Relaxed) {
+                d.head.class.store(0, Ordering::Relaxed);
+                d.head.size.store(0, Ordering::Relaxed);
+                self.push_unsized(b, slab, d);
+            } else if free > 0 {
+                self.link_sized(b, class, slab, d);
+            }
+            self.clear_log();
+        }
     }
 
     /// T9: returns empty slabs beyond the cache limit to the global list.

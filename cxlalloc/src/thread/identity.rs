@@ -5,19 +5,32 @@
 
 use crate::word::Holder;
 
-/// Start time of process `pid` in clock ticks since boot (`/proc/PID/stat` field 22).
-fn start_time(pid: u32) -> Option<u64> {
+/// A process as `/proc/PID/stat` shows it.
+struct ProcStat {
+    /// Field 3: R, S, D, Z (zombie), X (dead), ...
+    state: char,
+    /// Field 22: start time in clock ticks since boot.
+    start: u64,
+}
+
+fn proc_stat(pid: u32) -> Option<ProcStat> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may contain spaces and parentheses; fields resume after the
     // last ')'. Field 3 is the first after it, so field 22 is the 20th.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    let start = rest.nth(18)?.parse().ok()?;
+    Some(ProcStat { state, start })
+}
+
+fn start_low(start: u64) -> u32 {
+    (start as u32).max(1)
 }
 
 /// The identity of the calling process.
 pub fn current() -> Holder {
     let pid = std::process::id();
-    let start = start_time(pid).map_or(1, |t| (t as u32).max(1));
+    let start = proc_stat(pid).map_or(1, |p| start_low(p.start));
     Holder { pid, start }
 }
 
@@ -26,13 +39,10 @@ pub fn current_tid() -> u64 {
     nix::unistd::gettid().as_raw() as u64
 }
 
-/// Whether `holder` still names a live process (the one that took the lease).
+/// Whether `holder` still names a live process (the one that took the lease). A zombie — killed
+/// but not yet reaped by its parent — is dead: it will never touch the heap again.
 pub fn is_alive(holder: Holder) -> bool {
-    let pid = nix::unistd::Pid::from_raw(holder.pid as i32);
-    match nix::sys::signal::kill(pid, None) {
-        Err(nix::errno::Errno::ESRCH) => false,
-        _ => start_time(holder.pid).is_some_and(|t| (t as u32).max(1) == holder.start),
-    }
+    proc_stat(holder.pid).is_some_and(|p| start_low(p.start) == holder.start && !matches!(p.state, 'Z' | 'X' | 'x'))
 }
 
 #[cfg(test)]
@@ -55,9 +65,22 @@ mod tests {
     fn an_exited_child_is_dead() {
         let child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
-        let holder = Holder { pid, start: start_time(pid).map_or(1, |t| (t as u32).max(1)) };
+        let holder = Holder { pid, start: proc_stat(pid).map_or(1, |p| start_low(p.start)) };
         let mut child = child;
         child.wait().unwrap();
         assert!(!is_alive(holder));
+    }
+
+    #[test]
+    fn a_zombie_is_dead() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let holder = Holder { pid, start: proc_stat(pid).map_or(1, |p| start_low(p.start)) };
+        // Wait for it to exit without reaping it.
+        while proc_stat(pid).is_some_and(|p| p.state != 'Z') {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!is_alive(holder));
+        child.wait().unwrap();
     }
 }

@@ -22,7 +22,9 @@ use crate::thread::record::ThreadRecord;
 use crate::word::Holder;
 
 /// A thread's lease on one slot of a heap. Allocation and free go through it. Dropping it
-/// returns the thread's cached empty slabs to the global list and releases the slot.
+/// returns the thread's empty slabs to the global list and releases the slot; slabs that still
+/// hold live blocks stay with the slot (the next holder inherits them; frees from any thread
+/// keep working meanwhile).
 ///
 /// `Send` but not `Sync`: one thread at a time may use a slot. A handle belongs to the process
 /// that attached it: after `fork`, the child must attach its own (using an inherited handle
@@ -182,7 +184,11 @@ impl ThreadHandle {
         let new = self.alloc(new_size)?;
         // SAFETY: both blocks are allocated, distinct, and at least min(old, new_size) long.
         unsafe { std::ptr::copy_nonoverlapping(ptr.as_ptr(), new.as_ptr(), old.min(new_size)) };
-        self.free(ptr)?;
+        if let Err(e) = self.free(ptr) {
+            // Only a free racing with ours can get here; give the new block back.
+            let _ = self.free(new);
+            return Err(e.into());
+        }
         Ok(new)
     }
 }
@@ -196,6 +202,7 @@ impl Drop for ThreadHandle {
         }
         let ops = self.ops();
         for b in Bracket::ALL {
+            ops.release_currents(b);
             ops.drain_unsized(b);
         }
         lease::release(&self.heap.mem().lease(self.slot).holder, self.holder);

@@ -26,7 +26,8 @@ pub enum Op {
     GlobalPop = 2,
     /// T3: give unsized `slab` the class in arg.
     Size = 3,
-    /// Move bitset word arg of `slab` into the class's current-slab cache.
+    /// Move bitset word arg of `slab` into the class's current-slab cache; flag = the reverse
+    /// (return the cached word to the bitset).
     TakeWord = 4,
     /// Owner frees block arg of `slab` (T6/T7 may follow).
     LocalFree = 5,

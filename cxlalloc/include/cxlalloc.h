@@ -1,0 +1,276 @@
+/**
+ * @file cxlalloc.h
+ * @brief C API of cxlalloc, a memory allocator for processes sharing one CXL memory device
+ *        (or, on a machine without one, a directory in /dev/shm).
+ *
+ * Link with the static library (libcxlalloc.a, plus -lpthread -ldl -lm -lrt -lgcc_s) or the
+ * shared library (libcxlalloc.so). C99; usable from C++.
+ *
+ * Usage:
+ * @code
+ *   cxl_config_t cfg;
+ *   cxl_config_default(&cfg);
+ *   cxl_heap_t* heap = cxl_heap_open_or_create("demo", &cfg);
+ *   cxl_thread_t* t = cxl_thread_attach(heap);        // one per thread
+ *   void* p = cxl_malloc(t, 64);
+ *   uint64_t off = cxl_offset_of(heap, p);             // store this in shared memory
+ *   cxl_free(t, cxl_pointer(heap, off));               // any thread of any process may free
+ *   cxl_thread_detach(t);
+ *   cxl_heap_close(heap);
+ * @endcode
+ *
+ * Error reporting:
+ *  - Every function except cxl_last_error(), cxl_last_error_message() and cxl_strerror() sets
+ *    the calling thread's last error: CXL_OK on success, a CXL_E* code and a message on
+ *    failure. Read them with cxl_last_error() and cxl_last_error_message().
+ *  - Failures also set errno (successes leave it alone): the allocation functions (cxl_malloc,
+ *    cxl_calloc, cxl_realloc, cxl_aligned_alloc) set ENOMEM for every failure except a bad
+ *    argument (EINVAL); elsewhere CXL_ENOTFOUND sets ENOENT, CXL_EEXIST EEXIST,
+ *    CXL_ESLOTS_EXHAUSTED EAGAIN, CXL_ENOMEM and CXL_EUNSUPPORTED ENOMEM, CXL_EIO the
+ *    operating system's error (EIO if none), CXL_ECORRUPT EIO, and every other code EINVAL.
+ *  - A NULL handle is an error (CXL_EINVAL), never a crash. A dangling handle, or a handle used
+ *    by two threads at once where that is not allowed, is undefined behaviour.
+ *
+ * Threads: a cxl_heap_t may be used by any number of threads at once. A cxl_thread_t may be
+ * passed between threads but used by only one thread at a time.
+ */
+#ifndef CXLALLOC_H
+#define CXLALLOC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* Error codes (identical to cxlalloc::ErrorCode; a Rust unit test keeps them in sync)          */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Success. */
+#define CXL_OK 0
+/** Invalid argument: NULL handle or pointer argument, bad name or configuration, size 0,
+ *  alignment not a power of two, root index out of range, offset 0. */
+#define CXL_EINVAL 1
+/** Out of memory: the heap's capacity, its backing store, or address space is exhausted; also
+ *  a calloc whose count * size overflows. */
+#define CXL_ENOMEM 2
+/** No heap under that name or path. */
+#define CXL_ENOTFOUND 3
+/** A heap already exists under that name or path. */
+#define CXL_EEXIST 4
+/** The heap's files are corrupt, truncated, or not a cxlalloc heap. */
+#define CXL_EBADHEAP 5
+/** The heap's parameters differ from those expected (configuration or build constants). */
+#define CXL_EMISMATCH 6
+/** Every thread slot of the heap is leased. */
+#define CXL_ESLOTS_EXHAUSTED 7
+/** The pointer (or offset) does not belong to this heap's block data. */
+#define CXL_EFOREIGN_POINTER 8
+/** The pointer is inside a block, not at its start. */
+#define CXL_EINTERIOR_POINTER 9
+/** The block is already free. */
+#define CXL_EDOUBLE_FREE 10
+/** The pointer names no allocated block. */
+#define CXL_ENOT_ALLOCATED 11
+/** Heap metadata is inconsistent; run cxl_heap_check() or `cxlalloc check`. */
+#define CXL_ECORRUPT 12
+/** The request needs a capability not available yet: allocations above 512 KiB. */
+#define CXL_EUNSUPPORTED 13
+/** An operating-system call on the heap's files failed. */
+#define CXL_EIO 14
+
+/** Number of application roots: valid root indexes are 0 .. CXL_ROOTS - 1. */
+#define CXL_ROOTS 64
+
+/** Coherence model: every access is hardware-coherent (the only model so far). */
+#define CXL_COHERENCE_FULL 0
+
+/* ------------------------------------------------------------------------------------------ */
+/* Types                                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+/** An open heap (opaque). Obtained from cxl_heap_create() and friends; released with
+ *  cxl_heap_close(). Thread-safe. */
+typedef struct cxl_heap cxl_heap_t;
+
+/** A thread's lease on one of a heap's thread slots (opaque). Obtained from
+ *  cxl_thread_attach(); released with cxl_thread_detach(). Used by one thread at a time. */
+typedef struct cxl_thread cxl_thread_t;
+
+/** Parameters of a new heap. Initialize with cxl_config_default(), then change fields. */
+typedef struct cxl_config {
+    /** Bound on small-bracket data (blocks up to 1 KiB), in bytes; rounded down to whole
+     *  slabs. Default 16 GiB. */
+    uint64_t small_capacity;
+    /** Bound on large-bracket data (blocks up to 512 KiB), in bytes; rounded down to whole
+     *  slabs. Default 64 GiB. */
+    uint64_t large_capacity;
+    /** Thread slots (1 ..= 4095): the most threads attached at once, over all processes.
+     *  Default 1024. */
+    uint32_t thread_slots;
+    /** Slabs a thread takes when it extends the small heap. Default 8. */
+    uint32_t small_batch;
+    /** Slabs a thread takes when it extends the large heap. Default 1. */
+    uint32_t large_batch;
+    /** Empty slabs a thread keeps cached before returning extras to the heap. Default 8. */
+    uint32_t cache_local;
+    /** Coherence model of the device: CXL_COHERENCE_FULL. Default CXL_COHERENCE_FULL. */
+    uint32_t coherence;
+    /** Non-zero: reserve backing store as the heap grows, so a full /dev/shm is an
+     *  out-of-memory error instead of SIGBUS. Default 1. */
+    int commit_on_grow;
+} cxl_config_t;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Errors                                                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+/** The calling thread's last error: CXL_OK if its last cxlalloc call succeeded. */
+int cxl_last_error(void);
+
+/** A message describing the calling thread's last error (naming the function and the cause),
+ *  or "success". Never NULL. Valid until the next cxlalloc call on this thread. */
+const char* cxl_last_error_message(void);
+
+/** A static description of error code `code` (any int). Never NULL. */
+const char* cxl_strerror(int code);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Configuration and heaps                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Fills `*cfg` with the default configuration. A NULL `cfg` sets CXL_EINVAL. */
+void cxl_config_default(cxl_config_t* cfg);
+
+/** Creates the heap called `name` (a file name: no '/', not starting with '.') in
+ *  /dev/shm/cxlalloc.NAME. `cfg` NULL means the defaults. Returns NULL on failure
+ *  (CXL_EEXIST if it exists, CXL_EINVAL for a bad name or configuration, ...). */
+cxl_heap_t* cxl_heap_create(const char* name, const cxl_config_t* cfg);
+
+/** Opens the existing heap called `name`, whatever its configuration. Returns NULL on failure
+ *  (CXL_ENOTFOUND, CXL_EBADHEAP, CXL_EMISMATCH, ...). */
+cxl_heap_t* cxl_heap_open(const char* name);
+
+/** Opens the heap called `name`, creating it with `cfg` (NULL: defaults) if it does not exist.
+ *  An existing heap must have been created with the same configuration (else NULL with
+ *  CXL_EMISMATCH). */
+cxl_heap_t* cxl_heap_open_or_create(const char* name, const cxl_config_t* cfg);
+
+/** Removes the heap called `name`; processes that have it open keep using it. Returns CXL_OK
+ *  or the error code (CXL_ENOTFOUND, ...). */
+int cxl_heap_unlink(const char* name);
+
+/** Creates a heap in the directory `path`, which must not exist. `cfg` NULL means the
+ *  defaults. Returns NULL on failure. */
+cxl_heap_t* cxl_heap_create_at(const char* path, const cxl_config_t* cfg);
+
+/** Opens the heap in the directory `path`. Returns NULL on failure. */
+cxl_heap_t* cxl_heap_open_at(const char* path);
+
+/** As cxl_heap_open_or_create(), for the heap in the directory `path`. */
+cxl_heap_t* cxl_heap_open_or_create_at(const char* path, const cxl_config_t* cfg);
+
+/** Removes the heap directory `path`. Returns CXL_OK or the error code. */
+int cxl_heap_unlink_at(const char* path);
+
+/** A private heap in anonymous memory, usable by this process only (tests, tools). `cfg` NULL
+ *  means the defaults. Returns NULL on failure. */
+cxl_heap_t* cxl_heap_anonymous(const cxl_config_t* cfg);
+
+/** Releases a heap handle. Thread handles attached to the heap stay valid, and so does the
+ *  memory they allocate, until the last of them is detached. NULL is a no-op. */
+void cxl_heap_close(cxl_heap_t* heap);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Threads                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Leases a thread slot of `heap` for the calling thread. Returns NULL on failure
+ *  (CXL_ESLOTS_EXHAUSTED when every slot is leased). */
+cxl_thread_t* cxl_thread_attach(cxl_heap_t* heap);
+
+/** Releases a thread slot (its cached empty slabs go back to the heap). Blocks allocated
+ *  through it stay allocated. NULL is a no-op. */
+void cxl_thread_detach(cxl_thread_t* thread);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Allocation                                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Allocates `size` bytes, uninitialized. Returns NULL on failure: size 0 (CXL_EINVAL, errno
+ *  EINVAL), size above 512 KiB (CXL_EUNSUPPORTED, errno ENOMEM), heap full (CXL_ENOMEM,
+ *  errno ENOMEM). */
+void* cxl_malloc(cxl_thread_t* thread, size_t size);
+
+/** Allocates `count * size` zeroed bytes. Returns NULL on failure, as cxl_malloc(); a product
+ *  that overflows size_t is CXL_ENOMEM with errno ENOMEM (as glibc calloc). */
+void* cxl_calloc(cxl_thread_t* thread, size_t count, size_t size);
+
+/** Resizes the block `ptr` to `size` bytes, keeping the first min(old, new) bytes; may return
+ *  `ptr` itself when its size class already fits. `ptr` NULL: same as cxl_malloc(thread, size).
+ *  `size` 0: frees `ptr` and returns NULL (last error CXL_OK if the free succeeded). `ptr` is
+ *  validated before anything is copied; on any failure NULL is returned and `ptr` is untouched
+ *  and still allocated (a refused `ptr` gives CXL_EFOREIGN_POINTER etc. with errno EINVAL; an
+ *  allocation failure gives the codes of cxl_malloc()). */
+void* cxl_realloc(cxl_thread_t* thread, void* ptr, size_t size);
+
+/** C11 aligned_alloc: allocates `size` bytes aligned to `alignment`, which must be a power of
+ *  two (else NULL with CXL_EINVAL, errno EINVAL). `size` need not be a multiple of
+ *  `alignment`. Alignments up to 512 KiB are served without padding (every block of the size
+ *  class chosen is aligned); larger ones return NULL with CXL_EUNSUPPORTED, errno ENOMEM. */
+void* cxl_aligned_alloc(cxl_thread_t* thread, size_t alignment, size_t size);
+
+/** Frees a block allocated by any thread of any process from this heap. `ptr` NULL is a no-op
+ *  returning CXL_OK. Returns CXL_OK, or the error code when the free is refused, in which case
+ *  the heap is untouched: CXL_EFOREIGN_POINTER (not from this heap), CXL_EINTERIOR_POINTER (not
+ *  the start of a block), CXL_EDOUBLE_FREE, CXL_ENOT_ALLOCATED, CXL_ECORRUPT. */
+int cxl_free(cxl_thread_t* thread, void* ptr);
+
+/** The usable size of the allocated block `ptr` (its size class, at least the size asked
+ *  for). Returns 0 for `ptr` NULL (not an error) and on error (codes as cxl_free()). */
+size_t cxl_usable_size(cxl_thread_t* thread, const void* ptr);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Offsets and roots                                                                            */
+/* ------------------------------------------------------------------------------------------ */
+
+/** The offset of `ptr` from the heap's base: a value that names the same bytes in every
+ *  process mapping the heap. `ptr` must point into the heap's block data. Returns 0 on error
+ *  (CXL_EINVAL for NULL, CXL_EFOREIGN_POINTER outside the heap); 0 is never a valid offset. */
+uint64_t cxl_offset_of(const cxl_heap_t* heap, const void* ptr);
+
+/** The address of `offset` in this process's mapping of the heap, checked to lie in the
+ *  heap's block data. Returns NULL on error (CXL_EINVAL for offset 0, CXL_EFOREIGN_POINTER
+ *  out of range). */
+void* cxl_pointer(const cxl_heap_t* heap, uint64_t offset);
+
+/** Loads application root `index` (< CXL_ROOTS): a 64-bit word every process sees, typically
+ *  holding an offset. Acquire ordering. Returns 0 on error (CXL_EINVAL); a root may also hold
+ *  0, so check cxl_last_error() when that matters. */
+uint64_t cxl_root_load(const cxl_heap_t* heap, unsigned index);
+
+/** C11 atomic_compare_exchange_strong on application root `index` (acquire-release). Returns
+ *  true if the root held `*expected` and now holds `desired`; otherwise false, with the
+ *  root's current value written to `*expected`. Invalid arguments (NULL heap or `expected`,
+ *  `index` >= CXL_ROOTS) also return false, with CXL_EINVAL and `*expected` unchanged; a
+ *  retry loop should therefore use a valid index. */
+bool cxl_root_cas(const cxl_heap_t* heap, unsigned index, uint64_t* expected, uint64_t desired);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Checker                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Checks every list, descriptor and counter of the heap. Run it on a quiescent heap (no
+ *  thread allocating or freeing). Stores the number of problems found in `*problems_out` if
+ *  it is not NULL. Returns CXL_OK, or CXL_EINVAL for a NULL heap. For the full report, run
+ *  `cxlalloc check`. */
+int cxl_heap_check(const cxl_heap_t* heap, size_t* problems_out);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* CXLALLOC_H */
