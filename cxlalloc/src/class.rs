@@ -40,6 +40,24 @@ impl Bracket {
         }
     }
 
+    /// log2 of the slab size. A `const fn` so that fast paths specialised to one bracket fold it.
+    #[inline(always)]
+    pub const fn slab_shift(self) -> u32 {
+        match self {
+            Bracket::Small => 15,
+            Bracket::Large => 19,
+        }
+    }
+
+    /// 64-bit words in a descriptor's free-block bitset.
+    #[inline(always)]
+    pub const fn bitset_words(self) -> usize {
+        match self {
+            Bracket::Small => 64,
+            Bracket::Large => 8,
+        }
+    }
+
     /// Human-readable name.
     pub fn name(self) -> &'static str {
         match self {
@@ -112,7 +130,7 @@ const fn small_classes() -> [ClassInfo; SMALL_CLASSES] {
     let mut out = [ClassInfo { size: 0, blocks: 0, recip: 0 }; SMALL_CLASSES];
     let mut i = 0;
     while i < SMALL_CLASSES {
-        out[i] = info(8 * (i as u32 + 1), 1 << 15);
+        out[i] = info(8 * (i as u32 + 1), 1 << Bracket::Small.slab_shift());
         i += 1;
     }
     out
@@ -123,7 +141,7 @@ const fn large_classes() -> [ClassInfo; LARGE_CLASSES] {
     let mut i = 0;
     while i < LARGE_CLASSES {
         let step = 1u32 << (8 + i / 4);
-        out[i] = info((5 + (i as u32 % 4)) * step, 1 << 19);
+        out[i] = info((5 + (i as u32 % 4)) * step, 1 << Bracket::Large.slab_shift());
         i += 1;
     }
     out

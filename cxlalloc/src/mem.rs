@@ -357,7 +357,7 @@ impl HeapMem {
         unsafe {
             Descriptor {
                 head: &*(p as *const DescriptorHead),
-                bits: std::slice::from_raw_parts((p + 64) as *const AtomicU64, b.spec().bitset_words),
+                bits: std::slice::from_raw_parts((p + 64) as *const AtomicU64, b.bitset_words()),
             }
         }
     }
@@ -371,7 +371,7 @@ impl HeapMem {
     /// The heap offset of byte `in_slab` of `slab`'s data.
     #[inline]
     pub fn data_offset(&self, b: Bracket, slab: Slab, in_slab: usize) -> usize {
-        self.arrays[b as usize].data.offset + ((slab.0 as usize) << b.spec().slab_shift) + in_slab
+        self.arrays[b as usize].data.offset + ((slab.0 as usize) << b.slab_shift()) + in_slab
     }
 
     /// The address of a block at heap offset `offset` (an offset this heap computed itself).

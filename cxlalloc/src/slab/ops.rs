@@ -206,7 +206,8 @@ impl<'a> SlabThread<'a> {
     /// the descriptor's first line (class geometry is copied there when the slab is sized).
     #[inline]
     pub fn locate(&self, ptr: *const u8) -> Result<Located<'a>, FreeError> {
-        let offset = self.mem.offset_of(ptr).ok_or(FreeError::ForeignPointer)?;
+        // Wrapping: a pointer below the base becomes a huge offset that no data span contains.
+        let offset = (ptr as usize).wrapping_sub(self.mem.base() as usize);
         let small = self.mem.data_span(Bracket::Small);
         match offset.wrapping_sub(small.offset) {
             // Two calls with constant brackets, so each copy folds its bracket's geometry.
@@ -224,7 +225,7 @@ impl<'a> SlabThread<'a> {
     #[inline(always)]
     fn locate_in(&self, b: Bracket, offset: usize, rel: usize) -> Result<Located<'a>, FreeError> {
         let mem = self.mem;
-        let shift = b.spec().slab_shift;
+        let shift = b.slab_shift();
         let slab = mem.slab(b, (rel >> shift) as u32).ok_or(FreeError::ForeignPointer)?;
         let desc = mem.desc(b, slab);
         let class = desc.head.class.load(Ordering::Relaxed);
