@@ -331,7 +331,7 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
         for (ci, cur) in lists.current.iter().enumerate() {
             let class = ci as u32 + 1;
             let bits = cur.bits.load(Ordering::Relaxed);
-            let link = cur.slab.load(Ordering::Relaxed);
+            let link = cur.slab();
             if link == 0 {
                 if bits != 0 {
                     w.problem(None, format!("slot {slot}: class {class} has cached bits but no current slab"));
@@ -342,7 +342,7 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
                 continue;
             };
             w.expect_owned(slab, slot, class, "current slab");
-            let word = cur.word.load(Ordering::Relaxed);
+            let word = cur.id().word;
             let d = mem.desc(b, slab);
             if bits == 0 {
                 w.problem(Some(slab.index()), "current slab with an empty cached word".into());

@@ -118,7 +118,7 @@ impl<'a> SlabThread<'a> {
     #[cold]
     #[inline(never)]
     fn word_emptied(&self, b: Bracket, class: u32, info: &ClassInfo, cur: &Current) -> Result<(), AllocError> {
-        let slab = self.mem.link(b, cur.slab.load(Ordering::Relaxed)).map_err(AllocError::Corrupt)?;
+        let slab = self.mem.link(b, cur.slab()).map_err(AllocError::Corrupt)?;
         let Some(slab) = slab else {
             return Err(AllocError::Corrupt("current word without a current slab"));
         };
@@ -135,10 +135,7 @@ impl<'a> SlabThread<'a> {
         self.log(Redo::new(Op::TakeWord, b, slab.index(), w));
         // The cache is filled before the bitset word is cleared: a crash in between leaves the
         // bits in both places, which recovery resolves from the record; never in neither.
-        cur.slab.store(slab.link(), Ordering::Relaxed);
-        cur.word.store(w, Ordering::Relaxed);
-        cur.block0.store(block0(self.mem, b, slab, w, info), Ordering::Relaxed);
-        cur.bits.store(d.bits[w as usize].load(Ordering::Relaxed), Ordering::Relaxed);
+        cur.install(slab.link(), w, block0(self.mem, b, slab, w, info), d.bits[w as usize].load(Ordering::Relaxed));
         d.take_word(w);
         self.clear_log();
     }
@@ -188,7 +185,7 @@ impl<'a> SlabThread<'a> {
     /// T4/T5: the allocation just took the current slab's last free block.
     fn retire(&self, b: Bracket, class: u32, info: &ClassInfo, slab: Slab, d: Descriptor<'_>, cur: &Current) {
         self.log(Redo::new(Op::Retire, b, slab.index(), class));
-        cur.slab.store(0, Ordering::Relaxed);
+        cur.install(0, 0, 0, 0);
         match remote::retire(self.mem.remote(b, slab), info.blocks) {
             remote::Retire::Detach => ThreadRecord::bump(&self.rec.counters.detaches),
             remote::Retire::Disown => {
@@ -254,7 +251,7 @@ impl<'a> SlabThread<'a> {
         owner != 0
             && owner <= self.mem.layout.slots
             && self.mem.record(owner - 1).lists(at.bracket).current[at.class as usize - 1]
-                .holds(at.slab.link(), at.block)
+                .holds_seen_from_afar(at.slab.link(), at.block)
     }
 
     fn mark_word(&self, at: &Located<'_>) -> &AtomicU64 {
@@ -302,7 +299,7 @@ impl<'a> SlabThread<'a> {
     fn after_local_free(&self, b: Bracket, class: u32, slab: Slab, entirely_free: bool) {
         let d = self.mem.desc(b, slab);
         let lists = self.rec.lists(b);
-        if lists.current[class as usize - 1].slab.load(Ordering::Relaxed) == slab.link() {
+        if lists.current[class as usize - 1].slab() == slab.link() {
             return;
         }
         if entirely_free {
@@ -437,10 +434,10 @@ impl<'a> SlabThread<'a> {
     pub fn release_currents(&self, b: Bracket) {
         let lists = self.rec.lists(b);
         for (ci, cur) in lists.current.iter().enumerate() {
-            let Ok(Some(slab)) = self.mem.link(b, cur.slab.load(Ordering::Relaxed)) else { continue };
+            let Ok(Some(slab)) = self.mem.link(b, cur.slab()) else { continue };
             let class = ci as u32 + 1;
             let d = self.mem.desc(b, slab);
-            let w = cur.word.load(Ordering::Relaxed);
+            let w = cur.id().word;
             let Some(word) = d.bits.get(w as usize) else { continue };
             self.log(Redo::new(Op::TakeWord, b, slab.index(), w).flagged());
             // Bitset first, cache second: a crash in between leaves the bits in both places,
@@ -452,8 +449,7 @@ impl<'a> SlabThread<'a> {
             }
             let free = d.head.free.load(Ordering::Relaxed) + bits.count_ones();
             d.head.free.store(free, Ordering::Relaxed);
-            cur.bits.store(0, Ordering::Relaxed);
-            cur.slab.store(0, Ordering::Relaxed);
+            cur.install(0, 0, 0, 0);
             if free == d.head.blocks.load(Ordering::Relaxed) {
                 d.head.class.store(0, Ordering::Relaxed);
                 d.head.size.store(0, Ordering::Relaxed);

@@ -26,30 +26,98 @@ pub struct Lists<const N: usize> {
 /// word is persistent, so a crash loses nothing the word does not name).
 ///
 /// Region: owned (SWcc), written only by the slot holder. Remote freers read it (stale values
-/// tolerated) to detect double frees of cached blocks.
+/// tolerated) to detect double frees of cached blocks; they read `id`, `bits`, `id` and trust
+/// `bits` only if both `id` reads agree, which the holder's store order makes sound (see
+/// [`Current::install`]).
 ///
-/// Invariant: `bits` are free blocks of word `word` of slab `slab − 1`, cleared from that slab's
-/// bitset; `block0` is the heap offset of block `64 · word`. `bits == 0` ⇔ no current slab
-/// (`slab == 0`), except inside an allocation, which refills or retires at once.
+/// Invariant: `bits` are free blocks of word `id.word` of slab `id.slab − 1`, cleared from that
+/// slab's bitset; `block0` is the heap offset of block `64 · id.word`. `bits == 0` ⇔ no current
+/// slab (`id.slab == 0`), except inside an allocation, which refills or retires at once.
 #[repr(C)]
 pub struct Current {
     /// Free blocks of the cached word (bit i = block `64 · word + i`).
     pub bits: AtomicU64,
     /// Heap offset of block `64 · word` of the slab.
     pub block0: AtomicU64,
-    /// The current slab, index + 1; 0 = none.
-    pub slab: AtomicU32,
-    /// Which bitset word `bits` came from.
-    pub word: AtomicU32,
+    /// Packed [`CurrentId`]: which slab and word `bits` belong to.
+    pub id: AtomicU64,
+}
+
+/// Identity of a cached word.
+///
+/// ```text
+///  63              40 39          32 31                               0
+/// +------------------+--------------+----------------------------------+
+/// | sequence (24 b)  | word (8 b)   | slab index + 1 (32 b)            |
+/// +------------------+--------------+----------------------------------+
+/// ```
+///
+/// The sequence number changes at every refill, so a reader can tell two fillings of the same
+/// word apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct CurrentId {
+    /// Slab index + 1; 0 = no current slab.
+    pub slab: u32,
+    /// Bitset word.
+    pub word: u32,
+    /// Refill count (24 bits, wrapping).
+    pub seq: u32,
+}
+
+impl CurrentId {
+    /// The raw word.
+    pub fn pack(self) -> u64 {
+        u64::from(self.slab) | (u64::from(self.word & 0xff) << 32) | (u64::from(self.seq & 0xff_ffff) << 40)
+    }
+
+    /// Decodes a raw word.
+    pub fn unpack(raw: u64) -> Self {
+        Self { slab: raw as u32, word: ((raw >> 32) & 0xff) as u32, seq: (raw >> 40) as u32 }
+    }
 }
 
 impl Current {
-    /// Whether block `block` of slab link `slab` is free in this cache.
+    /// The current slab's link (index + 1), 0 = none. Holder-side read.
+    #[inline]
+    pub fn slab(&self) -> u32 {
+        CurrentId::unpack(self.id.load(Ordering::Relaxed)).slab
+    }
+
+    /// Holder only: whether block `block` of slab link `slab` is free in this cache.
     #[inline]
     pub fn holds(&self, slab: u32, block: u32) -> bool {
-        self.slab.load(Ordering::Relaxed) == slab
-            && self.word.load(Ordering::Relaxed) == block / 64
-            && self.bits.load(Ordering::Relaxed) & (1 << (block % 64)) != 0
+        let id = CurrentId::unpack(self.id.load(Ordering::Relaxed));
+        id.slab == slab && id.word == block / 64 && self.bits.load(Ordering::Relaxed) & (1 << (block % 64)) != 0
+    }
+
+    /// Any thread: like [`Current::holds`], read consistently while the holder may be refilling.
+    /// A torn read answers false.
+    pub fn holds_seen_from_afar(&self, slab: u32, block: u32) -> bool {
+        // Acquire ×3: pairs with the Release stores in `install`, so bits read between two equal
+        // id reads belong to that id.
+        let first = self.id.load(Ordering::Acquire);
+        let bits = self.bits.load(Ordering::Acquire);
+        let again = self.id.load(Ordering::Acquire);
+        let id = CurrentId::unpack(first);
+        first == again && id.slab == slab && id.word == block / 64 && bits & (1 << (block % 64)) != 0
+    }
+
+    /// Holder only: caches word `word` of slab link `slab` holding `bits`, starting at heap
+    /// offset `block0` (`slab == 0` empties the cache).
+    pub fn install(&self, slab: u32, word: u32, block0: u64, bits: u64) {
+        let seq = CurrentId::unpack(self.id.load(Ordering::Relaxed)).seq.wrapping_add(1);
+        // bits = 0 before the id changes, and the new bits only after it (Release on both):
+        // a reader that sees new bits sees the new id, and one that sees the new id sees no old
+        // bits.
+        self.bits.store(0, Ordering::Relaxed);
+        self.id.store(CurrentId { slab, word, seq }.pack(), Ordering::Release);
+        self.block0.store(block0, Ordering::Relaxed);
+        self.bits.store(bits, Ordering::Release);
+    }
+
+    /// Holder-side read of the cached word's identity.
+    pub fn id(&self) -> CurrentId {
+        CurrentId::unpack(self.id.load(Ordering::Relaxed))
     }
 }
 
