@@ -4,6 +4,7 @@
 //! Each protocol is one CAS on one tagged word. Callers supply closures for the parts that touch
 //! SWcc descriptors (list links) and for writing the redo record before each CAS attempt.
 
+pub mod cached_word;
 pub mod global_list;
 pub mod lease;
 pub mod length;

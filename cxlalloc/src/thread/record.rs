@@ -1,6 +1,7 @@
 //! The per-thread record in the owned region.
 
 use crate::class::{Bracket, LARGE_CLASSES, SMALL_CLASSES};
+use crate::protocol::cached_word;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// Heads of one bracket's thread-local slab lists.
@@ -26,9 +27,8 @@ pub struct Lists<const N: usize> {
 /// word is persistent, so a crash loses nothing the word does not name).
 ///
 /// Region: owned (SWcc), written only by the slot holder. Remote freers read it (stale values
-/// tolerated) to detect double frees of cached blocks; they read `id`, `bits`, `id` and trust
-/// `bits` only if both `id` reads agree, which the holder's store order makes sound (see
-/// [`Current::install`]).
+/// tolerated) to detect double frees of cached blocks, through the consistent-read protocol of
+/// [`cached_word`].
 ///
 /// Invariant: `bits` are free blocks of word `id.word` of slab `id.slab − 1`, cleared from that
 /// slab's bitset; `block0` is the heap offset of block `64 · id.word`. `bits == 0` ⇔ no current
@@ -90,29 +90,22 @@ impl Current {
         id.slab == slab && id.word == block / 64 && self.bits.load(Ordering::Relaxed) & (1 << (block % 64)) != 0
     }
 
-    /// Any thread: like [`Current::holds`], read consistently while the holder may be refilling.
-    /// A torn read answers false.
+    /// Any thread: like [`Current::holds`], read consistently while the holder may be refilling
+    /// ([`cached_word::read`]). A torn read answers false.
     pub fn holds_seen_from_afar(&self, slab: u32, block: u32) -> bool {
-        // Acquire ×3: pairs with the Release stores in `install`, so bits read between two equal
-        // id reads belong to that id.
-        let first = self.id.load(Ordering::Acquire);
-        let bits = self.bits.load(Ordering::Acquire);
-        let again = self.id.load(Ordering::Acquire);
-        let id = CurrentId::unpack(first);
-        first == again && id.slab == slab && id.word == block / 64 && bits & (1 << (block % 64)) != 0
+        cached_word::read(&self.id, &self.bits).is_some_and(|(raw, bits)| {
+            let id = CurrentId::unpack(raw);
+            id.slab == slab && id.word == block / 64 && bits & (1 << (block % 64)) != 0
+        })
     }
 
     /// Holder only: caches word `word` of slab link `slab` holding `bits`, starting at heap
     /// offset `block0` (`slab == 0` empties the cache).
     pub fn install(&self, slab: u32, word: u32, block0: u64, bits: u64) {
         let seq = CurrentId::unpack(self.id.load(Ordering::Relaxed)).seq.wrapping_add(1);
-        // bits = 0 before the id changes, and the new bits only after it (Release on both):
-        // a reader that sees new bits sees the new id, and one that sees the new id sees no old
-        // bits.
-        self.bits.store(0, Ordering::Relaxed);
-        self.id.store(CurrentId { slab, word, seq }.pack(), Ordering::Release);
+        // block0 is read only by the holder, so it needs no place in the reader protocol.
         self.block0.store(block0, Ordering::Relaxed);
-        self.bits.store(bits, Ordering::Release);
+        cached_word::install(&self.id, &self.bits, CurrentId { slab, word, seq }.pack(), bits);
     }
 
     /// Holder-side read of the cached word's identity.
