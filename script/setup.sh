@@ -1,0 +1,60 @@
+# shellcheck shell=bash
+# Prerequisites shared by script/run.sh, script/test.sh and .ci/run.
+#
+# Source this file, then call the ensure_* functions a script needs. Each one installs only what
+# is missing, so on a prepared machine they cost a few `command -v` checks.
+
+export PATH="$HOME/.cargo/bin:$PATH"
+
+_apt_updated=""
+
+# apt_install PKG... — installs Debian packages (as root, or through sudo when available).
+apt_install() {
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then sudo="sudo"; else
+      echo "setup: not root and no sudo: install $* yourself" >&2
+      return 1
+    fi
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "setup: no apt-get on this system: install $* yourself" >&2
+    return 1
+  fi
+  if [ -z "$_apt_updated" ]; then
+    $sudo apt-get update -qq || return 1
+    _apt_updated=1
+  fi
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@"
+}
+
+# A C compiler and linker (rustc links with cc; mimalloc's C sources build with it).
+ensure_cc() {
+  command -v cc >/dev/null 2>&1 || apt_install build-essential pkg-config
+}
+
+# cargo, rustc, rustfmt and clippy of the stable toolchain.
+ensure_rust() {
+  if ! command -v cargo >/dev/null 2>&1; then
+    if ! command -v rustup >/dev/null 2>&1; then
+      command -v curl >/dev/null 2>&1 || apt_install curl ca-certificates || return 1
+      local init
+      init=$(mktemp)
+      echo "setup: installing rustup and the stable Rust toolchain"
+      curl --proto '=https' --tlsv1.2 -sSfL \
+        "https://static.rust-lang.org/rustup/dist/$(uname -m)-unknown-linux-gnu/rustup-init" -o "$init" || return 1
+      chmod +x "$init"
+      "$init" -y --no-modify-path --profile minimal --default-toolchain stable || return 1
+      rm -f "$init"
+    else
+      rustup toolchain install stable --profile minimal || return 1
+    fi
+  fi
+  if command -v rustup >/dev/null 2>&1; then
+    local have
+    have=$(rustup component list --installed 2>/dev/null || true)
+    for c in rustfmt clippy; do
+      grep -q "^$c" <<<"$have" || rustup component add "$c" || return 1
+    done
+  fi
+}

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# All tests: formatting, lints, unit/property/integration tests (plus the `validate` feature),
+# the loom models, the Nix dev shell's syntax, and a smoke run of the micro benchmark.
+#
+# Usage: script/test.sh
+# Every step runs even when an earlier one fails; the summary at the end lists each step's
+# result and time, the script exits non-zero if any step failed, and the last line sums the
+# cargo test counts. Logs: target/test-logs/.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=script/setup.sh
+. script/setup.sh
+
+start=$SECONDS
+ensure_cc
+ensure_rust
+
+logs=target/test-logs
+mkdir -p "$logs"
+rm -f "$logs"/*.log
+names=()
+results=()
+times=()
+failed=0
+
+# step NAME CMD... — runs CMD, logging its output to $logs/NAME.log.
+step() {
+  local name=$1
+  shift
+  local t0=$SECONDS
+  echo
+  echo "==> $name: $*"
+  if "$@" 2>&1 | tee "$logs/$name.log"; then
+    results+=("ok")
+  else
+    results+=("FAILED")
+    failed=$((failed + 1))
+  fi
+  names+=("$name")
+  times+=("$((SECONDS - t0))s")
+}
+
+# skip NAME REASON — records a step that could not run here.
+skip() {
+  echo
+  echo "==> $1: skipped ($2)"
+  names+=("$1")
+  results+=("skipped: $2")
+  times+=("-")
+}
+
+step fmt cargo fmt --all -- --check
+step clippy cargo clippy --workspace --all-targets -- -D warnings
+step test cargo test --workspace
+step test-validate cargo test -p cxlalloc --features validate
+
+if [ -x script/loom.sh ]; then
+  step loom script/loom.sh
+else
+  skip loom "script/loom.sh is not there yet"
+fi
+
+if ! command -v nix-instantiate >/dev/null 2>&1; then
+  echo "nix-instantiate missing: trying to install Debian's nix-bin"
+  apt_install nix-bin >/dev/null 2>&1 || true
+fi
+if command -v nix-instantiate >/dev/null 2>&1; then
+  step flake nix-instantiate --parse flake.nix
+else
+  skip flake "nix-instantiate unavailable and nix-bin could not be installed"
+fi
+
+step micro-smoke cargo run --release -p cxlalloc-bench --bin micro -- --quick
+
+echo
+echo "==> summary"
+for i in "${!names[@]}"; do
+  printf '  %-14s %-8s %s\n' "${names[$i]}" "${times[$i]}" "${results[$i]}"
+done
+passed=0
+tfailed=0
+while read -r p f; do
+  passed=$((passed + p))
+  tfailed=$((tfailed + f))
+done < <(cat "$logs"/*.log | sed -nE 's/^test result: [A-Za-z]+\. ([0-9]+) passed; ([0-9]+) failed.*/\1 \2/p')
+echo "  elapsed: $((SECONDS - start))s, $failed step(s) failed"
+echo "tests: $passed passed, $tfailed failed"
+[ "$failed" -eq 0 ]
