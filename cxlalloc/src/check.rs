@@ -373,7 +373,8 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
         let state = match w.state[index as usize] {
             Some(s) => s,
             None if class != 0 && free == 0 && owner != 0 => SlabState::Detached,
-            None if class != 0 && free == 0 => SlabState::Disowned,
+            // A slab abandoned at detach keeps its free bits as tombstones.
+            None if class != 0 && owner == 0 => SlabState::Disowned,
             None => {
                 w.problem(Some(index), format!("unreachable: owner {owner}, class {class}, free {free}"));
                 SlabState::Unreachable
@@ -397,17 +398,24 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
         if counter > info.blocks {
             w.problem(Some(index), format!("remote counter {counter} above block count {}", info.blocks));
         }
-        if free + cached_here > counter {
+        // Owned slabs: their free blocks are still counted by the remote counter. Disowned
+        // slabs: their free bits were subtracted when they were abandoned.
+        let disowned = state == SlabState::Disowned;
+        if !disowned && free + cached_here > counter {
             w.problem(Some(index), format!("{} free blocks but remote counter {counter}", free + cached_here));
         }
-        if state == SlabState::Disowned && counter == 0 {
+        if disowned && counter + free > info.blocks {
+            w.problem(Some(index), format!("abandoned {free} free blocks but remote counter {counter}"));
+        }
+        if disowned && counter == 0 {
             w.problem(Some(index), "disowned with remote counter 0 (never claimed)".into());
         }
+        let abandoned = if disowned { free } else { 0 };
         let c = &mut census.classes[class as usize - 1];
         c.slabs += 1;
         c.blocks += u64::from(info.blocks);
         c.free_blocks += u64::from(free + cached_here);
-        c.remote_freed += u64::from(info.blocks.saturating_sub(counter));
+        c.remote_freed += u64::from(info.blocks.saturating_sub(counter) - abandoned);
     }
     census
 }

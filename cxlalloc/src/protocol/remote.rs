@@ -35,16 +35,23 @@ pub fn count(word: &AtomicU64) -> u32 {
 
 /// Subtracts one remote free.
 pub fn decrement(word: &AtomicU64, tag: Tag) -> Result<Decrement, Underflow> {
+    subtract(word, 1, tag)
+}
+
+/// Subtracts `k` blocks at once: a batch of remote frees, or the free blocks of a slab its owner
+/// abandons (their bits stay set as tombstones, so they can never be counted twice). `Claimed`
+/// when this takes the counter to 0; `Underflow` (and no change) when the counter is below `k`.
+pub fn subtract(word: &AtomicU64, k: u32, tag: Tag) -> Result<Decrement, Underflow> {
     let mut cur = word.load(Ordering::Acquire);
     loop {
         let n = Tagged::unpack(cur).payload;
-        if n == 0 {
+        if n < k || k == 0 {
             return Err(Underflow);
         }
-        // AcqRel: the claimer (1 → 0) must see every earlier freer's writes to the slab's blocks
+        // AcqRel: the claimer (→ 0) must see every earlier freer's writes to the slab's blocks
         // before it reuses them; Release publishes ours.
-        match word.compare_exchange_weak(cur, Tagged::new(n - 1, tag).pack(), Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Ok(if n == 1 { Decrement::Claimed } else { Decrement::Counted }),
+        match word.compare_exchange_weak(cur, Tagged::new(n - k, tag).pack(), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Ok(if n == k { Decrement::Claimed } else { Decrement::Counted }),
             Err(seen) => cur = seen,
         }
     }

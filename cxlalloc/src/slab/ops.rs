@@ -429,36 +429,72 @@ impl<'a> SlabThread<'a> {
         Ok(())
     }
 
-    /// Returns every class's cached word to its slab and lets go of the current slabs (a thread
-    /// detaching): entirely free ones go to the unsized list (T7), others onto their sized list.
-    pub fn release_currents(&self, b: Bracket) {
+    /// A thread detaching lets go of every class's slabs: each current slab gets its cached
+    /// word back, entirely free slabs go to the unsized list (T7), and partly used ones are
+    /// abandoned ([`SlabThread::abandon`]) so that frees from other threads can reclaim them
+    /// without anyone ever leasing this slot again.
+    pub fn release_classes(&self, b: Bracket) {
         let lists = self.rec.lists(b);
         for (ci, cur) in lists.current.iter().enumerate() {
-            let Ok(Some(slab)) = self.mem.link(b, cur.slab()) else { continue };
             let class = ci as u32 + 1;
-            let d = self.mem.desc(b, slab);
-            let w = cur.id().word;
-            let Some(word) = d.bits.get(w as usize) else { continue };
-            self.log(Redo::new(Op::TakeWord, b, slab.index(), w).flagged());
-            // Bitset first, cache second: a crash in between leaves the bits in both places,
-            // which recovery resolves from the flagged record; never in neither.
-            let bits = cur.bits.load(Ordering::Relaxed);
-            word.store(word.load(Ordering::Relaxed) | bits, Ordering::Relaxed);
-            if bits != 0 {
-                d.head.summary.store(d.head.summary.load(Ordering::Relaxed) | (1 << w), Ordering::Relaxed);
+            if let Ok(Some(slab)) = self.mem.link(b, cur.slab()) {
+                self.return_cached_word(b, slab, cur);
             }
-            let free = d.head.free.load(Ordering::Relaxed) + bits.count_ones();
-            d.head.free.store(free, Ordering::Relaxed);
-            cur.install(0, 0, 0, 0);
-            if free == d.head.blocks.load(Ordering::Relaxed) {
-                d.head.class.store(0, Ordering::Relaxed);
-                d.head.size.store(0, Ordering::Relaxed);
-                self.push_unsized(b, slab, d);
-            } else if free > 0 {
-                self.link_sized(b, class, slab, d);
+            while let Ok(Some(slab)) = self.mem.link(b, lists.sized[ci].load(Ordering::Relaxed)) {
+                let d = self.mem.desc(b, slab);
+                self.unlink_sized(b, class, d);
+                self.abandon(b, slab, d);
             }
-            self.clear_log();
         }
+    }
+
+    /// Puts the class's cached bits back into the current slab's bitset and empties the cache;
+    /// the slab then goes to the unsized list if entirely free, or is abandoned.
+    fn return_cached_word(&self, b: Bracket, slab: Slab, cur: &Current) {
+        let d = self.mem.desc(b, slab);
+        let w = cur.id().word;
+        let Some(word) = d.bits.get(w as usize) else { return };
+        self.log(Redo::new(Op::TakeWord, b, slab.index(), w).flagged());
+        // Bitset first, cache second: a crash in between leaves the bits in both places, which
+        // recovery resolves from the flagged record; never in neither.
+        let bits = cur.bits.load(Ordering::Relaxed);
+        word.store(word.load(Ordering::Relaxed) | bits, Ordering::Relaxed);
+        if bits != 0 {
+            d.head.summary.store(d.head.summary.load(Ordering::Relaxed) | (1 << w), Ordering::Relaxed);
+        }
+        let free = d.head.free.load(Ordering::Relaxed) + bits.count_ones();
+        d.head.free.store(free, Ordering::Relaxed);
+        cur.install(0, 0, 0, 0);
+        self.clear_log();
+        if free == d.head.blocks.load(Ordering::Relaxed) {
+            d.head.class.store(0, Ordering::Relaxed);
+            d.head.size.store(0, Ordering::Relaxed);
+            self.push_unsized(b, slab, d);
+        } else if free > 0 {
+            self.abandon(b, slab, d);
+        }
+    }
+
+    /// Disowns a partly used slab this thread no longer wants (it is on no list): its free
+    /// blocks are subtracted from the remote counter in one CAS, as if freed remotely, and their
+    /// bits stay set so a later free of one of them is still a detected double free. The last
+    /// remote free of an outstanding block then claims the slab (T8); if none is outstanding
+    /// the subtraction itself claims it back, and it goes to the unsized list.
+    fn abandon(&self, b: Bracket, slab: Slab, d: Descriptor<'_>) {
+        let version = self.rec.next_version();
+        self.log(Redo::new(Op::Abandon, b, slab.index(), version));
+        // Release: disowned before the counter can reach 0, so a claimer never finds us owner.
+        d.head.owner.store(0, Ordering::Release);
+        let free = d.head.free.load(Ordering::Relaxed);
+        if let Ok(remote::Decrement::Claimed) = remote::subtract(self.mem.remote(b, slab), free, self.tag(version)) {
+            self.log(Redo::new(Op::Abandon, b, slab.index(), version).flagged());
+            d.head.owner.store(self.me(), Ordering::Relaxed);
+            d.head.class.store(0, Ordering::Relaxed);
+            d.head.size.store(0, Ordering::Relaxed);
+            self.push_unsized(b, slab, d);
+        }
+        ThreadRecord::bump(&self.rec.counters.disowns);
+        self.clear_log();
     }
 
     /// T9: returns empty slabs beyond the cache limit to the global list.

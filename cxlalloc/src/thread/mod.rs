@@ -22,9 +22,8 @@ use crate::thread::record::ThreadRecord;
 use crate::word::Holder;
 
 /// A thread's lease on one slot of a heap. Allocation and free go through it. Dropping it
-/// returns the thread's empty slabs to the global list and releases the slot; slabs that still
-/// hold live blocks stay with the slot (the next holder inherits them; frees from any thread
-/// keep working meanwhile).
+/// returns the thread's empty slabs to the global list, disowns its partly used ones (the last
+/// free of their live blocks, by any thread, reclaims them), and releases the slot.
 ///
 /// `Send` but not `Sync`: one thread at a time may use a slot. A handle belongs to the process
 /// that attached it: after `fork`, the child must attach its own (using an inherited handle
@@ -202,7 +201,7 @@ impl Drop for ThreadHandle {
         }
         let ops = self.ops();
         for b in Bracket::ALL {
-            ops.release_currents(b);
+            ops.release_classes(b);
             ops.drain_unsized(b);
         }
         lease::release(&self.heap.mem().lease(self.slot).holder, self.holder);

@@ -119,7 +119,8 @@ impl Current {
 #[repr(C)]
 #[derive(Default)]
 pub struct Counters {
-    /// Remote frees performed (T10 + T8).
+    /// Frees that took the remote path (T10 + T8): frees of other slots' blocks, and of this
+    /// slot's own blocks in slabs it has disowned.
     pub remote_frees: AtomicU64,
     /// Slabs taken by extending the heap (T1).
     pub slabs_bumped: AtomicU64,
@@ -131,7 +132,7 @@ pub struct Counters {
     pub claims: AtomicU64,
     /// Slabs detached when full (T4).
     pub detaches: AtomicU64,
-    /// Slabs disowned when full (T5).
+    /// Slabs disowned when full (T5) or abandoned partly used at detach.
     pub disowns: AtomicU64,
 }
 

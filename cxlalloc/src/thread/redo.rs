@@ -37,6 +37,9 @@ pub enum Op {
     RemoteFree = 7,
     /// T9: push `slab` from the unsized list to the global list; arg = version.
     GlobalPush = 8,
+    /// A detaching owner disowns partly used `slab`, counting its free blocks off the remote
+    /// counter in one CAS; arg = version, flag = that CAS claimed the slab back (it was empty).
+    Abandon = 9,
 }
 
 impl Op {
@@ -50,6 +53,7 @@ impl Op {
             6 => Op::Retire,
             7 => Op::RemoteFree,
             8 => Op::GlobalPush,
+            9 => Op::Abandon,
             _ => return None,
         })
     }
@@ -114,9 +118,17 @@ mod tests {
 
     #[test]
     fn every_op_round_trips() {
-        for op in
-            [Op::Bump, Op::GlobalPop, Op::Size, Op::TakeWord, Op::LocalFree, Op::Retire, Op::RemoteFree, Op::GlobalPush]
-        {
+        for op in [
+            Op::Bump,
+            Op::GlobalPop,
+            Op::Size,
+            Op::TakeWord,
+            Op::LocalFree,
+            Op::Retire,
+            Op::RemoteFree,
+            Op::GlobalPush,
+            Op::Abandon,
+        ] {
             for b in Bracket::ALL {
                 let r = Redo::new(op, b, u32::MAX, (1 << 25) - 1).flagged();
                 assert_eq!(Redo::unpack(r.pack()), Some(r));
