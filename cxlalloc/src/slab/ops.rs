@@ -269,14 +269,25 @@ impl<'a> SlabThread<'a> {
         if d.head.owner.load(Ordering::Relaxed) != self.me() {
             return self.free_remote(ptr);
         }
+        // A block remotely freed before carries its slab's mark and never returns to the owner.
+        if self.mark_word(&at).load(Ordering::Relaxed) == d.head.mark.load(Ordering::Relaxed) {
+            return Err(FreeError::DoubleFree);
+        }
         let (w, bit) = ((at.block / 64) as usize, 1u64 << (at.block % 64));
+        let cur = &self.rec.lists(b).current[at.class as usize - 1];
+        let id = cur.id();
+        if id.slab == at.slab.link() && id.word == w as u32 {
+            // The block belongs to the cached word: freeing it is one store to the persistent
+            // cache, which is also its log record (as for allocation).
+            let bits = cur.bits.load(Ordering::Relaxed);
+            if bits & bit != 0 {
+                return Err(FreeError::DoubleFree);
+            }
+            cur.bits.store(bits | bit, Ordering::Relaxed);
+            return Ok(());
+        }
         let word = d.bits[w].load(Ordering::Relaxed);
-        // Double frees: the block is free in our bitset, or in our cached word, or carries the
-        // mark of a remote free (a remotely freed block never returns to the bitset).
-        if word & bit != 0
-            || self.rec.lists(b).current[at.class as usize - 1].holds(at.slab.link(), at.block)
-            || self.mark_word(&at).load(Ordering::Relaxed) == d.head.mark.load(Ordering::Relaxed)
-        {
+        if word & bit != 0 {
             return Err(FreeError::DoubleFree);
         }
         #[cfg(feature = "validate")]
