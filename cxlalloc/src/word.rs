@@ -33,15 +33,18 @@ pub struct Tag {
 
 impl Tag {
     /// The tag thread `slot` uses for its operation number `version`.
+    #[inline]
     pub fn new(slot: u32, version: u32) -> Self {
         debug_assert!(slot < MAX_SLOTS);
         Self { writer: (slot + 1) as u16, version: version & VERSION_MASK }
     }
 
+    #[inline]
     fn pack(self) -> u32 {
         (u32::from(self.writer) << VERSION_BITS) | (self.version & VERSION_MASK)
     }
 
+    #[inline]
     fn unpack(bits: u32) -> Self {
         Self { writer: (bits >> VERSION_BITS) as u16, version: bits & VERSION_MASK }
     }
@@ -64,16 +67,19 @@ pub struct Tagged {
 
 impl Tagged {
     /// A payload stamped with `tag`.
+    #[inline]
     pub fn new(payload: u32, tag: Tag) -> Self {
         Self { payload, tag }
     }
 
     /// The raw word.
+    #[inline]
     pub fn pack(self) -> u64 {
         (u64::from(self.tag.pack()) << 32) | u64::from(self.payload)
     }
 
     /// Decodes a raw word.
+    #[inline]
     pub fn unpack(word: u64) -> Self {
         Self { payload: word as u32, tag: Tag::unpack((word >> 32) as u32) }
     }
@@ -100,11 +106,13 @@ pub struct Holder {
 
 impl Holder {
     /// The raw lease word.
+    #[inline]
     pub fn pack(self) -> u64 {
         (u64::from(self.start) << 32) | u64::from(self.pid)
     }
 
     /// Decodes a lease word; `None` for a free slot.
+    #[inline]
     pub fn unpack(word: u64) -> Option<Self> {
         (word != 0).then_some(Self { pid: word as u32, start: (word >> 32) as u32 })
     }

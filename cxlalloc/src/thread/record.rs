@@ -66,11 +66,13 @@ pub struct CurrentId {
 
 impl CurrentId {
     /// The raw word.
+    #[inline]
     pub fn pack(self) -> u64 {
         u64::from(self.slab) | (u64::from(self.word & 0xff) << 32) | (u64::from(self.seq & 0xff_ffff) << 40)
     }
 
     /// Decodes a raw word.
+    #[inline]
     pub fn unpack(raw: u64) -> Self {
         Self { slab: raw as u32, word: ((raw >> 32) & 0xff) as u32, seq: (raw >> 40) as u32 }
     }
@@ -101,6 +103,7 @@ impl Current {
 
     /// Holder only: caches word `word` of slab link `slab` holding `bits`, starting at heap
     /// offset `block0` (`slab == 0` empties the cache).
+    #[inline]
     pub fn install(&self, slab: u32, word: u32, block0: u64, bits: u64) {
         let seq = CurrentId::unpack(self.id.load(Ordering::Relaxed)).seq.wrapping_add(1);
         // block0 is read only by the holder, so it needs no place in the reader protocol.
@@ -109,6 +112,7 @@ impl Current {
     }
 
     /// Holder-side read of the cached word's identity.
+    #[inline]
     pub fn id(&self) -> CurrentId {
         CurrentId::unpack(self.id.load(Ordering::Relaxed))
     }
