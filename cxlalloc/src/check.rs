@@ -35,7 +35,8 @@ pub enum SlabState {
 const STATES: usize = 6;
 
 impl SlabState {
-    const ALL: [SlabState; STATES] = [
+    /// Every state, in census order.
+    pub const ALL: [SlabState; STATES] = [
         SlabState::Global,
         SlabState::Unsized,
         SlabState::Sized,

@@ -102,17 +102,7 @@ fn print_stats(heap: &Heap, per_class: bool) {
     println!("counters:              {:?}", s.counters);
     for b in Bracket::ALL {
         let c = &s.brackets[b as usize];
-        let states: Vec<String> = [
-            SlabState::Global,
-            SlabState::Unsized,
-            SlabState::Sized,
-            SlabState::Detached,
-            SlabState::Disowned,
-            SlabState::Unreachable,
-        ]
-        .iter()
-        .map(|&st| format!("{} {}", st.name(), c.slabs(st)))
-        .collect();
+        let states: Vec<String> = SlabState::ALL.iter().map(|&st| format!("{} {}", st.name(), c.slabs(st))).collect();
         println!(
             "{:>5} slabs {}/{}: {}; live blocks {}",
             b.name(),
