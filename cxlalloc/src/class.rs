@@ -58,6 +58,15 @@ impl Bracket {
         }
     }
 
+    /// Number of size classes.
+    #[inline(always)]
+    pub const fn class_count(self) -> usize {
+        match self {
+            Bracket::Small => SMALL_CLASSES,
+            Bracket::Large => LARGE_CLASSES,
+        }
+    }
+
     /// Human-readable name.
     pub fn name(self) -> &'static str {
         match self {

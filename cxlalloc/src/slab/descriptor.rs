@@ -72,7 +72,8 @@ impl Descriptor<'_> {
     #[inline]
     pub fn lowest_word(&self) -> Option<u32> {
         let summary = self.head.summary.load(Ordering::Relaxed);
-        (summary != 0).then(|| summary.trailing_zeros())
+        // A corrupt summary naming a word past the bitset reads as "no free word", not a panic.
+        Some(summary.trailing_zeros()).filter(|&w| (w as usize) < self.bits.len())
     }
 
     /// Empties bitset word `w`, returning its free bits (now the caller's).

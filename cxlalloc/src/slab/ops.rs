@@ -239,6 +239,10 @@ impl<'a> SlabThread<'a> {
         if block >= blocks {
             return Err(FreeError::NotAllocated);
         }
+        // Metadata a crash or a stray write corrupted must not index out of range later.
+        if class as usize > b.class_count() || blocks as usize > 64 * b.bitset_words() {
+            return Err(FreeError::Corrupt("descriptor class or block count out of range"));
+        }
         Ok(Located { bracket: b, slab, desc, class, size, blocks, block, offset })
     }
 
