@@ -389,6 +389,14 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
             w.problem(Some(index), format!("class {class} does not exist"));
             continue;
         };
+        let geometry = (
+            d.head.size.load(Ordering::Relaxed),
+            d.head.blocks.load(Ordering::Relaxed),
+            d.head.recip.load(Ordering::Relaxed),
+        );
+        if geometry != (info.size, info.blocks, info.recip) {
+            w.problem(Some(index), format!("class {class} but block geometry {geometry:?}"));
+        }
         if free != d.count_free() {
             w.problem(Some(index), format!("free count {free} but {} bits set", d.count_free()));
         }

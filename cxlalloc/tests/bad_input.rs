@@ -348,3 +348,22 @@ fn realloc_of_a_block_freed_by_another_thread_fails_without_leaking() {
     assert!(r.is_clean(), "{r}");
     assert_eq!(Bracket::ALL.iter().map(|&b| r.bracket(b).live_blocks()).sum::<u64>(), 0, "{r}");
 }
+
+#[test]
+fn corrupted_descriptor_metadata_is_an_error_not_a_crash() {
+    use std::os::unix::fs::FileExt;
+    let dir = TempHeapDir::new("corrupt");
+    let heap = Heap::create_at(&dir.0, &Config::with_capacity(8 << 20)).unwrap();
+    let t = heap.attach().unwrap();
+    let p = t.alloc(64).unwrap();
+    // Slab 0's descriptor starts the local region file; its class is the second u32, the
+    // block count sits at byte 44.
+    let local = std::fs::OpenOptions::new().write(true).open(dir.0.join("local")).unwrap();
+    local.write_all_at(&9999u32.to_ne_bytes(), 4).unwrap();
+    assert!(matches!(t.free(p), Err(FreeError::Corrupt(_))));
+    local.write_all_at(&8u32.to_ne_bytes(), 4).unwrap();
+    local.write_all_at(&u32::MAX.to_ne_bytes(), 44).unwrap();
+    let r = t.free(p);
+    assert!(matches!(r, Err(FreeError::Corrupt(_))), "{r:?}");
+    assert!(!heap.check().is_clean(), "the checker points at the damage");
+}

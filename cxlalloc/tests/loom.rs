@@ -4,35 +4,43 @@
 //! which `cxlalloc::sync` compiles against loom's atomics under `--cfg loom`. The SWcc parts the
 //! protocols take as closures (list links, owner fields, bitset counts) are modelled here with
 //! loom atomics, or with `loom::cell::UnsafeCell` where the design says "written only by the
-//! owner" — loom then also reports any access to that data that the protocol does not order by
-//! happens-before (i.e. two threads that both believe they own it).
+//! owner": loom then also reports any access to that data which the protocol does not order by
+//! happens-before, i.e. two threads that both act as owner.
 //!
-//! Run with `script/loom.sh`. Preemption bounds and measured runtimes (release build, 2 cores,
-//! tests run in parallel by the harness; "iters" = executions explored):
+//! Each model also records which outcomes its executions reached (`Seen`) and the test requires
+//! the interesting ones (the ABA retry, truncation, detach *and* disown, a claim by every
+//! thread, …), so a model that silently stopped exploring them would fail rather than pass.
 //!
-//! | model                                     | threads | bound | iters   | runtime |
-//! | ----------------------------------------- | ------- | ----- | ------- | ------- |
-//! | global_list_pop_push_pop_aba              | 2       | none  | TBD     | TBD     |
-//! | global_list_three_threads                 | 3       | 3     | TBD     | TBD     |
-//! | global_list_untagged_head_loses_slabs (−) | 2       | none  | -       | TBD     |
-//! | length_bump_truncates_and_fills           | 3       | 3     | TBD     | TBD     |
-//! | remote_two_blocks_owner_keeps_one         | 2       | none  | TBD     | TBD     |
-//! | remote_two_blocks_both_remote             | 3       | 3     | TBD     | TBD     |
-//! | remote_three_blocks                       | 3       | 3     | TBD     | TBD     |
-//! | lease_three_threads_two_slots             | 3       | 3     | TBD     | TBD     |
-//! | lease_load_then_store_claim_is_caught (−) | 3       | 3     | -       | TBD     |
+//! Run with `script/loom.sh`. Preemption bounds and measured cost (release build, 2 cores):
 //!
-//! (−) = negative control: a deliberately broken variant that the model must reject
-//! (`#[should_panic]`), showing the models are able to fail.
+//! | model                                       | threads | bound | executions | runtime |
+//! | ------------------------------------------- | ------- | ----- | ---------- | ------- |
+//! | global_list_pop_push_pop_aba                | 2       | none  | TBD        | TBD     |
+//! | global_list_three_threads                   | 3       | TBD   | TBD        | TBD     |
+//! | global_list_untagged_head_aba_is_caught (−) | 2       | none  | -          | TBD     |
+//! | length_bump_truncates_and_fills             | 3       | TBD   | TBD        | TBD     |
+//! | remote_two_blocks_owner_keeps_one           | 2       | none  | TBD        | TBD     |
+//! | remote_two_blocks_both_remote               | 3       | none  | TBD        | TBD     |
+//! | remote_three_blocks                         | 3       | TBD   | TBD        | TBD     |
+//! | remote_reuse_after_reattach                 | 3       | TBD   | TBD        | TBD     |
+//! | remote_load_then_store_decrement_is_caught (−) | 3    | TBD   | -          | TBD     |
+//! | lease_three_threads_two_slots               | 3       | TBD   | TBD        | TBD     |
+//! | lease_load_then_store_claim_is_caught (−)   | 3       | TBD   | -          | TBD     |
 //!
-//! `LOOM_MAX_PREEMPTIONS=n` overrides the bounds below for experiments.
+//! (−) = negative control: a deliberately broken variant the model must reject
+//! (`#[should_panic]`), showing that the models can fail.
+//!
+//! `LOOM_MAX_PREEMPTIONS=n` overrides every bound below, for experiments.
 #![cfg(loom)]
-#![allow(clippy::disallowed_types)] // std's counter below lives outside the model, on purpose
+// The outcome recorder and the execution counter live outside the model, in std, on purpose.
+#![allow(clippy::disallowed_types)]
 
+use std::collections::BTreeSet;
 use std::sync::atomic::AtomicUsize as StdAtomicUsize;
+use std::sync::{Arc as StdArc, Mutex as StdMutex};
 use std::time::Instant;
 
-use cxlalloc::protocol::{global_list, lease, length, remote};
+use cxlalloc::protocol::{cached_word, global_list, lease, length, remote};
 use cxlalloc::word::{Holder, Tag, Tagged};
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -40,7 +48,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 /// Runs `f` under loom with preemption `bound` (unless `LOOM_MAX_PREEMPTIONS` is set) and prints
-/// the wall time, so `script/loom.sh` output documents the cost of each model.
+/// the bound, the number of executions explored and the wall time.
 fn check<F>(name: &str, bound: Option<usize>, f: F)
 where
     F: Fn() + Sync + Send + 'static,
@@ -50,8 +58,8 @@ where
         builder.preemption_bound = bound;
     }
     let bound = builder.preemption_bound;
-    let iterations = std::sync::Arc::new(StdAtomicUsize::new(0));
-    let counter = iterations.clone();
+    let executions = StdArc::new(StdAtomicUsize::new(0));
+    let counter = executions.clone();
     let start = Instant::now();
     builder.check(move || {
         counter.fetch_add(1, Ordering::Relaxed);
@@ -59,9 +67,26 @@ where
     });
     eprintln!(
         "loom model {name}: preemption bound {bound:?}, {} executions, {:.2?}",
-        iterations.load(Ordering::Relaxed),
+        executions.load(Ordering::Relaxed),
         start.elapsed()
     );
+}
+
+/// Outcomes reached by any execution of a model (outside loom: never affects scheduling).
+#[derive(Clone, Default)]
+struct Seen(StdArc<StdMutex<BTreeSet<String>>>);
+
+impl Seen {
+    fn mark(&self, what: impl Into<String>) {
+        self.0.lock().unwrap().insert(what.into());
+    }
+
+    /// Panics unless every outcome in `wanted` was reached by some execution.
+    fn require(&self, wanted: &[&str]) {
+        let seen = self.0.lock().unwrap();
+        let missing: Vec<_> = wanted.iter().filter(|w| !seen.contains(**w)).collect();
+        assert!(missing.is_empty(), "model never reached {missing:?}; it reached {seen:?}");
+    }
 }
 
 /// A thread's tag source: every protocol operation is stamped with a fresh `{slot, version}`,
@@ -93,22 +118,23 @@ struct List {
     head: AtomicU64,
     next: Vec<AtomicU32>,
     owner: Vec<AtomicU32>,
-    /// When false every operation uses the same tag: the head degenerates to an untagged
-    /// pointer (negative control for ABA).
+    /// When false every operation uses one constant tag: the head degenerates to an untagged
+    /// pointer (the ABA negative control).
     tagged: bool,
+    seen: Seen,
 }
 
 impl List {
     /// `slabs` descriptors; links `1..=listed` form the initial list `1 → 2 → … → listed`, and
-    /// the rest are held by the threads named in `held_by` (slot per unlisted slab).
-    fn new(slabs: u32, listed: u32, held_by: &[u32], tagged: bool) -> Self {
+    /// each further slab is held by the slot `held_by` names for it.
+    fn new(slabs: u32, listed: u32, held_by: &[u32], tagged: bool, seen: Seen) -> Self {
         assert_eq!(slabs, listed + held_by.len() as u32);
         let next = (1..=slabs).map(|link| AtomicU32::new(if link < listed { link + 1 } else { 0 })).collect();
         let owner = (1..=slabs)
             .map(|link| AtomicU32::new(if link <= listed { 0 } else { held_by[(link - listed - 1) as usize] + 1 }))
             .collect();
         let head = if listed == 0 { 0 } else { Tagged::new(1, Tag::default()).pack() };
-        Self { head: AtomicU64::new(head), next, owner, tagged }
+        Self { head: AtomicU64::new(head), next, owner, tagged, seen }
     }
 
     fn slabs(&self) -> u32 {
@@ -127,6 +153,7 @@ impl List {
     fn pop(&self, tags: &mut Tags) -> Option<u32> {
         let tag = self.tag(tags);
         let slabs = self.slabs();
+        let mut announced = Vec::new();
         let popped = global_list::pop(
             &self.head,
             tag,
@@ -137,14 +164,20 @@ impl List {
                     Err(link)
                 }
             },
-            |_| {},
+            |link| announced.push(link),
         )
         .unwrap_or_else(|link| panic!("global list reached corrupt link {link}"));
         if let Some(link) = popped {
+            if announced.iter().filter(|&&l| l == link).count() > 1 {
+                // The head came back to the same slab between our load and CAS (pop-push-pop).
+                self.seen.mark("aba retry");
+            }
             // The pusher cleared `owner` before its Release CAS; our Acquire must see it.
             let owner = self.owner[link as usize - 1].load(Ordering::Relaxed);
             assert_eq!(owner, 0, "popped slab {link} still names owner {owner}");
             self.owner[link as usize - 1].store(tags.slot + 1, Ordering::Relaxed);
+        } else {
+            self.seen.mark("pop empty");
         }
         popped
     }
@@ -153,14 +186,14 @@ impl List {
     fn push(&self, tags: &mut Tags, link: u32) {
         let i = link as usize - 1;
         let owner = self.owner[i].load(Ordering::Relaxed);
-        assert_eq!(owner, tags.slot + 1, "thread {} pushes slab {link} owned by {owner}", tags.slot);
+        assert_eq!(owner, tags.slot + 1, "slot {} pushes slab {link} owned by {owner}", tags.slot);
         self.owner[i].store(0, Ordering::Relaxed);
         let tag = self.tag(tags);
         global_list::push(&self.head, tag, link, |next| self.next[i].store(next, Ordering::Relaxed));
     }
 
-    /// After every thread has joined: each slab is on the list exactly once or held by exactly
-    /// one thread (its `owner`), never both, never neither; the list is acyclic.
+    /// After every thread has joined: the list is acyclic, and each slab is on it exactly once
+    /// or held by exactly one thread (which its `owner` names), never both, never neither.
     fn check_final(&self, held: &[(u32, Vec<u32>)]) {
         let slabs = self.slabs();
         let mut listed = Vec::new();
@@ -171,16 +204,17 @@ impl List {
             listed.push(link);
             link = self.next[link as usize - 1].load(Ordering::Relaxed);
         }
-        let mut seen = vec![0u32; slabs as usize];
+        let mut count = vec![0u32; slabs as usize];
         for &link in listed.iter().chain(held.iter().flat_map(|(_, links)| links)) {
-            seen[link as usize - 1] += 1;
+            count[link as usize - 1] += 1;
         }
-        for (i, &n) in seen.iter().enumerate() {
+        for (i, &n) in count.iter().enumerate() {
             assert!(n != 0, "slab {} lost: neither listed nor held (list {listed:?}, held {held:?})", i + 1);
             assert!(n == 1, "slab {} duplicated: listed/held {n} times (list {listed:?}, held {held:?})", i + 1);
         }
         for &link in &listed {
-            assert_eq!(self.owner[link as usize - 1].load(Ordering::Relaxed), 0, "listed slab {link} names an owner");
+            let owner = self.owner[link as usize - 1].load(Ordering::Relaxed);
+            assert_eq!(owner, 0, "listed slab {link} names owner {owner}");
         }
         for (slot, links) in held {
             for &link in links {
@@ -191,12 +225,12 @@ impl List {
     }
 }
 
-/// One thread's script over the list.
+/// One step of a thread's script over the list.
 #[derive(Clone, Copy)]
 enum Step {
     Pop,
-    /// Push back the slab this thread popped `k` pops ago (0 = most recent) — or a slab it
-    /// held from the start, which counts as popped before everything else.
+    /// Push back the slab this thread got `k` slabs ago (0 = most recent; slabs it held from
+    /// the start count as got before everything else); nothing if it holds too few.
     Push(usize),
 }
 
@@ -205,11 +239,7 @@ fn run_list_thread(list: &List, slot: u32, initially: Vec<u32>, script: &[Step])
     let mut held = initially;
     for step in script {
         match *step {
-            Step::Pop => {
-                if let Some(link) = list.pop(&mut tags) {
-                    held.push(link);
-                }
-            }
+            Step::Pop => held.extend(list.pop(&mut tags)),
             Step::Push(k) => {
                 if held.len() > k {
                     let link = held.remove(held.len() - 1 - k);
@@ -221,18 +251,24 @@ fn run_list_thread(list: &List, slot: u32, initially: Vec<u32>, script: &[Step])
     (slot, held)
 }
 
-/// Threads run `scripts[t]` as slot `t`; slot 0 runs on loom's main thread.
-fn list_model(slabs: u32, listed: u32, held_by: &[u32], tagged: bool, scripts: &[&'static [Step]]) {
-    let list = Arc::new(List::new(slabs, listed, held_by, tagged));
+/// Slot `t` runs `scripts[t]`; slot 0 runs on loom's main thread.
+fn list_model(
+    seen: &Seen,
+    slabs: u32,
+    listed: u32,
+    held_by: &'static [u32],
+    tagged: bool,
+    scripts: &'static [&'static [Step]],
+) {
+    let list = Arc::new(List::new(slabs, listed, held_by, tagged, seen.clone()));
     let initially = |slot: u32| -> Vec<u32> {
-        held_by.iter().enumerate().filter(|(_, &s)| s == slot).map(|(k, _)| listed + 1 + k as u32).collect()
+        (0..held_by.len() as u32).filter(|&k| held_by[k as usize] == slot).map(|k| listed + 1 + k).collect()
     };
     let handles: Vec<_> = (1..scripts.len() as u32)
         .map(|slot| {
             let list = list.clone();
             let init = initially(slot);
-            let script = scripts[slot as usize];
-            thread::spawn(move || run_list_thread(&list, slot, init, script))
+            thread::spawn(move || run_list_thread(&list, slot, init, scripts[slot as usize]))
         })
         .collect();
     let mut held = vec![run_list_thread(&list, 0, initially(0), scripts[0])];
@@ -240,59 +276,67 @@ fn list_model(slabs: u32, listed: u32, held_by: &[u32], tagged: bool, scripts: &
     list.check_final(&held);
 }
 
-/// Pop–push–pop ABA: thread 0 loads head = 1 and reads `next(1) = 2`; thread 1 pops 1, pops 2
-/// and pushes 1 back (head is 1 again, now `1 → 3`). Without the tag, thread 0's CAS would
-/// install 2 — a slab thread 1 holds. The tag makes it fail and retry.
+/// Pop–push–pop ABA: slot 0 loads head = 1 and reads `next(1) = 2`; slot 1 pops 1, pops 2 and
+/// pushes 1 back (head is 1 again, now `1 → 3`). With an untagged head slot 0's CAS would
+/// install 2, a slab slot 1 holds; the tag makes it fail and retry.
+const ABA: &[&[Step]] = &[&[Step::Pop], &[Step::Pop, Step::Pop, Step::Push(1)]];
+
 #[test]
 fn global_list_pop_push_pop_aba() {
-    check("global_list_pop_push_pop_aba", None, || {
-        list_model(3, 3, &[], true, &[&[Step::Pop], &[Step::Pop, Step::Pop, Step::Push(1)]]);
-    });
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("global_list_pop_push_pop_aba", None, move || list_model(&s, 3, 3, &[], true, ABA));
+    seen.require(&["aba retry"]);
 }
 
-/// Negative control: the same scenario with every CAS stamped with one constant tag (an
-/// untagged head). The model must find the ABA interleaving and report a duplicated slab.
+/// Negative control: the ABA scenario with every CAS stamped with one constant tag (an
+/// untagged head). The model must find the interleaving above and report slab 2 duplicated.
 #[test]
 #[should_panic(expected = "duplicated")]
-fn global_list_untagged_head_loses_slabs() {
-    check("global_list_untagged_head_loses_slabs", None, || {
-        list_model(3, 3, &[], false, &[&[Step::Pop], &[Step::Pop, Step::Pop, Step::Push(1)]]);
-    });
+fn global_list_untagged_head_aba_is_caught() {
+    check("global_list_untagged_head_aba_is_caught", None, || list_model(&Seen::default(), 3, 3, &[], false, ABA));
 }
 
-/// Three threads over three slabs (two listed, one held by thread 2): pops, pushes and
-/// re-pushes interleave, including pop-push-pop by thread 1 against thread 0's pop.
+/// Three threads over three slabs (two listed, one held by slot 2): pops, pushes and re-pushes
+/// interleave, including slot 1's pop-push-pop against slot 0's pop-push and slot 2's push-pop,
+/// and pops that find the list empty.
 #[test]
 fn global_list_three_threads() {
-    check("global_list_three_threads", Some(3), || {
-        list_model(
-            3,
-            2,
-            &[2],
-            true,
-            &[&[Step::Pop, Step::Push(0)], &[Step::Pop, Step::Pop, Step::Push(1)], &[Step::Push(0), Step::Pop]],
-        );
-    });
+    const SCRIPTS: &[&[Step]] =
+        &[&[Step::Pop, Step::Push(0)], &[Step::Pop, Step::Pop, Step::Push(1)], &[Step::Push(0), Step::Pop]];
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("global_list_three_threads", Some(5), move || list_model(&s, 3, 2, &[2], true, SCRIPTS));
+    seen.require(&["aba retry", "pop empty"]);
 }
 
 // ------------------------------------------------------------------------------------------------
 // (b) Heap growth: length bump (T1)
 // ------------------------------------------------------------------------------------------------
 
-/// What one thread got from its bumps: the ranges, and how many bumps found the heap full.
+/// What one thread got from its bumps.
+#[derive(Default)]
 struct Bumps {
     ranges: Vec<(u32, u32)>,
     full: u32,
     aborted: u32,
 }
 
-/// `bumps` calls to `length::bump`; when `fail_first`, the first call's `before` fails (a failed
+/// `bumps` calls to `length::bump`. When `fail_first`, the first call's `before` fails (a failed
 /// reservation), which must abort that call without moving the length — unless the heap is
-/// already full, when `before` is never called. An aborted bump that moved the length would show
-/// up as a gap in the final coverage check.
-fn run_bumps(word: &AtomicU64, slot: u32, bumps: u32, fail_first: bool, batch: u32, capacity: u32) -> Bumps {
+/// already full, when `before` is never called. An aborted bump that had moved the length would
+/// show up as a gap in the final coverage check.
+fn run_bumps(
+    seen: &Seen,
+    word: &AtomicU64,
+    slot: u32,
+    bumps: u32,
+    fail_first: bool,
+    batch: u32,
+    capacity: u32,
+) -> Bumps {
     let mut tags = Tags::new(slot);
-    let mut out = Bumps { ranges: Vec::new(), full: 0, aborted: 0 };
+    let mut out = Bumps::default();
     for i in 0..bumps {
         let mut last = None;
         let fail = fail_first && i == 0;
@@ -307,13 +351,23 @@ fn run_bumps(word: &AtomicU64, slot: u32, bumps: u32, fail_first: bool, batch: u
         match got {
             Err(_) => {
                 assert!(fail, "bump failed without a failing `before`");
+                assert!(last.is_some());
+                seen.mark("aborted");
                 out.aborted += 1;
             }
-            Ok(None) => out.full += 1,
+            Ok(None) => {
+                if fail {
+                    seen.mark("full before the failing reservation");
+                }
+                out.full += 1;
+            }
             Ok(Some((from, to))) => {
                 assert!(!fail, "bump succeeded although `before` failed");
                 assert_eq!(last, Some((from, to)), "`before` was not told the range that was taken");
                 assert!(from < to && to <= capacity && to - from <= batch, "bad range {from}..{to}");
+                if to - from < batch {
+                    seen.mark(format!("truncated for slot {slot}"));
+                }
                 out.ranges.push((from, to));
             }
         }
@@ -321,21 +375,24 @@ fn run_bumps(word: &AtomicU64, slot: u32, bumps: u32, fail_first: bool, batch: u
     out
 }
 
-/// Three threads make six bumps of batch 2 into capacity 5, one of them with a failing
-/// `before`: exactly three succeed — [0,2) [2,4) and the truncated [4,5), in some order — and
-/// the other three find the heap full (or, for the failing one, abort). The ranges are disjoint, contiguous, cover [0, final length), and the
-/// final length is the capacity.
+/// Three threads make two bumps each, of batch 2, into capacity 5; slot 2's first bump has a
+/// failing `before`. Exactly three bumps succeed — [0,2), [2,4) and the truncated [4,5), in
+/// some order — and the others find the heap full (or abort). The ranges are disjoint and
+/// contiguous, they cover [0, final length), and the final length is the capacity.
 #[test]
 fn length_bump_truncates_and_fills() {
     const BATCH: u32 = 2;
     const CAPACITY: u32 = 5;
-    check("length_bump_truncates_and_fills", Some(3), || {
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("length_bump_truncates_and_fills", Some(5), move || {
         let word = Arc::new(AtomicU64::new(0));
-        let w1 = word.clone();
-        let t1 = thread::spawn(move || run_bumps(&w1, 1, 2, false, BATCH, CAPACITY));
-        let w2 = word.clone();
-        let t2 = thread::spawn(move || run_bumps(&w2, 2, 2, true, BATCH, CAPACITY));
-        let mine = run_bumps(&word, 0, 2, false, BATCH, CAPACITY);
+        let spawn = |slot: u32, fail_first: bool| {
+            let (word, seen) = (word.clone(), s.clone());
+            thread::spawn(move || run_bumps(&seen, &word, slot, 2, fail_first, BATCH, CAPACITY))
+        };
+        let (t1, t2) = (spawn(1, false), spawn(2, true));
+        let mine = run_bumps(&s, &word, 0, 2, false, BATCH, CAPACITY);
         let all = [mine, t1.join().unwrap(), t2.join().unwrap()];
 
         let mut ranges: Vec<_> = all.iter().flat_map(|b| b.ranges.iter().copied()).collect();
@@ -349,20 +406,26 @@ fn length_bump_truncates_and_fills() {
         }
         let length = Tagged::unpack(word.load(Ordering::Acquire)).payload;
         assert_eq!(end, length, "ranges {ranges:?} do not cover [0, {length})");
-        assert!(length <= CAPACITY);
+        assert!(length <= CAPACITY, "length {length} passed the capacity");
         assert_eq!(length, CAPACITY, "demand exceeded capacity, so the heap must be full");
         assert_eq!(ranges, [(0, 2), (2, 4), (4, 5)], "expected two full batches and one truncated");
         assert!(aborted <= 1);
-        assert!(full >= 2, "at least two bumps must have found the heap full");
-        assert_eq!(full + aborted, 3, "every bump but the three successes is full or aborted");
+        assert_eq!(full + aborted, 3, "every bump but the three that succeeded is full or aborted");
     });
+    seen.require(&[
+        "aborted",
+        "full before the failing reservation",
+        "truncated for slot 0",
+        "truncated for slot 1",
+        "truncated for slot 2",
+    ]);
 }
 
 // ------------------------------------------------------------------------------------------------
-// (c) Remote-free counter with detach / disown / claim (T3, T4, T5, T6, T8, T10)
+// (c) Remote-free counter with detach / disown / claim (T3, T4, T5, T6, T7, T8, T10)
 // ------------------------------------------------------------------------------------------------
 
-/// Where a slab stands, from its current owner's private view (SWcc, owner-only).
+/// Where a slab stands in its current owner's private view (SWcc, owner-only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     /// On the owner's sized list (Local-sized), ≥ 1 free block.
@@ -371,7 +434,7 @@ enum State {
     Detached,
     /// Full, ownership given up (T5).
     Disowned,
-    /// Empty and on an unsized list: after T7 for the owner, or after the claim (T8).
+    /// Empty, on an unsized list: after T7 for the owner, or after the claim (T8).
     Unsized,
 }
 
@@ -381,34 +444,41 @@ struct Local {
     state: State,
 }
 
-/// One slab, as the allocator sees it.
+/// The remote-free operation under test (the real one, or a broken one for the negative control).
+type Decrement = fn(&AtomicU64, Tag) -> Result<remote::Decrement, remote::Underflow>;
+
+/// One slab of `blocks` blocks, as the allocator sees it.
 ///
-/// Invariant (checked after every thread has joined, when no block is outstanding any more, and
-/// in parts along the way):
+/// **Invariant.** Let `outstanding` be the blocks allocated and not yet freed, `remotely_freed`
+/// the successful `remote::decrement`s (Counted or Claimed), and `free` the owner's bitset count.
+/// A block freed locally goes back to the bitset; a block freed remotely never does. Then, once
+/// every thread has joined (so `outstanding == 0`):
 ///
-/// * **conservation**: `free_in_bitset + outstanding + remotely_freed == blocks`, where
-///   `outstanding` counts allocated blocks not yet freed and `remotely_freed` counts successful
-///   `remote::decrement`s (Counted or Claimed). A block freed locally goes back to the bitset; a
-///   block freed remotely never does.
-/// * **counter**: `count == blocks − remotely_freed`: every remote free took exactly one off,
-///   and `decrement` never reported `Underflow`.
-/// * **ownership**: exactly one of
-///   1. *kept*: no claim, `owner` still names the original owner and the slab is on its lists
-///      (Sized with `free == blocks − remotely_freed ≥ 1`, or Unsized if every free was local);
-///   2. *claimed*: exactly one `Claimed`, by the thread that `owner` now names, with
-///      `count == 0`, `remotely_freed == blocks`, `free == 0`, state Unsized.
+/// * conservation: `free + outstanding + remotely_freed == blocks`;
+/// * counter: `remote::count == blocks − remotely_freed` (each remote free took exactly one
+///   off, and `decrement` never reported `Underflow`);
+/// * ownership, exactly one of:
+///   1. *kept* — no `Claimed`, `owner` still names the original owner, and the slab is on its
+///      lists: Sized with `free == blocks − remotely_freed ≥ 1`, or Unsized if `free == blocks`;
+///   2. *claimed* — exactly one `Claimed`, by the thread `owner` now names, with `count == 0`,
+///      `remotely_freed == blocks`, `free == 0` and state Unsized.
 ///
-///   So the slab is never lost (nobody owns it and it cannot be claimed any more) and never
-///   owned twice (`Claimed` at most once, and only when the owner can no longer free locally,
-///   checked by loom as a race on the owner-only `Local` cell otherwise).
+/// So the slab is never lost (unowned, or owned off-list with nothing outstanding, and not
+/// claimable) and never owned twice: `Claimed` happens at most once, the claimer finds the
+/// slab off every list (Detached or Disowned, `free == 0`), and loom checks that the claimer's
+/// writes to the owner-only `Local` are ordered after every write of the previous owner.
+/// Along the way: `decrement` never underflows, a local free only happens into a Sized or
+/// Detached slab, and free going 0 → 1 happens only on a Detached slab (T6).
 struct RemoteSlab {
     blocks: u32,
     /// HWcc remote word: the real protocol operates on this.
     counter: AtomicU64,
     /// SWcc descriptor owner (slot + 1, 0 = none): written by the owner, read racily by freers.
     owner: AtomicU32,
-    /// Owner-only state; an UnsafeCell so loom flags two threads that both act as owner.
+    /// Owner-only state: an UnsafeCell, so loom flags two threads that both act as owner.
     local: UnsafeCell<Local>,
+    decrement: Decrement,
+    seen: Seen,
     // Bookkeeping for the invariant; not part of the protocol.
     outstanding: AtomicU32,
     remotely_freed: AtomicU32,
@@ -416,17 +486,28 @@ struct RemoteSlab {
     claimer: AtomicU32,
 }
 
-/// The original owner's slot; its id (slot + 1) is what `owner` holds.
+/// The original owner's slot; `owner` holds slot + 1.
 const OWNER_SLOT: u32 = 0;
 
+/// What a free did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Freed {
+    /// Into the owner's bitset; the slab is now in this state.
+    Local(State),
+    Counted,
+    Claimed,
+}
+
 impl RemoteSlab {
-    fn new(blocks: u32) -> Self {
+    fn new(blocks: u32, decrement: Decrement, seen: Seen) -> Self {
         Self {
             blocks,
             counter: AtomicU64::new(0),
             // Local-unsized, owned by slot 0.
             owner: AtomicU32::new(OWNER_SLOT + 1),
             local: UnsafeCell::new(Local { free: 0, state: State::Unsized }),
+            decrement,
+            seen,
             outstanding: AtomicU32::new(0),
             remotely_freed: AtomicU32::new(0),
             claims: AtomicU32::new(0),
@@ -436,7 +517,7 @@ impl RemoteSlab {
 
     fn with_local<R>(&self, f: impl FnOnce(&mut Local) -> R) -> R {
         // SAFETY: loom checks that every access to the cell is ordered by happens-before with
-        // every other; that exclusivity is exactly what the model asserts.
+        // every other one; that exclusivity is exactly what the model asserts.
         self.local.with_mut(|p| f(unsafe { &mut *p }))
     }
 
@@ -450,35 +531,40 @@ impl RemoteSlab {
         remote::reset(&self.counter, self.blocks, tags.next());
     }
 
-    /// The owner allocates one block; taking the last one runs T4/T5.
-    fn alloc(&self) {
+    /// The owner allocates one block from the Sized slab; taking the last one runs T4/T5 (as
+    /// `SlabOps::retire`: unlink from sized[c], then decide). Returns whether the slab is still
+    /// on the owner's sized list.
+    fn alloc(&self) -> bool {
         let last = self.with_local(|l| {
-            assert_eq!(l.state, State::Sized, "allocating from a slab not on the sized list");
+            assert_eq!(l.state, State::Sized, "allocating from a slab off the sized list");
             assert!(l.free > 0);
             l.free -= 1;
             l.free == 0
         });
         self.outstanding.fetch_add(1, Ordering::Relaxed);
-        if last {
-            // Unlink from sized[c], then decide (SlabOps::retire).
-            self.with_local(|l| l.state = State::Detached);
-            match remote::retire(&self.counter, self.blocks) {
-                remote::Retire::Detach => {}
-                remote::Retire::Disown => {
-                    self.with_local(|l| l.state = State::Disowned);
-                    self.owner.store(0, Ordering::Release);
-                }
+        if !last {
+            return true;
+        }
+        self.with_local(|l| l.state = State::Detached);
+        match remote::retire(&self.counter, self.blocks) {
+            remote::Retire::Detach => self.seen.mark("detach"),
+            remote::Retire::Disown => {
+                self.seen.mark("disown");
+                self.with_local(|l| l.state = State::Disowned);
+                self.owner.store(0, Ordering::Release);
             }
         }
+        false
     }
 
     /// `SlabOps::free`: local iff `owner == me`, otherwise remote.
-    fn free(&self, tags: &mut Tags) {
+    fn free(&self, tags: &mut Tags) -> Freed {
         let me = tags.slot + 1;
         self.outstanding.fetch_sub(1, Ordering::Relaxed);
-        if self.owner.load(Ordering::Relaxed) == me {
+        let owner = self.owner.load(Ordering::Relaxed);
+        if owner == me {
             // Local free: the block returns to the bitset (T6 re-attaches, T7 unsizes).
-            self.with_local(|l| {
+            let state = self.with_local(|l| {
                 assert!(matches!(l.state, State::Sized | State::Detached), "local free into {:?}", l.state);
                 l.free += 1;
                 assert!(l.free <= self.blocks);
@@ -488,33 +574,40 @@ impl RemoteSlab {
                     assert_eq!(l.state, State::Detached, "free 0 → 1 on a slab that was not detached");
                     l.state = State::Sized;
                 }
+                l.state
             });
-            return;
+            self.seen.mark(format!("local free → {state:?}"));
+            return Freed::Local(state);
         }
-        match remote::decrement(&self.counter, tags.next()) {
+        match (self.decrement)(&self.counter, tags.next()) {
             Ok(remote::Decrement::Counted) => {
                 self.remotely_freed.fetch_add(1, Ordering::Relaxed);
+                Freed::Counted
             }
             Ok(remote::Decrement::Claimed) => {
                 self.remotely_freed.fetch_add(1, Ordering::Relaxed);
                 let before = self.claims.fetch_add(1, Ordering::Relaxed);
                 assert_eq!(before, 0, "slab claimed twice");
                 self.claimer.store(me, Ordering::Relaxed);
-                // T8: the slab is ours, empty. The previous owner must be done with it.
+                // T8: the slab is ours, empty; the previous owner must be done with it.
                 self.owner.store(me, Ordering::Relaxed);
-                self.with_local(|l| {
+                let was = self.with_local(|l| {
                     assert_eq!(l.free, 0, "claimed a slab with blocks in its owner's bitset");
+                    let was = l.state;
                     assert!(
-                        matches!(l.state, State::Detached | State::Disowned),
-                        "claimed a slab its owner still lists ({:?})",
-                        l.state
+                        matches!(was, State::Detached | State::Disowned),
+                        "claimed a slab its owner still lists ({was:?})"
                     );
                     l.state = State::Unsized;
+                    was
                 });
+                self.seen.mark(format!("claimed by slot {} from {was:?}", tags.slot));
+                if owner == OWNER_SLOT + 1 && tags.slot != OWNER_SLOT {
+                    self.seen.mark("claimed while owner named the old owner");
+                }
+                Freed::Claimed
             }
-            Err(remote::Underflow) => {
-                panic!("remote counter underflow (double free or lost count)")
-            }
+            Err(remote::Underflow) => panic!("remote counter underflow (double free or lost count)"),
         }
     }
 
@@ -528,54 +621,79 @@ impl RemoteSlab {
         let (free, state) = self.with_local(|l| (l.free, l.state));
         assert_eq!(outstanding, 0);
         assert_eq!(free + outstanding + remotely_freed, blocks, "blocks not conserved");
-        assert_eq!(count, blocks - remotely_freed, "counter differs from blocks − remote frees");
+        assert_eq!(count, blocks - remotely_freed, "counter {count} ≠ blocks {blocks} − remote frees {remotely_freed}");
         assert!(claims <= 1, "slab claimed {claims} times");
         if claims == 1 {
+            self.seen.mark("end: claimed");
             let claimer = self.claimer.load(Ordering::Relaxed);
             assert_eq!(owner, claimer, "claimed slab names another owner");
             assert_eq!((count, remotely_freed, free, state), (0, blocks, 0, State::Unsized));
         } else {
-            assert_eq!(owner, OWNER_SLOT + 1, "unclaimed slab lost its owner (lost slab)");
+            self.seen.mark("end: kept");
+            assert_eq!(owner, OWNER_SLOT + 1, "unclaimed slab no longer names its owner: lost");
             if free == blocks {
                 assert_eq!(state, State::Unsized);
             } else {
-                assert!(free >= 1, "unclaimed slab with no free block and nothing outstanding (lost)");
-                assert_eq!(state, State::Sized, "unclaimed slab with free blocks is off its owner's lists");
+                assert!(free >= 1, "unclaimed slab with no free block and nothing outstanding: lost");
+                assert_eq!(state, State::Sized, "unclaimed slab with free blocks is off its owner's lists: lost");
             }
         }
     }
 }
 
-/// Slot 0 owns the slab and runs on loom's main thread: it sizes the slab, allocates blocks
-/// `0..blocks` in order (the last allocation retires the slab) and passes block `i` to slot
-/// `plan[i]` right after allocating it; then it frees the blocks `plan` left to it.
+/// One step of the owner's script.
+#[derive(Clone, Copy)]
+enum Act {
+    /// Allocate a block and pass it to slot `n`, which frees it.
+    Give(u32),
+    /// Allocate a block and keep it.
+    Keep,
+    /// Free the most recently kept block.
+    FreeKept,
+}
+
+/// Slot 0 owns the slab and runs on loom's main thread: it sizes the slab and runs `script`.
+/// An allocation step is skipped once the slab is off the owner's sized list (detached,
+/// disowned, claimed or unsized): the allocator would use another slab then.
 ///
 /// Passing a block is spawning the thread that frees it: the spawn orders the allocation before
-/// everything that thread does, exactly as the application's own hand-off of a pointer must
-/// (a Release/Acquire flag with a spinning receiver models the same thing but makes loom's
-/// branch count explode).
-fn remote_model(blocks: u32, plan: &'static [u32]) {
-    assert_eq!(plan.len(), blocks as usize);
-    let mut others: Vec<u32> = plan.iter().copied().filter(|&who| who != OWNER_SLOT).collect();
-    others.sort_unstable();
-    others.dedup();
-    assert_eq!(others.len(), plan.iter().filter(|&&who| who != OWNER_SLOT).count(), "one block per freer");
-
-    let slab = Arc::new(RemoteSlab::new(blocks));
+/// everything that thread does, as the application's own hand-off of the pointer must. (A
+/// Release/Acquire flag with a spinning receiver is the same thing, but makes loom's branch
+/// count explode.)
+fn remote_model(seen: &Seen, blocks: u32, script: &'static [Act], decrement: Decrement) {
+    let slab = Arc::new(RemoteSlab::new(blocks, decrement, seen.clone()));
     let mut tags = Tags::new(OWNER_SLOT);
     slab.size(&mut tags);
+    let mut listed = true;
+    let mut kept = 0;
+    let mut retires = 0;
     let mut handles = Vec::new();
-    for &who in plan {
-        slab.alloc();
-        if who != OWNER_SLOT {
-            let slab = slab.clone();
-            handles.push(thread::spawn(move || slab.free(&mut Tags::new(who))));
+    for act in script {
+        match *act {
+            Act::Give(_) | Act::Keep if !listed => seen.mark("allocation skipped"),
+            Act::Give(slot) => {
+                listed = slab.alloc();
+                retires += u32::from(!listed);
+                let slab = slab.clone();
+                handles.push(thread::spawn(move || {
+                    slab.free(&mut Tags::new(slot));
+                }));
+            }
+            Act::Keep => {
+                listed = slab.alloc();
+                retires += u32::from(!listed);
+                kept += 1;
+            }
+            Act::FreeKept => {
+                assert!(kept > 0, "script frees a block it does not hold");
+                kept -= 1;
+                listed = slab.free(&mut tags) == Freed::Local(State::Sized);
+            }
         }
     }
-    for &who in plan {
-        if who == OWNER_SLOT {
-            slab.free(&mut tags);
-        }
+    assert_eq!(kept, 0, "script leaves blocks allocated");
+    if retires > 1 {
+        seen.mark("retired twice");
     }
     for h in handles {
         h.join().unwrap();
@@ -583,26 +701,97 @@ fn remote_model(blocks: u32, plan: &'static [u32]) {
     slab.check_final();
 }
 
-/// Two blocks: block 0 goes to thread 1 (its remote free races with the owner's retire), block
-/// 1 stays with the owner. Reaches Detach + local re-attach (T4, T6) and Disown + the owner's own
-/// remote free claiming the slab (T5, T8).
+/// Two blocks: block 0 goes to slot 1 (its remote free races with the owner's retire), the owner
+/// keeps block 1. Reaches Detach + the owner's local free re-attaching (T4, T6), and Disown + the
+/// owner's own remote free claiming the slab (T5, T8).
 #[test]
 fn remote_two_blocks_owner_keeps_one() {
-    check("remote_two_blocks_owner_keeps_one", None, || remote_model(2, &[1, 0]));
+    const SCRIPT: &[Act] = &[Act::Give(1), Act::Keep, Act::FreeKept];
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("remote_two_blocks_owner_keeps_one", None, move || remote_model(&s, 2, SCRIPT, remote::decrement));
+    seen.require(&[
+        "detach",
+        "disown",
+        "local free → Sized",
+        "claimed by slot 0 from Disowned",
+        "end: kept",
+        "end: claimed",
+    ]);
 }
 
-/// Two blocks, both freed remotely by threads 1 and 2: Detach is possible and then the last
-/// remote freer claims a slab whose `owner` still names the (off-list) owner; or Disown.
+/// Two blocks, both freed remotely, by slots 1 and 2: after Detach the last remote freer claims
+/// a slab whose `owner` still names the (off-list) owner; after Disown, one whose owner is 0.
 #[test]
 fn remote_two_blocks_both_remote() {
-    check("remote_two_blocks_both_remote", Some(3), || remote_model(2, &[1, 2]));
+    const SCRIPT: &[Act] = &[Act::Give(1), Act::Give(2)];
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("remote_two_blocks_both_remote", None, move || remote_model(&s, 2, SCRIPT, remote::decrement));
+    seen.require(&[
+        "detach",
+        "disown",
+        "claimed by slot 1 from Detached",
+        "claimed by slot 2 from Detached",
+        "claimed by slot 2 from Disowned",
+        "claimed while owner named the old owner",
+    ]);
 }
 
-/// Three blocks: to thread 1, to thread 2, and one the owner keeps. Every thread can end up
-/// the claimer.
+/// Three blocks: to slot 1, to slot 2, and one the owner keeps. Any of the three threads can
+/// end up the claimer; or the owner keeps the slab.
 #[test]
 fn remote_three_blocks() {
-    check("remote_three_blocks", Some(3), || remote_model(3, &[1, 2, 0]));
+    const SCRIPT: &[Act] = &[Act::Give(1), Act::Give(2), Act::Keep, Act::FreeKept];
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("remote_three_blocks", None, move || remote_model(&s, 3, SCRIPT, remote::decrement));
+    seen.require(&[
+        "detach",
+        "disown",
+        "local free → Sized",
+        "claimed by slot 0 from Disowned",
+        "claimed by slot 1 from Disowned",
+        "claimed by slot 2 from Disowned",
+        "end: kept",
+        "end: claimed",
+    ]);
+}
+
+/// Two blocks, and the owner reuses the slab after re-attaching it: block 0 to slot 1; the owner
+/// takes block 1 (retire), frees it (locally if detached: T6), takes it again (a second retire,
+/// which now sees slot 1's remote free, or not yet) and passes it to slot 2.
+#[test]
+fn remote_reuse_after_reattach() {
+    const SCRIPT: &[Act] = &[Act::Give(1), Act::Keep, Act::FreeKept, Act::Give(2)];
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("remote_reuse_after_reattach", None, move || remote_model(&s, 2, SCRIPT, remote::decrement));
+    seen.require(&[
+        "retired twice",
+        "allocation skipped",
+        "claimed by slot 0 from Disowned",
+        "claimed by slot 1 from Detached",
+        "claimed by slot 2 from Disowned",
+    ]);
+}
+
+/// Negative control: a remote free that loads the counter and stores `n − 1` (no CAS). Two
+/// concurrent remote frees then count once, so the counter no longer reaches 0 when every block
+/// is freed: the model must report the lost count.
+#[test]
+#[should_panic(expected = "counter")]
+fn remote_load_then_store_decrement_is_caught() {
+    fn broken(word: &AtomicU64, tag: Tag) -> Result<remote::Decrement, remote::Underflow> {
+        let n = Tagged::unpack(word.load(Ordering::Acquire)).payload;
+        if n == 0 {
+            return Err(remote::Underflow);
+        }
+        word.store(Tagged::new(n - 1, tag).pack(), Ordering::Release);
+        Ok(if n == 1 { remote::Decrement::Claimed } else { remote::Decrement::Counted })
+    }
+    const SCRIPT: &[Act] = &[Act::Give(1), Act::Give(2)];
+    check("remote_load_then_store_decrement_is_caught", Some(3), || remote_model(&Seen::default(), 2, SCRIPT, broken));
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -611,9 +800,9 @@ fn remote_three_blocks() {
 
 struct Slots {
     word: [AtomicU64; 2],
-    /// Holders currently inside the slot (bookkeeping): must never exceed 1.
+    /// Holders currently inside each slot (bookkeeping): must never exceed 1.
     occupancy: [AtomicUsize; 2],
-    /// The slot's record, written by its holder: loom reports a race if a claimer is not
+    /// Each slot's record, written by its holder: loom reports a race if a claimer is not
     /// ordered after the previous holder's release.
     record: [UnsafeCell<u64>; 2],
 }
@@ -632,22 +821,28 @@ fn holder(t: u32) -> u64 {
     Holder { pid: 100 + t, start: 7 }.pack()
 }
 
+type Claim = fn(&AtomicU64, u64) -> bool;
+
 /// One thread: claim the first free slot (as `ThreadHandle::attach` does: a Relaxed pre-check,
-/// then the CAS), use it, release it; then check that releasing slots it does not hold fails.
+/// then the CAS), write its record, check that a stranger cannot release it, release it; then
+/// check that releasing slots it does not hold fails.
 ///
-/// `strict` is false only for the negative control: a broken claim also makes the release
-/// checks and the record race fail, so only the occupancy assertion is kept there and the panic
-/// names the double holder.
-fn lease_thread(slots: &Slots, t: u32, claim: fn(&AtomicU64, u64) -> bool, strict: bool) {
+/// `strict` is false only for the negative control: a broken claim also breaks the release and
+/// record checks, so only the occupancy assertion is kept there and the panic names the double
+/// holder.
+fn lease_thread(seen: &Seen, slots: &Slots, t: u32, claim: Claim, strict: bool) {
     let me = holder(t);
+    let mut got = false;
     for s in 0..2 {
         if slots.word[s].load(Ordering::Relaxed) == 0 && claim(&slots.word[s], me) {
+            got = true;
+            seen.mark(format!("slot {s} held by thread {t}"));
             let before = slots.occupancy[s].fetch_add(1, Ordering::SeqCst);
             assert_eq!(before, 0, "two holders in slot {s}");
             if strict {
                 slots.record[s].with_mut(|r| {
-                    // SAFETY: loom checks this access is exclusive (ordered after the previous
-                    // holder's) — the property under test.
+                    // SAFETY: loom checks that this access is ordered after the previous
+                    // holder's: the property under test.
                     unsafe { *r = me };
                 });
             }
@@ -656,27 +851,30 @@ fn lease_thread(slots: &Slots, t: u32, claim: fn(&AtomicU64, u64) -> bool, stric
             let released = lease::release(&slots.word[s], me);
             if strict {
                 assert!(!stranger, "a non-holder released slot {s}");
-                assert!(released, "holder could not release slot {s}");
+                assert!(released, "the holder could not release slot {s}");
             }
             break;
         }
     }
+    if !got {
+        seen.mark("a thread found no free slot");
+    }
     if strict {
         for s in 0..2 {
-            assert!(!lease::release(&slots.word[s], me), "thread {t} released slot {s} it does not hold");
+            assert!(!lease::release(&slots.word[s], me), "thread {t} released slot {s}, which it does not hold");
         }
     }
 }
 
-fn lease_model(claim: fn(&AtomicU64, u64) -> bool, strict: bool) {
+fn lease_model(seen: &Seen, claim: Claim, strict: bool) {
     let slots = Arc::new(Slots::new());
     let handles: Vec<_> = (1..3)
         .map(|t| {
-            let slots = slots.clone();
-            thread::spawn(move || lease_thread(&slots, t, claim, strict))
+            let (slots, seen) = (slots.clone(), seen.clone());
+            thread::spawn(move || lease_thread(&seen, &slots, t, claim, strict))
         })
         .collect();
-    lease_thread(&slots, 0, claim, strict);
+    lease_thread(seen, &slots, 0, claim, strict);
     for h in handles {
         h.join().unwrap();
     }
@@ -692,7 +890,13 @@ fn lease_model(claim: fn(&AtomicU64, u64) -> bool, strict: bool) {
 /// always fails, and every claimer sees the previous holder's record writes.
 #[test]
 fn lease_three_threads_two_slots() {
-    check("lease_three_threads_two_slots", Some(3), || lease_model(lease::try_claim, true));
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("lease_three_threads_two_slots", Some(5), move || lease_model(&s, lease::try_claim, true));
+    let mut wanted: Vec<String> =
+        (0..2).flat_map(|s| (0..3).map(move |t| format!("slot {s} held by thread {t}"))).collect();
+    wanted.push("a thread found no free slot".into());
+    seen.require(&wanted.iter().map(String::as_str).collect::<Vec<_>>());
 }
 
 /// Negative control: a claim that loads, sees 0, then stores (no CAS) lets two threads hold one
@@ -700,7 +904,7 @@ fn lease_three_threads_two_slots() {
 #[test]
 #[should_panic(expected = "two holders")]
 fn lease_load_then_store_claim_is_caught() {
-    fn broken_claim(word: &AtomicU64, holder: u64) -> bool {
+    fn broken(word: &AtomicU64, holder: u64) -> bool {
         if word.load(Ordering::Acquire) == 0 {
             word.store(holder, Ordering::Relaxed);
             true
@@ -708,5 +912,81 @@ fn lease_load_then_store_claim_is_caught() {
             false
         }
     }
-    check("lease_load_then_store_claim_is_caught", Some(3), || lease_model(broken_claim, false));
+    check("lease_load_then_store_claim_is_caught", Some(3), || lease_model(&Seen::default(), broken, false));
+}
+
+// ------------------------------------------------------------------------------------------------
+// (e) Cached word: single-writer (id, bits) with a consistent (id, bits, id) read
+// ------------------------------------------------------------------------------------------------
+
+/// The bits the writer installs with `id` (ids 1, 2, 3 → one distinct bit each; id 0, the
+/// initial zero word, has none).
+fn bits_of(id: u64) -> u64 {
+    if id == 0 {
+        0
+    } else {
+        1 << id
+    }
+}
+
+type Install = fn(&AtomicU64, &AtomicU64, u64, u64);
+
+/// The writer (loom's main thread) installs ids 1..=`installs` in turn while two readers each
+/// read twice. A read that answers `Some((id, bits))` must have `bits` of that `id`, or 0 (the
+/// writer's transient "no bits" state), never bits of another install; successive reads by one
+/// reader never go back to an older id.
+fn cached_word_model(seen: &Seen, installs: u64, install: Install) {
+    let word = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (word, seen) = (word.clone(), seen.clone());
+            thread::spawn(move || {
+                let mut newest = 0;
+                for _ in 0..2 {
+                    match cached_word::read(&word.0, &word.1) {
+                        None => seen.mark("torn read"),
+                        Some((id, bits)) => {
+                            assert!(
+                                bits == 0 || bits == bits_of(id),
+                                "read id {id} with bits {bits:#b} of another install"
+                            );
+                            assert!(id >= newest, "read id {id} after id {newest}");
+                            newest = id;
+                            seen.mark(if bits == 0 {
+                                format!("id {id}, no bits")
+                            } else {
+                                format!("id {id}, its bits")
+                            });
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for id in 1..=installs {
+        install(&word.0, &word.1, id, bits_of(id));
+    }
+    for r in readers {
+        r.join().unwrap();
+    }
+}
+
+#[test]
+fn cached_word_never_pairs_bits_with_another_id() {
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("cached_word_never_pairs_bits_with_another_id", None, move || cached_word_model(&s, 2, cached_word::install));
+    seen.require(&["torn read", "id 0, no bits", "id 1, no bits", "id 1, its bits", "id 2, its bits"]);
+}
+
+/// Negative control: an install that skips `bits := 0` and publishes the new id first. A reader
+/// that sees the new id can then read the previous install's bits and pair them with it.
+#[test]
+#[should_panic(expected = "of another install")]
+fn cached_word_without_clearing_bits_is_caught() {
+    fn broken(id: &AtomicU64, bits: &AtomicU64, new_id: u64, new_bits: u64) {
+        id.store(new_id, Ordering::Release);
+        bits.store(new_bits, Ordering::Release);
+    }
+    check("cached_word_without_clearing_bits_is_caught", None, || cached_word_model(&Seen::default(), 2, broken));
 }
