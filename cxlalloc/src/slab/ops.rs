@@ -102,6 +102,9 @@ impl<'a> SlabThread<'a> {
         if bits == 0 {
             self.next_current(b, class, info, cur)?;
             bits = cur.bits.load(Ordering::Relaxed);
+            if bits == 0 {
+                return Err(AllocError::Corrupt("refilled word has no free block"));
+            }
         }
         let rest = bits & bits.wrapping_sub(1);
         cur.bits.store(rest, Ordering::Relaxed);
