@@ -1,23 +1,13 @@
-//! `cxlalloc`: create, inspect, check, show statistics of, and unlink heaps.
-//!
-//! A HEAP argument containing `/` is a heap directory path; anything else is a heap name in
-//! `/dev/shm`.
+//! The command-line interface proper (compiled out under `--cfg loom`, see `main.rs`).
 
-#[cfg(not(loom))]
 use std::path::Path;
-#[cfg(not(loom))]
 use std::process::ExitCode;
 
-#[cfg(not(loom))]
 use clap::{Parser, Subcommand};
-#[cfg(not(loom))]
 use cxlalloc::check::SlabState;
-#[cfg(not(loom))]
 use cxlalloc::class::Bracket;
-#[cfg(not(loom))]
 use cxlalloc::{Config, Heap, OpenError};
 
-#[cfg(not(loom))]
 #[derive(Parser)]
 #[command(name = "cxlalloc", version, about = "Manage cxlalloc shared heaps")]
 struct Cli {
@@ -25,7 +15,6 @@ struct Cli {
     command: Command,
 }
 
-#[cfg(not(loom))]
 #[derive(Subcommand)]
 enum Command {
     /// Create a heap.
@@ -64,7 +53,6 @@ enum Command {
     },
 }
 
-#[cfg(not(loom))]
 fn parse_bytes(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let (digits, shift) = match s.char_indices().last() {
@@ -78,12 +66,10 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
     n.checked_mul(1 << shift).ok_or_else(|| format!("byte size overflows: {s:?}"))
 }
 
-#[cfg(not(loom))]
 fn is_path(heap: &str) -> bool {
     heap.contains('/')
 }
 
-#[cfg(not(loom))]
 fn open(heap: &str) -> Result<Heap, OpenError> {
     if is_path(heap) {
         Heap::open_at(Path::new(heap))
@@ -92,7 +78,6 @@ fn open(heap: &str) -> Result<Heap, OpenError> {
     }
 }
 
-#[cfg(not(loom))]
 fn print_stats(heap: &Heap, per_class: bool) {
     let s = heap.stats();
     println!("data bytes:            {}", s.data_bytes);
@@ -127,7 +112,6 @@ fn print_stats(heap: &Heap, per_class: bool) {
     }
 }
 
-#[cfg(not(loom))]
 fn run(cli: Cli) -> Result<ExitCode, OpenError> {
     match cli.command {
         Command::Create { heap, small_capacity, large_capacity, slots } => {
@@ -170,13 +154,8 @@ fn run(cli: Cli) -> Result<ExitCode, OpenError> {
     Ok(ExitCode::SUCCESS)
 }
 
-// Under `--cfg loom` the library is only the model-checked protocols (see `lib.rs`), so
-// the CLI is compiled out; cargo still builds this binary for `tests/loom.rs`.
-#[cfg(loom)]
-fn main() {}
-
-#[cfg(not(loom))]
-fn main() -> ExitCode {
+/// Runs the command line; the exit status says how it went.
+pub fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(code) => code,
         Err(e) => {
