@@ -58,6 +58,23 @@ impl Bracket {
         }
     }
 
+    /// Bytes of one local descriptor: a 64-byte metadata line plus the bitset.
+    #[inline(always)]
+    pub const fn descriptor_size(self) -> usize {
+        64 + self.bitset_words() * 8
+    }
+
+    /// The class with 1-based id `class`, if it exists (direct table access, foldable when the
+    /// bracket is a constant).
+    #[inline(always)]
+    pub fn class(self, class: u32) -> Option<&'static ClassInfo> {
+        let i = (class as usize).wrapping_sub(1);
+        match self {
+            Bracket::Small => SMALL_TABLE.get(i),
+            Bracket::Large => LARGE_TABLE.get(i),
+        }
+    }
+
     /// Number of size classes.
     #[inline(always)]
     pub const fn class_count(self) -> usize {
@@ -127,7 +144,7 @@ impl BracketSpec {
 
     /// Bytes of one local descriptor: a 64-byte metadata line plus the bitset.
     pub fn descriptor_size(&self) -> usize {
-        64 + self.bitset_words * 8
+        self.bracket.descriptor_size()
     }
 }
 

@@ -105,7 +105,6 @@ impl LazyMap {
 struct Arrays {
     remote: usize,
     local: usize,
-    descriptor_size: usize,
     /// Offset range of the bracket's slab data.
     data: Span,
 }
@@ -144,7 +143,6 @@ impl HeapMem {
             Arrays {
                 remote: base.as_ptr() as usize + bl.remote.offset,
                 local: base.as_ptr() as usize + bl.local.offset,
-                descriptor_size: b.spec().descriptor_size(),
                 data: bl.data,
             }
         });
@@ -349,8 +347,7 @@ impl HeapMem {
     /// The local descriptor of `slab`.
     #[inline]
     pub fn desc(&self, b: Bracket, slab: Slab) -> Descriptor<'_> {
-        let a = &self.arrays[b as usize];
-        let p = a.local + slab.0 as usize * a.descriptor_size;
+        let p = self.arrays[b as usize].local + slab.0 as usize * b.descriptor_size();
         // SAFETY: slab < length ≤ capacity puts the descriptor inside the local array; it is
         // mapped (eagerly or on fault) and 64-aligned (descriptor sizes are multiples of 64);
         // the head and bitset are atomics, valid for any bit pattern.

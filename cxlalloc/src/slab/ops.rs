@@ -96,7 +96,7 @@ impl<'a> SlabThread<'a> {
     /// Allocates one block of class `class` (1-based) of bracket `b`.
     #[inline]
     pub fn alloc(&self, b: Bracket, class: u32) -> Result<NonNull<u8>, AllocError> {
-        let info = b.spec().class(class).ok_or(AllocError::Corrupt("class id out of range"))?;
+        let info = b.class(class).ok_or(AllocError::Corrupt("class id out of range"))?;
         let cur = &self.rec.lists(b).current[class as usize - 1];
         let mut bits = cur.bits.load(Ordering::Relaxed);
         if bits == 0 {
@@ -206,20 +206,24 @@ impl<'a> SlabThread<'a> {
     /// the descriptor's first line (class geometry is copied there when the slab is sized).
     #[inline]
     pub fn locate(&self, ptr: *const u8) -> Result<Located<'a>, FreeError> {
+        let (b, offset, rel) = self.bracket_of(ptr)?;
+        self.locate_in(b, offset, rel)
+    }
+
+    /// The bracket whose slab data holds `ptr`, with `ptr`'s heap offset and its offset into
+    /// that bracket's data.
+    #[inline(always)]
+    fn bracket_of(&self, ptr: *const u8) -> Result<(Bracket, usize, usize), FreeError> {
         // Wrapping: a pointer below the base becomes a huge offset that no data span contains.
         let offset = (ptr as usize).wrapping_sub(self.mem.base() as usize);
-        let small = self.mem.data_span(Bracket::Small);
-        match offset.wrapping_sub(small.offset) {
-            // Two calls with constant brackets, so each copy folds its bracket's geometry.
-            rel if rel < small.size => self.locate_in(Bracket::Small, offset, rel),
-            _ => {
-                let large = self.mem.data_span(Bracket::Large);
-                match offset.wrapping_sub(large.offset) {
-                    rel if rel < large.size => self.locate_in(Bracket::Large, offset, rel),
-                    _ => Err(FreeError::ForeignPointer),
-                }
+        for b in Bracket::ALL {
+            let span = self.mem.data_span(b);
+            let rel = offset.wrapping_sub(span.offset);
+            if rel < span.size {
+                return Ok((b, offset, rel));
             }
         }
+        Err(FreeError::ForeignPointer)
     }
 
     #[inline(always)]
@@ -228,11 +232,12 @@ impl<'a> SlabThread<'a> {
         let shift = b.slab_shift();
         let slab = mem.slab(b, (rel >> shift) as u32).ok_or(FreeError::ForeignPointer)?;
         let desc = mem.desc(b, slab);
-        let class = desc.head.class.load(Ordering::Relaxed);
+        // size is 0 exactly when the slab has no class (zeroed at T7, claim and abandon).
         let size = desc.head.size.load(Ordering::Relaxed);
-        if class == 0 || size == 0 {
+        if size == 0 {
             return Err(FreeError::NotAllocated);
         }
+        let class = desc.head.class.load(Ordering::Relaxed);
         let in_slab = (rel & ((1 << shift) - 1)) as u64;
         let block = ((in_slab * desc.head.recip.load(Ordering::Relaxed)) >> 40) as u32;
         if u64::from(block) * u64::from(size) != in_slab {
@@ -243,7 +248,7 @@ impl<'a> SlabThread<'a> {
             return Err(FreeError::NotAllocated);
         }
         // Metadata a crash or a stray write corrupted must not index out of range later.
-        if class as usize > b.class_count() || blocks as usize > 64 * b.bitset_words() {
+        if class == 0 || class as usize > b.class_count() || blocks as usize > 64 * b.bitset_words() {
             return Err(FreeError::Corrupt("descriptor class or block count out of range"));
         }
         Ok(Located { bracket: b, slab, desc, class, size, blocks, block, offset })
@@ -271,8 +276,17 @@ impl<'a> SlabThread<'a> {
     /// Frees the block at `ptr`, locally if this thread owns its slab, remotely otherwise.
     #[inline]
     pub fn free(&self, ptr: *const u8) -> Result<(), FreeError> {
-        let at = self.locate(ptr)?;
-        let (b, d) = (at.bracket, at.desc);
+        // One call per constant bracket, so each copy of the fast path folds its geometry.
+        match self.bracket_of(ptr)? {
+            (Bracket::Small, offset, rel) => self.free_in(Bracket::Small, ptr, offset, rel),
+            (Bracket::Large, offset, rel) => self.free_in(Bracket::Large, ptr, offset, rel),
+        }
+    }
+
+    #[inline(always)]
+    fn free_in(&self, b: Bracket, ptr: *const u8, offset: usize, rel: usize) -> Result<(), FreeError> {
+        let at = self.locate_in(b, offset, rel)?;
+        let d = at.desc;
         if d.head.owner.load(Ordering::Relaxed) != self.me() {
             return self.free_remote(ptr);
         }
