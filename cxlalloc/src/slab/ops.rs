@@ -64,6 +64,18 @@ fn new_mark(secret: u64, b: Bracket, slab: Slab, generation: u32) -> u64 {
     (x ^ (x >> 31)) | 1
 }
 
+/// Why a located block failed its range checks (kept out of line: only bad input gets here).
+#[cold]
+fn bad_block(b: Bracket, block: u32, blocks: u32) -> FreeError {
+    if blocks as usize > 64 * b.bitset_words() {
+        FreeError::Corrupt("descriptor block count out of range")
+    } else if block >= blocks {
+        FreeError::NotAllocated
+    } else {
+        FreeError::Corrupt("descriptor class out of range")
+    }
+}
+
 /// The heap offset of the first block of bitset word `word` of `slab`.
 fn block0(mem: &HeapMem, b: Bracket, slab: Slab, word: u32, info: &ClassInfo) -> u64 {
     mem.data_offset(b, slab, word as usize * 64 * info.size as usize) as u64
@@ -244,12 +256,13 @@ impl<'a> SlabThread<'a> {
             return Err(FreeError::InteriorPointer);
         }
         let blocks = desc.head.blocks.load(Ordering::Relaxed);
-        if block >= blocks {
-            return Err(FreeError::NotAllocated);
-        }
-        // Metadata a crash or a stray write corrupted must not index out of range later.
-        if class == 0 || class as usize > b.class_count() || blocks as usize > 64 * b.bitset_words() {
-            return Err(FreeError::Corrupt("descriptor class or block count out of range"));
+        // Metadata a crash or a stray write corrupted must not index out of range later: the
+        // block must fit the bitset and the class the class tables.
+        if block >= blocks
+            || blocks as usize > 64 * b.bitset_words()
+            || class.wrapping_sub(1) as usize >= b.class_count()
+        {
+            return Err(bad_block(b, block, blocks));
         }
         Ok(Located { bracket: b, slab, desc, class, size, blocks, block, offset })
     }
@@ -315,7 +328,9 @@ impl<'a> SlabThread<'a> {
         self.validate(b, at.slab, d, at.blocks).map_err(FreeError::Corrupt)?;
         self.log(Redo::new(Op::LocalFree, b, at.slab.index(), at.block));
         d.bits[w].store(word | bit, Ordering::Relaxed);
-        d.head.summary.store(d.head.summary.load(Ordering::Relaxed) | (1 << w), Ordering::Relaxed);
+        if word == 0 {
+            d.head.summary.store(d.head.summary.load(Ordering::Relaxed) | (1 << w), Ordering::Relaxed);
+        }
         let free = d.head.free.load(Ordering::Relaxed) + 1;
         d.head.free.store(free, Ordering::Relaxed);
         if free == 1 || free == at.blocks {

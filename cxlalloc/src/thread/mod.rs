@@ -15,10 +15,10 @@ use std::ptr::NonNull;
 use crate::class::{class_aligned, class_of, Bracket, LARGE_MAX, SMALL_MAX};
 use crate::error::{AllocError, AttachError, FreeError};
 use crate::heap::Heap;
+use crate::mem::HeapMem;
 use crate::protocol::lease;
 use crate::slab::ops::SlabThread;
 use crate::sync::Ordering;
-use crate::thread::record::ThreadRecord;
 use crate::word::Holder;
 
 /// A thread's lease on one slot of a heap. Allocation and free go through it. Dropping it
@@ -28,14 +28,20 @@ use crate::word::Holder;
 /// `Send` but not `Sync`: one thread at a time may use a slot. A handle belongs to the process
 /// that attached it: after `fork`, the child must attach its own (using an inherited handle
 /// would let two processes write one slot).
-#[derive(Debug)]
 pub struct ThreadHandle {
+    /// The slab view of this slot, built once at attach so the fast paths find it in place.
+    /// Its `'static` references point into the mapping that `heap` keeps alive; they are only
+    /// ever lent out for the lifetime of `&self` (see [`ThreadHandle::ops`]).
+    ops: SlabThread<'static>,
     heap: Heap,
-    /// The slot's record, resolved once at attach (it lives as long as `heap`'s mapping).
-    record: NonNull<ThreadRecord>,
-    slot: u32,
     holder: u64,
     _not_sync: PhantomData<Cell<()>>,
+}
+
+impl std::fmt::Debug for ThreadHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadHandle").field("heap", &self.heap.location()).field("slot", &self.ops.slot).finish()
+    }
 }
 
 /// Why `realloc` failed; the original block is untouched in every case.
@@ -61,13 +67,12 @@ pub(crate) fn attach(heap: &Heap) -> Result<ThreadHandle, AttachError> {
         let lease = mem.lease(slot);
         if lease.holder.load(Ordering::Relaxed) == 0 && lease::try_claim(&lease.holder, holder) {
             lease.tid.store(identity::current_tid(), Ordering::Relaxed);
-            return Ok(ThreadHandle {
-                heap: heap.clone(),
-                record: NonNull::from(mem.record(slot)),
-                slot,
-                holder,
-                _not_sync: PhantomData,
-            });
+            // SAFETY: the HeapMem lives in the Arc that the handle's `heap` field keeps alive
+            // for as long as the handle exists, and `ops` lends these references out only for
+            // the lifetime of a borrow of the handle.
+            let mem: &'static HeapMem = unsafe { &*(mem as *const HeapMem) };
+            let ops = SlabThread { mem, slot, rec: mem.record(slot) };
+            return Ok(ThreadHandle { ops, heap: heap.clone(), holder, _not_sync: PhantomData });
         }
     }
     Err(AttachError::SlotsExhausted { slots, dead: dead_slots(heap).len() as u32 })
@@ -83,16 +88,11 @@ pub(crate) fn dead_slots(heap: &Heap) -> Vec<u32> {
         .collect()
 }
 
-// SAFETY: the record pointer targets shared heap memory that any thread may access; the slot
-// is used by one thread at a time because the handle is not Sync.
-unsafe impl Send for ThreadHandle {}
-
 impl ThreadHandle {
+    /// The slab view, with its references shortened to the borrow of `self`.
     #[inline]
-    fn ops(&self) -> SlabThread<'_> {
-        // SAFETY: the record lies in the heap's owned region, mapped as long as `self.heap` lives.
-        let rec = unsafe { self.record.as_ref() };
-        SlabThread { mem: self.heap.mem(), slot: self.slot, rec }
+    fn ops(&self) -> &SlabThread<'_> {
+        &self.ops
     }
 
     /// The heap this handle allocates from.
@@ -102,7 +102,7 @@ impl ThreadHandle {
 
     /// The leased slot's index.
     pub fn slot(&self) -> u32 {
-        self.slot
+        self.ops.slot
     }
 
     /// Allocates `size` bytes (uninitialized; contents are whatever the block last held).
@@ -204,6 +204,6 @@ impl Drop for ThreadHandle {
             ops.release_classes(b);
             ops.drain_unsized(b);
         }
-        lease::release(&self.heap.mem().lease(self.slot).holder, self.holder);
+        lease::release(&self.heap.mem().lease(self.ops.slot).holder, self.holder);
     }
 }
