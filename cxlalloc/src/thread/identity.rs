@@ -49,6 +49,12 @@ pub fn is_alive(holder: Holder) -> bool {
 mod tests {
     use super::*;
 
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    fn holder_of(pid: u32) -> Holder {
+        Holder { pid, start: proc_stat(pid).map_or(1, |p| start_low(p.start)) }
+    }
+
     #[test]
     fn this_process_is_alive() {
         assert!(is_alive(current()));
@@ -62,25 +68,25 @@ mod tests {
     }
 
     #[test]
-    fn an_exited_child_is_dead() {
-        let child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        let holder = Holder { pid, start: proc_stat(pid).map_or(1, |p| start_low(p.start)) };
-        let mut child = child;
-        child.wait().unwrap();
+    fn an_exited_child_is_dead() -> TestResult {
+        let mut child = std::process::Command::new("true").spawn()?;
+        let holder = holder_of(child.id());
+        child.wait()?;
         assert!(!is_alive(holder));
+        Ok(())
     }
 
     #[test]
-    fn a_zombie_is_dead() {
-        let mut child = std::process::Command::new("true").spawn().unwrap();
+    fn a_zombie_is_dead() -> TestResult {
+        let mut child = std::process::Command::new("true").spawn()?;
         let pid = child.id();
-        let holder = Holder { pid, start: proc_stat(pid).map_or(1, |p| start_low(p.start)) };
+        let holder = holder_of(pid);
         // Wait for it to exit without reaping it.
         while proc_stat(pid).is_some_and(|p| p.state != 'Z') {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         assert!(!is_alive(holder));
-        child.wait().unwrap();
+        child.wait()?;
+        Ok(())
     }
 }
