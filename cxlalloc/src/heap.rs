@@ -100,7 +100,7 @@ impl Heap {
             },
             other => other?,
         };
-        heap.mem().header.expect(config)?;
+        heap.mem().header.check_matches(config)?;
         Ok(heap)
     }
 
