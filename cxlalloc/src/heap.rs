@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use crate::backing::anon::AnonBacking;
 use crate::backing::files::{self, FileBacking};
-use crate::class::Bracket;
 use crate::error::{AttachError, OffsetError, OpenError};
 use crate::layout::{Config, Header, ROOTS};
 use crate::mem::HeapMem;
@@ -145,14 +144,8 @@ impl Heap {
         if ptr.is_null() {
             return Err(OffsetError::Null);
         }
-        let mem = self.mem();
-        let off = mem.offset_of(ptr.cast()).ok_or(OffsetError::OutOfBounds)?;
-        let in_data = Bracket::ALL.iter().any(|&b| mem.layout.bracket(b).data.contains(off));
-        if in_data {
-            Ok(Offset::from_raw(off as u64))
-        } else {
-            Err(OffsetError::OutOfBounds)
-        }
+        let off = (ptr as usize).wrapping_sub(self.mem().base() as usize);
+        self.mem().bracket_at(off).map(|_| Offset::from_raw(off as u64)).ok_or(OffsetError::OutOfBounds)
     }
 
     /// The address in this process of `offset`, checked to lie in slab data and to be aligned
@@ -163,14 +156,12 @@ impl Heap {
         }
         let mem = self.mem();
         let off = usize::try_from(offset.raw()).map_err(|_| OffsetError::OutOfBounds)?;
-        let in_data = Bracket::ALL.iter().any(|&b| {
-            let span = mem.layout.bracket(b).data;
-            span.contains(off) && off + std::mem::size_of::<T>() <= span.end()
-        });
-        if !in_data || off % std::mem::align_of::<T>() != 0 {
+        let (b, rel) = mem.bracket_at(off).ok_or(OffsetError::OutOfBounds)?;
+        let fits = rel.checked_add(std::mem::size_of::<T>()).is_some_and(|end| end <= mem.data_span(b).size);
+        if !fits || off % std::mem::align_of::<T>() != 0 {
             return Err(OffsetError::OutOfBounds);
         }
-        mem.at(off).map(NonNull::cast).ok_or(OffsetError::OutOfBounds)
+        Ok(mem.block(off).cast())
     }
 
     /// Application root `index` (< [`ROOTS`]): a 64-bit word in HWcc memory that every process

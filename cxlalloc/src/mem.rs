@@ -359,6 +359,17 @@ impl HeapMem {
         }
     }
 
+    /// The bracket whose slab data holds heap offset `offset`, and the offset into that
+    /// bracket's data.
+    #[inline(always)]
+    pub fn bracket_at(&self, offset: usize) -> Option<(Bracket, usize)> {
+        Bracket::ALL.into_iter().find_map(|b| {
+            let span = self.arrays[b as usize].data;
+            let rel = offset.wrapping_sub(span.offset);
+            (rel < span.size).then_some((b, rel))
+        })
+    }
+
     /// The offset range of bracket `b`'s slab data.
     #[inline]
     pub fn data_span(&self, b: Bracket) -> Span {
@@ -375,22 +386,10 @@ impl HeapMem {
     #[inline]
     pub fn block(&self, offset: usize) -> NonNull<u8> {
         debug_assert!(offset > 0 && offset < self.layout.total);
-        // SAFETY: offsets come from data_offset on a checked slab, so they lie inside the
-        // reservation, and base + offset is never null.
+        // SAFETY: callers pass offsets inside a data span (data_offset on a checked slab, or an
+        // offset checked with bracket_at), so they lie inside the reservation, and base + offset
+        // is never null.
         unsafe { NonNull::new_unchecked(self.addr(offset)) }
-    }
-
-    /// The offset of `ptr` from the base, if it points into the reservation.
-    #[inline]
-    pub fn offset_of(&self, ptr: *const u8) -> Option<usize> {
-        let off = (ptr as usize).wrapping_sub(self.base.as_ptr() as usize);
-        (off < self.layout.total).then_some(off)
-    }
-
-    /// The address at `offset`, if inside the reservation.
-    #[inline]
-    pub fn at(&self, offset: usize) -> Option<NonNull<u8>> {
-        (offset < self.layout.total).then(|| NonNull::new(self.addr(offset))).flatten()
     }
 }
 

@@ -228,14 +228,8 @@ impl<'a> SlabThread<'a> {
     fn bracket_of(&self, ptr: *const u8) -> Result<(Bracket, usize, usize), FreeError> {
         // Wrapping: a pointer below the base becomes a huge offset that no data span contains.
         let offset = (ptr as usize).wrapping_sub(self.mem.base() as usize);
-        for b in Bracket::ALL {
-            let span = self.mem.data_span(b);
-            let rel = offset.wrapping_sub(span.offset);
-            if rel < span.size {
-                return Ok((b, offset, rel));
-            }
-        }
-        Err(FreeError::ForeignPointer)
+        let (b, rel) = self.mem.bracket_at(offset).ok_or(FreeError::ForeignPointer)?;
+        Ok((b, offset, rel))
     }
 
     #[inline(always)]
