@@ -41,7 +41,6 @@
 //! `LOOM_MAX_PREEMPTIONS=n` overrides every bound, for experiments.
 #![cfg(loom)]
 // The outcome recorder and the execution counter live outside the model, in std, on purpose.
-#![allow(clippy::disallowed_types)]
 
 use std::collections::BTreeSet;
 use std::sync::atomic::AtomicUsize as StdAtomicUsize;
