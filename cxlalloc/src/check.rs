@@ -256,8 +256,7 @@ impl Walker<'_> {
 pub fn check(heap: &Heap) -> Report {
     let mem = heap.mem();
     let mut report = Report::default();
-    let slots = mem.layout.slots;
-    for slot in 0..slots {
+    for slot in mem.used_slots() {
         let holder = Holder::unpack(mem.lease(slot).holder.load(Ordering::Acquire));
         report.leased_slots += u32::from(holder.is_some());
         let word = mem.record(slot).redo.load(Ordering::Acquire);
@@ -304,7 +303,7 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
         }
     }
 
-    for slot in 0..mem.layout.slots {
+    for slot in mem.used_slots() {
         let lists = mem.record(slot).lists(b);
         let unsized_slabs = w.walk(lists.unsized_head.load(Ordering::Relaxed), SlabState::Unsized, "unsized list");
         let recorded = lists.unsized_len.load(Ordering::Relaxed);

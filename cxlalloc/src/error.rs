@@ -72,6 +72,18 @@ pub enum AttachError {
         /// Slots whose holder is dead.
         dead: u32,
     },
+    /// The device has no room for the slot's record (the lease is given back).
+    #[error("no backing store left for a thread record: {0}")]
+    OutOfMemory(nix::errno::Errno),
+}
+
+impl From<&AttachError> for ErrorCode {
+    fn from(e: &AttachError) -> Self {
+        match e {
+            AttachError::SlotsExhausted { .. } => ErrorCode::SlotsExhausted,
+            AttachError::OutOfMemory(_) => ErrorCode::OutOfMemory,
+        }
+    }
 }
 
 /// Why an allocation failed.

@@ -638,7 +638,7 @@ pub unsafe extern "C" fn cxl_thread_attach(heap: *const CxlHeap) -> *mut CxlThre
             Box::into_raw(Box::new(CxlThread { thread }))
         }
         Err(e) => {
-            let code = ErrorCode::SlotsExhausted;
+            let code = ErrorCode::from(&e);
             fail(F, code, errno_of(code), &e);
             ptr::null_mut()
         }

@@ -413,7 +413,8 @@ pub struct BracketGlobals {
 ///
 /// Region: shared (HWcc). `holder` is claimed with CAS 0 → [`crate::word::Holder`] by an
 /// attaching thread and cleared by its holder (or an adopter). `tid` is written by the holder
-/// after claiming and is informational (a stale read only weakens the liveness check).
+/// after claiming and never cleared: non-zero means the slot's record has been used (and its
+/// backing store reserved).
 #[repr(C)]
 pub struct SlotLease {
     /// Packed [`crate::word::Holder`]; 0 = free.

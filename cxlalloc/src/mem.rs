@@ -262,6 +262,12 @@ impl HeapMem {
         Ok(())
     }
 
+    /// Reserves backing store for `len` bytes at offset `off` of a whole-mapped region
+    /// (header, shared, owned).
+    pub fn commit_region(&self, r: RegionId, off: usize, len: usize) -> Result<(), Errno> {
+        self.backing.commit(r, off, len)
+    }
+
     #[inline]
     fn addr(&self, off: usize) -> *mut u8 {
         // SAFETY: callers pass offsets inside the reservation (< layout.total), so the result
@@ -295,6 +301,14 @@ impl HeapMem {
         // SAFETY: the slot table lies in the mapped shared region, 8-byte aligned, with
         // `slots` entries; SlotLease is all atomics.
         unsafe { &*(self.addr(self.layout.slot_table) as *const SlotLease).add(slot as usize) }
+    }
+
+    /// Slots that have ever been leased, in index order. The others' records are still all zero
+    /// (an empty slot), and readers skip them: touching a never-used record could allocate
+    /// backing store on a full device, which for a mapping means SIGBUS.
+    pub fn used_slots(&self) -> impl Iterator<Item = u32> + '_ {
+        // Relaxed: `tid` is written once at a slot's first attach, after its record is committed.
+        (0..self.layout.slots).filter(|&s| self.lease(s).tid.load(Ordering::Relaxed) != 0)
     }
 
     /// The record of thread slot `slot`; callers pass only indices below the slot count.

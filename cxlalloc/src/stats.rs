@@ -48,7 +48,7 @@ pub fn stats(heap: &Heap) -> Stats {
     let report = check::check(heap);
     let mem = heap.mem();
     let mut counters = OpCounters::default();
-    for slot in 0..mem.layout.slots {
+    for slot in mem.used_slots() {
         let c = &mem.record(slot).counters;
         let read = |x: &crate::sync::AtomicU64| x.load(Ordering::Relaxed);
         counters.remote_frees += read(&c.remote_frees);

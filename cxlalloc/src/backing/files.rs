@@ -69,7 +69,14 @@ impl FileBacking {
             let path = tmp.join(r.file_name());
             let mut f =
                 OpenOptions::new().read(true).write(true).create_new(true).open(&path).map_err(io("create", &path))?;
-            f.set_len(header.region_bytes[r as usize]).map_err(io("size", &path))?;
+            let bytes = header.region_bytes[r as usize];
+            f.set_len(bytes).map_err(io("size", &path))?;
+            if matches!(r, RegionId::Header | RegionId::Shared) {
+                // Small, and touched by every process: reserved now, so a full device fails the
+                // creation instead of raising SIGBUS in some process later.
+                nix::fcntl::fallocate(&f, FallocateFlags::FALLOC_FL_KEEP_SIZE, 0, bytes as i64)
+                    .map_err(|e| io("reserve", &path)(e.into()))?;
+            }
             if r == RegionId::Header {
                 f.write_all(header.as_bytes()).map_err(io("write header", &path))?;
             }

@@ -15,10 +15,12 @@ use std::ptr::NonNull;
 use crate::class::{class_aligned, class_of, Bracket, LARGE_MAX, SMALL_MAX};
 use crate::error::{AllocError, AttachError, FreeError};
 use crate::heap::Heap;
+use crate::layout::RegionId;
 use crate::mem::HeapMem;
 use crate::protocol::lease;
 use crate::slab::ops::SlabThread;
 use crate::sync::Ordering;
+use crate::thread::record::ThreadRecord;
 use crate::word::Holder;
 
 /// A thread's lease on one slot of a heap. Allocation and free go through it. Dropping it
@@ -66,6 +68,13 @@ pub(crate) fn attach(heap: &Heap) -> Result<ThreadHandle, AttachError> {
         let slot = (start + i) % slots;
         let lease = mem.lease(slot);
         if lease.holder.load(Ordering::Relaxed) == 0 && lease::try_claim(&lease.holder, holder) {
+            // The record's pages are reserved before first use, so a full device is an error
+            // here rather than a SIGBUS on some later allocation.
+            let size = std::mem::size_of::<ThreadRecord>();
+            if let Err(e) = mem.commit_region(RegionId::Owned, slot as usize * size, size) {
+                lease::release(&lease.holder, holder);
+                return Err(AttachError::OutOfMemory(e));
+            }
             lease.tid.store(identity::current_tid(), Ordering::Relaxed);
             // SAFETY: the HeapMem lives in the Arc that the handle's `heap` field keeps alive
             // for as long as the handle exists, and `ops` lends these references out only for
