@@ -3,8 +3,8 @@
 use crate::check::{self, BracketCensus};
 use crate::class::Bracket;
 use crate::heap::Heap;
-use crate::layout::RegionId;
 use crate::sync::Ordering;
+use crate::thread::record::ThreadRecord;
 
 /// Slow-path operation counts summed over all thread slots.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -35,7 +35,8 @@ pub struct Stats {
     /// Bytes of hardware-coherent metadata in use (shared region + remote counters of
     /// existing slabs).
     pub hwcc_bytes: u64,
-    /// Bytes of software-coherent metadata in use (thread records + descriptors of existing slabs).
+    /// Bytes of software-coherent metadata in use: the records of slots ever leased and the
+    /// descriptors of existing slabs.
     pub swcc_metadata_bytes: u64,
     /// Bytes of slab data in the heap (length × slab size).
     pub data_bytes: u64,
@@ -65,7 +66,7 @@ pub fn stats(heap: &Heap) -> Stats {
     let data_bytes = Bracket::ALL.iter().map(|&b| u64::from(lengths[b as usize]) << b.spec().slab_shift).sum();
     Stats {
         hwcc_bytes: mem.layout.hwcc_bytes(lengths),
-        swcc_metadata_bytes: mem.layout.region(RegionId::Owned).size as u64 + descriptors,
+        swcc_metadata_bytes: mem.used_slots().count() as u64 * std::mem::size_of::<ThreadRecord>() as u64 + descriptors,
         data_bytes,
         leased_slots: report.leased_slots,
         brackets: report.brackets,
