@@ -112,8 +112,13 @@ fn run(ops: Vec<Op>, config: Config) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+fn soak_cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    // PROPTEST_CASES=n runs a longer soak.
+    #![proptest_config(ProptestConfig { cases: soak_cases(48), ..ProptestConfig::default() })]
 
     #[test]
     fn random_sequences_match_the_model(ops in proptest::collection::vec(op(), 1..400)) {
