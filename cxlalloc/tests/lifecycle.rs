@@ -66,3 +66,29 @@ fn a_block_freed_locally_before_its_slab_was_abandoned_is_still_a_double_free() 
     other.free(live).unwrap();
     assert!(heap.check().is_clean());
 }
+
+#[test]
+fn an_empty_slab_stuck_on_a_sized_list_is_reclaimed_before_the_heap_grows() {
+    // Paper §3.2.1: a slab whose blocks came back partly by local and partly by remote frees is
+    // empty but stays on its class's sized list while that class is not allocated.
+    let heap = Heap::anonymous(&Config { small_batch: 1, cache_local: 0, ..Config::with_capacity(64 << 20) }).unwrap();
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    // 32 blocks of 1 KiB fill slab A (detached); the 33rd starts slab B.
+    let a: Vec<_> = (0..32).map(|_| owner.alloc(1024).unwrap()).collect();
+    let b = owner.alloc(1024).unwrap();
+    owner.free(a[0]).unwrap(); // A back on the sized list
+    for &p in &a[1..] {
+        other.free(p).unwrap(); // the rest come back remotely: A is empty, still sized
+    }
+    let before = heap.check();
+    assert_eq!(before.bracket(Bracket::Small).slabs(SlabState::Sized), 2, "{before}");
+    let length = before.bracket(Bracket::Small).length;
+    // Another class needs a fresh slab: it must get A instead of growing the heap.
+    let c = owner.alloc(16).unwrap();
+    let after = heap.check();
+    assert!(after.is_clean(), "{after}");
+    assert_eq!(after.bracket(Bracket::Small).length, length, "the heap grew instead:\n{after}");
+    owner.free(b).unwrap();
+    owner.free(c).unwrap();
+}

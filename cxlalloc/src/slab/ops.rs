@@ -169,7 +169,7 @@ impl<'a> SlabThread<'a> {
             self.take_word(b, slab, d, w, info, cur);
             return Ok(());
         }
-        if lists.unsized_head.load(Ordering::Relaxed) == 0 && !self.global_pop(b)? {
+        if lists.unsized_head.load(Ordering::Relaxed) == 0 && !self.reclaim_empty_sized(b) && !self.global_pop(b)? {
             self.bump(b)?;
         }
         let slab = self
@@ -195,6 +195,45 @@ impl<'a> SlabThread<'a> {
         remote::reset(self.mem.remote(b, slab), info.blocks, self.tag(version));
         self.take_word(b, slab, d, 0, info, cur);
         Ok(())
+    }
+
+    /// Slabs a refill inspects for [`SlabThread::reclaim_empty_sized`]: bounds the HWcc loads a
+    /// refill may cost.
+    const RECLAIM_SCAN: usize = 64;
+
+    /// Paper §3.2.1's pathology: a sized slab whose blocks have all come back — some to the
+    /// bitset, the rest by remote frees — is empty, yet sits on its class's list for as long as
+    /// that class is not allocated. Before taking a slab from the global list or growing the
+    /// heap, a refill looks at up to [`Self::RECLAIM_SCAN`] of this thread's sized slabs and
+    /// turns the empty ones unsized (T7). Returns whether it found any.
+    ///
+    /// Sound without a CAS: `free == counter` means no block is outstanding, so no remote free
+    /// can still be counted against the slab (every free is counted before the freer lets go).
+    fn reclaim_empty_sized(&self, b: Bracket) -> bool {
+        let lists = self.rec.lists(b);
+        let mut budget = Self::RECLAIM_SCAN;
+        let mut found = false;
+        for (ci, head) in lists.sized.iter().enumerate() {
+            let mut link = head.load(Ordering::Relaxed);
+            while let Ok(Some(slab)) = self.mem.link(b, link) {
+                if budget == 0 {
+                    return found;
+                }
+                budget -= 1;
+                let d = self.mem.desc(b, slab);
+                link = d.head.next.load(Ordering::Relaxed);
+                if d.head.free.load(Ordering::Relaxed) == remote::count(self.mem.remote(b, slab)) {
+                    self.log(Redo::new(Op::Reclaim, b, slab.index(), ci as u32 + 1));
+                    self.unlink_sized(b, ci as u32 + 1, d);
+                    d.head.class.store(0, Ordering::Relaxed);
+                    d.head.size.store(0, Ordering::Relaxed);
+                    self.push_unsized(b, slab, d);
+                    self.clear_log();
+                    found = true;
+                }
+            }
+        }
+        found
     }
 
     /// T4/T5: the allocation just took the current slab's last free block.

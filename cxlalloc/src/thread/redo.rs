@@ -40,6 +40,9 @@ pub enum Op {
     /// A detaching owner disowns partly used `slab`, counting its free blocks off the remote
     /// counter in one CAS; arg = version, flag = that CAS claimed the slab back (it was empty).
     Abandon = 9,
+    /// A refill found sized `slab` (class in arg) empty, every block back locally or remotely,
+    /// and moves it to the unsized list.
+    Reclaim = 10,
 }
 
 impl Op {
@@ -54,6 +57,7 @@ impl Op {
             7 => Op::RemoteFree,
             8 => Op::GlobalPush,
             9 => Op::Abandon,
+            10 => Op::Reclaim,
             _ => return None,
         })
     }
@@ -128,6 +132,7 @@ mod tests {
             Op::RemoteFree,
             Op::GlobalPush,
             Op::Abandon,
+            Op::Reclaim,
         ] {
             for b in Bracket::ALL {
                 let r = Redo::new(op, b, u32::MAX, (1 << 25) - 1).flagged();
