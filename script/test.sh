@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# All tests: formatting, lints, unit/property/integration tests (plus the `validate` feature),
+# All tests: formatting, lints, API docs (no broken links), unit/property/integration tests (plus the `validate` feature),
 # the loom models, the Nix dev shell's syntax, and a smoke run of the micro benchmark.
 #
 # Usage: script/test.sh
@@ -51,6 +51,7 @@ skip() {
 
 step fmt cargo fmt --all -- --check
 step clippy cargo clippy --workspace --all-targets -- -D warnings
+step doc env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 step test cargo test --workspace
 step test-validate cargo test -p cxlalloc --features validate
 

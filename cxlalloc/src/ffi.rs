@@ -168,7 +168,7 @@ pub fn code_info(code: ErrorCode) -> (&'static str, &'static CStr) {
 }
 
 /// The `errno` value a failure with `code` sets (allocation functions override it with
-/// `ENOMEM`, see [`alloc_failed`]; open failures carry the OS error where there is one).
+/// `ENOMEM`, see `alloc_failed`; open failures carry the OS error where there is one).
 pub fn errno_of(code: ErrorCode) -> c_int {
     match code {
         ErrorCode::Ok => 0,

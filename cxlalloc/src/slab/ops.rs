@@ -9,7 +9,7 @@
 //!   multiplication), three double-free checks, the redo record, and three stores to the
 //!   owner's own descriptor.
 //!
-//! Everything else is behind the `#[cold]` entries: [`SlabThread::word_emptied`] (refill the
+//! Everything else is behind the `#[cold]` entries: `word_emptied` (refill the
 //! cached word, or retire a full slab: T4/T5), `next_current` (T2/T1/T3), `after_local_free`
 //! (T6/T7) and `free_remote` (T10/T8).
 
@@ -511,7 +511,7 @@ impl<'a> SlabThread<'a> {
 
     /// A thread detaching lets go of every class's slabs: each current slab gets its cached
     /// word back, entirely free slabs go to the unsized list (T7), and partly used ones are
-    /// abandoned ([`SlabThread::abandon`]) so that frees from other threads can reclaim them
+    /// abandoned (`abandon`) so that frees from other threads can reclaim them
     /// without anyone ever leasing this slot again.
     pub fn release_classes(&self, b: Bracket) {
         let lists = self.rec.lists(b);
