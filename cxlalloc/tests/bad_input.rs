@@ -367,3 +367,21 @@ fn corrupted_descriptor_metadata_is_an_error_not_a_crash() {
     assert!(matches!(r, Err(FreeError::Corrupt(_))), "{r:?}");
     assert!(!heap.check().is_clean(), "the checker points at the damage");
 }
+
+#[test]
+fn a_creation_abandoned_by_a_dead_process_is_cleaned_up() {
+    let dir = TempHeapDir::new("abandoned");
+    let leaf = dir.0.file_name().unwrap().to_string_lossy().into_owned();
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let stale = dir.0.with_file_name(format!(".{leaf}.creating-{dead}-123"));
+    std::fs::create_dir(&stale).unwrap();
+    std::fs::write(stale.join("header"), b"half").unwrap();
+    let live = dir.0.with_file_name(format!(".{leaf}.creating-{}-456", std::process::id()));
+    std::fs::create_dir(&live).unwrap();
+    let _heap = Heap::create_at(&dir.0, &Config::with_capacity(8 << 20)).unwrap();
+    assert!(!stale.exists(), "the dead creator's directory is gone");
+    assert!(live.exists(), "a live creator's directory is left alone");
+    std::fs::remove_dir(&live).unwrap();
+}

@@ -34,6 +34,21 @@ fn io<'p>(op: &'static str, path: &'p Path) -> impl FnOnce(std::io::Error) -> Op
     move |source| OpenError::Io { op, path: path.to_path_buf(), source }
 }
 
+/// Removes half-built heap directories (`{prefix}{pid}-{nanos}`) left by creators that died
+/// before renaming them into place. A directory whose creator may still be running is left
+/// alone; a reused pid only delays the cleanup.
+fn remove_abandoned_creations(parent: &Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else { continue };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// The region files of one heap directory, kept open for the life of the heap.
 #[derive(Debug)]
 pub struct FileBacking {
@@ -47,8 +62,10 @@ impl FileBacking {
         let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let leaf =
             dir.file_name().ok_or_else(|| OpenError::InvalidConfig(format!("bad heap path {}", dir.display())))?;
+        let prefix = format!(".{}.creating-", leaf.to_string_lossy());
+        remove_abandoned_creations(parent, &prefix);
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-        let tmp = parent.join(format!(".{}.creating-{}-{nanos}", leaf.to_string_lossy(), std::process::id()));
+        let tmp = parent.join(format!("{prefix}{}-{nanos}", std::process::id()));
         std::fs::create_dir(&tmp).map_err(io("create directory", &tmp))?;
         let built = Self::populate(&tmp, header);
         let result =
