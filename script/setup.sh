@@ -58,3 +58,14 @@ ensure_rust() {
     done
   fi
 }
+
+# The nightly toolchain with miri, for script/miri.sh. Returns non-zero when it cannot be had
+# (offline, no rustup): miri is an optional check.
+ensure_miri() {
+  command -v rustup >/dev/null 2>&1 || return 1
+  if ! rustup +nightly component list --installed 2>/dev/null | grep -q '^miri'; then
+    rustup toolchain install nightly --profile minimal --component miri,rust-src >/dev/null 2>&1 || return 1
+  fi
+  rustup +nightly component list --installed 2>/dev/null | grep -q '^rust-src' ||
+    rustup +nightly component add rust-src >/dev/null 2>&1 || return 1
+}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # All tests: formatting, lints, API docs (no broken links), unit/property/integration tests (plus the `validate` feature),
-# the loom models, the Nix dev shell's syntax, and a smoke run of the micro benchmark.
+# the loom models, miri over the unsafe code, the Nix dev shell's syntax, and a smoke run of the micro benchmark.
 #
 # Usage: script/test.sh
 # Every step runs even when an earlier one fails; the summary at the end lists each step's
@@ -59,6 +59,12 @@ if [ -x script/loom.sh ]; then
   step loom script/loom.sh
 else
   skip loom "script/loom.sh is not there yet"
+fi
+
+if ensure_miri; then
+  step miri script/miri.sh
+else
+  skip miri "the nightly toolchain with miri could not be installed"
 fi
 
 if ! command -v nix-instantiate >/dev/null 2>&1; then

@@ -13,6 +13,7 @@ use nix::errno::Errno;
 use crate::layout::REGION_ALIGN;
 
 /// Reserves `len` bytes of `PROT_NONE` address space aligned to [`REGION_ALIGN`].
+#[cfg(not(miri))]
 pub fn reserve(len: usize) -> Result<NonNull<u8>, Errno> {
     let padded = len.checked_add(REGION_ALIGN).ok_or(Errno::ENOMEM)?;
     // SAFETY: a fresh anonymous PROT_NONE mapping at a kernel-chosen address affects no existing
@@ -68,6 +69,7 @@ pub unsafe fn map_shared_fixed(addr: *mut u8, len: usize, fd: i32, off: usize, w
 ///
 /// # Safety
 /// Same as [`map_shared_fixed`].
+#[cfg(not(miri))]
 pub unsafe fn map_private_fixed(addr: *mut u8, len: usize) -> Result<(), Errno> {
     // SAFETY: the caller guarantees the range is inside our own reservation.
     let raw = unsafe {
@@ -91,9 +93,43 @@ pub unsafe fn map_private_fixed(addr: *mut u8, len: usize) -> Result<(), Errno> 
 ///
 /// # Safety
 /// `base..base + len` must be a reservation returned by [`reserve`] that nothing will touch again.
+#[cfg(not(miri))]
 pub unsafe fn release(base: NonNull<u8>, len: usize) {
     // SAFETY: the caller hands over the whole reservation.
     unsafe {
         libc::munmap(base.as_ptr().cast(), len);
+    }
+}
+
+// Under miri, which models only plain allocations, a reservation is one zeroed heap allocation
+// that is readable and writable from the start: exactly what the anonymous backend needs, so
+// the allocator's unsafe code can be checked (file backings are unavailable there).
+
+/// Miri: a zeroed allocation stands in for the reservation.
+#[cfg(miri)]
+pub fn reserve(len: usize) -> Result<NonNull<u8>, Errno> {
+    let layout = std::alloc::Layout::from_size_align(len, REGION_ALIGN).map_err(|_| Errno::ENOMEM)?;
+    // SAFETY: the layout has a non-zero size (a heap has at least a header region).
+    NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) }).ok_or(Errno::ENOMEM)
+}
+
+/// Miri: the reservation is already zeroed and writable.
+///
+/// # Safety
+/// Same as [`map_shared_fixed`].
+#[cfg(miri)]
+pub unsafe fn map_private_fixed(_addr: *mut u8, _len: usize) -> Result<(), Errno> {
+    Ok(())
+}
+
+/// Miri: frees the allocation made by [`reserve`].
+///
+/// # Safety
+/// `base..base + len` must come from [`reserve`] and nothing may touch it again.
+#[cfg(miri)]
+pub unsafe fn release(base: NonNull<u8>, len: usize) {
+    if let Ok(layout) = std::alloc::Layout::from_size_align(len, REGION_ALIGN) {
+        // SAFETY: allocated by `reserve` with this very layout.
+        unsafe { std::alloc::dealloc(base.as_ptr(), layout) };
     }
 }

@@ -68,6 +68,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "miri cannot spawn processes")]
     fn an_exited_child_is_dead() -> TestResult {
         let mut child = std::process::Command::new("true").spawn()?;
         let holder = holder_of(child.id());
@@ -77,6 +78,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "miri cannot spawn processes")]
     fn a_zombie_is_dead() -> TestResult {
         let mut child = std::process::Command::new("true").spawn()?;
         let pid = child.id();
