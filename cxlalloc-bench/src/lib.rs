@@ -18,6 +18,7 @@ pub mod allocator;
 pub mod demo;
 pub mod ring;
 pub mod threadtest;
+pub mod trace;
 
 /// The error type of the benchmark programs: anything printable, sendable between threads.
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
