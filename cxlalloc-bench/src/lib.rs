@@ -16,9 +16,11 @@
 
 pub mod allocator;
 pub mod demo;
+pub mod memory;
 pub mod ring;
 pub mod threadtest;
 pub mod trace;
+pub mod xmalloc;
 
 /// The error type of the benchmark programs: anything printable, sendable between threads.
 pub type Error = Box<dyn std::error::Error + Send + Sync>;

@@ -6,7 +6,7 @@
 //! +--------+--------+-------+----------------------+----------------------+-------------------+
 //! | header | shared | owned | remote: small, large | local: small, large  | data: small, large|
 //! +--------+--------+-------+----------------------+----------------------+-------------------+
-//!   R/O      HWcc     SWcc    HWcc (lazy)            SWcc (lazy)            SWcc (lazy)
+//!   R/O      HWcc     SWcc    HWcc                   SWcc                   SWcc (mapped lazily)
 //! ```
 //!
 //! Each region is its own file (or device range), mapped `MAP_FIXED | MAP_SHARED` at its offset.
@@ -341,11 +341,6 @@ impl RegionId {
     /// Whether the region must live in hardware-coherent memory.
     pub fn is_hwcc(self) -> bool {
         matches!(self, RegionId::Shared | RegionId::Remote)
-    }
-
-    /// Whether the region is mapped in chunks as the heap grows (the rest are mapped at open).
-    pub fn is_lazy(self) -> bool {
-        matches!(self, RegionId::Remote | RegionId::Local | RegionId::Data)
     }
 
     fn size_field(self) -> &'static str {

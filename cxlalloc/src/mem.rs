@@ -34,66 +34,76 @@ impl Slab {
     }
 }
 
-/// Plain data describing one lazily mapped array; `Copy` so the signal handler can use it
-/// without touching anything that allocates.
-#[derive(Clone, Copy, Debug)]
-struct LazyArray {
-    span: Span,
-    stride: usize,
-    fd: i32,
-    /// Offset of `span.offset` inside the region file.
-    file_offset: usize,
-}
-
-/// Everything needed to map a chunk of a bracket from a signal handler.
+/// Everything needed to map a chunk of slab data from a signal handler: plain data and raw
+/// pointers into the owning [`HeapMem`], so the handler touches nothing that allocates.
+///
+/// Only slab data is mapped lazily, one chunk (2 MiB) at a time; the per-slab metadata arrays
+/// are mapped whole at open (their files are sized to capacity and stay sparse), so a chunk's
+/// mapping never overlaps another's and a mapped chunk is never mapped again: each chunk has a
+/// bit in this process's bitmap, set once mapped.
 #[derive(Clone, Copy, Debug)]
 pub struct LazyMap {
     base: usize,
     total: usize,
-    page: usize,
-    /// Per bracket: remote, local, data arrays.
-    arrays: [[LazyArray; 3]; 2],
+    fd: i32,
+    /// Per bracket: the data span and its offset inside the data region file.
+    data: [Span; 2],
+    file_offset: [usize; 2],
+    chunk_bytes: [usize; 2],
     chunk_slabs: [u32; 2],
-    capacity: [u32; 2],
+    slab_shift: [u32; 2],
+    /// Per bracket: the mapped-chunk bitmap (pointer to its first word, and its word count).
+    mapped_bits: [(*const AtomicU64, usize); 2],
     /// Address of each bracket's length word.
     length_word: [usize; 2],
 }
 
 impl LazyMap {
-    /// Maps the chunk of bracket `b` that holds `slab`, in all three arrays. Async-signal-safe.
+    fn mapped_word(&self, b: usize, chunk: usize) -> Option<&AtomicU64> {
+        let (words, len) = self.mapped_bits[b];
+        // SAFETY: the bitmap is owned by the HeapMem that owns this LazyMap and lives as long
+        // as it; the index is checked against its length.
+        (chunk / 64 < len).then(|| unsafe { &*words.add(chunk / 64) })
+    }
+
+    /// Maps the data chunk of bracket `b` that holds `slab`, unless this process already has.
+    /// Async-signal-safe.
     pub fn map_chunk(&self, b: usize, slab: u32) -> Result<(), Errno> {
-        let chunk = self.chunk_slabs[b];
-        let from = (slab / chunk * chunk) as usize;
-        let to = (from + chunk as usize).min(self.capacity[b] as usize);
-        for a in &self.arrays[b] {
-            let start = (a.span.offset + from * a.stride) / self.page * self.page;
-            let end = (a.span.offset + to * a.stride).next_multiple_of(self.page).min(a.span.end());
-            let file_off = a.file_offset + (start - a.span.offset);
-            // SAFETY: [start, end) lies inside the array's span, inside our reservation; all
-            // three values are page-aligned by construction.
-            unsafe { map::map_shared_fixed((self.base + start) as *mut u8, end - start, a.fd, file_off, true)? };
+        let chunk = (slab / self.chunk_slabs[b]) as usize;
+        let word = self.mapped_word(b, chunk).ok_or(Errno::EINVAL)?;
+        let bit = 1u64 << (chunk % 64);
+        // Relaxed: the bit only avoids redundant mmaps; two threads racing both map, harmlessly.
+        if word.load(Ordering::Relaxed) & bit != 0 {
+            return Ok(());
         }
+        let start = self.data[b].offset + chunk * self.chunk_bytes[b];
+        let len = self.chunk_bytes[b].min(self.data[b].end() - start);
+        let file_off = self.file_offset[b] + chunk * self.chunk_bytes[b];
+        // SAFETY: [start, start + len) lies inside the bracket's data span, inside our
+        // reservation; start, len and file_off are multiples of the 2 MiB chunk or the span end,
+        // all page-aligned.
+        unsafe { map::map_shared_fixed((self.base + start) as *mut u8, len, self.fd, file_off, true)? };
+        word.fetch_or(bit, Ordering::Relaxed);
         Ok(())
     }
 
-    /// If `addr` is in a lazily mapped array of this heap at a slab below the current length,
-    /// maps its chunk and returns true. Async-signal-safe: reads one atomic word, no allocation.
+    /// If `addr` is in this heap's slab data at a slab below the current length, maps its
+    /// chunk and returns true. Async-signal-safe: reads atomic words, no allocation.
     pub fn handle_fault(&self, addr: usize) -> bool {
-        if addr < self.base || addr >= self.base + self.total {
+        let off = addr.wrapping_sub(self.base);
+        if off >= self.total {
             return false;
         }
-        let off = addr - self.base;
         for b in 0..2 {
-            for a in &self.arrays[b] {
-                if a.span.contains(off) {
-                    let slab = ((off - a.span.offset) / a.stride) as u32;
-                    // SAFETY: the length word is in the shared region, mapped for the life of the
-                    // registration, and suitably aligned (asserted layout).
-                    let word = unsafe { &*(self.length_word[b] as *const AtomicU64) };
-                    // Acquire: pairs with the Release CAS that extended the heap.
-                    let len = Tagged::unpack(word.load(Ordering::Acquire)).payload;
-                    return slab < len && self.map_chunk(b, slab).is_ok();
-                }
+            let rel = off.wrapping_sub(self.data[b].offset);
+            if rel < self.data[b].size {
+                let slab = (rel >> self.slab_shift[b]) as u32;
+                // SAFETY: the length word is in the shared region, mapped for the life of the
+                // registration, and suitably aligned (asserted layout).
+                let word = unsafe { &*(self.length_word[b] as *const AtomicU64) };
+                // Acquire: pairs with the Release CAS that extended the heap.
+                let len = Tagged::unpack(word.load(Ordering::Acquire)).payload;
+                return slab < len && self.map_chunk(b, slab).is_ok();
             }
         }
         false
@@ -122,8 +132,11 @@ pub struct HeapMem {
     lazy: Option<LazyMap>,
     /// Per bracket: largest length this process has seen (private cache of the HWcc word).
     known_len: [AtomicU32; 2],
-    /// Per bracket: slabs this process has mapped eagerly (the handler may have mapped more).
-    mapped: [AtomicU32; 2],
+    /// Per bracket: bitmap of data chunks this process has mapped (set by `ensure_mapped` and
+    /// by the fault handler, through `lazy`).
+    mapped_chunks: [Box<[AtomicU64]>; 2],
+    /// Per bracket: chunks below this index are all mapped (a hint for `ensure_mapped`).
+    mapped_prefix: [AtomicU32; 2],
 }
 
 // SAFETY: HeapMem hands out only shared references to atomics inside the mapping, which stays
@@ -146,6 +159,10 @@ impl HeapMem {
                 data: bl.data,
             }
         });
+        let mapped_chunks = Bracket::ALL.map(|b| {
+            let chunks = layout.bracket(b).capacity.div_ceil(b.spec().chunk_slabs) as usize;
+            (0..chunks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect()
+        });
         let mut mem = HeapMem {
             base,
             arrays,
@@ -154,7 +171,8 @@ impl HeapMem {
             backing,
             lazy: None,
             known_len: [AtomicU32::new(0), AtomicU32::new(0)],
-            mapped: [AtomicU32::new(0), AtomicU32::new(0)],
+            mapped_chunks,
+            mapped_prefix: [AtomicU32::new(0), AtomicU32::new(0)],
         };
         // If anything below fails, dropping `mem` releases the reservation.
         if mem.backing.fd(RegionId::Header).is_none() {
@@ -165,12 +183,9 @@ impl HeapMem {
             unsafe {
                 std::ptr::copy_nonoverlapping(header.as_bytes().as_ptr(), base.as_ptr(), header.as_bytes().len())
             };
-            for b in Bracket::ALL {
-                mem.mapped[b as usize].store(mem.layout.bracket(b).capacity, Ordering::Relaxed);
-            }
             return Ok(mem);
         }
-        for r in [RegionId::Header, RegionId::Shared, RegionId::Owned] {
+        for r in [RegionId::Header, RegionId::Shared, RegionId::Owned, RegionId::Remote, RegionId::Local] {
             mem.map_whole(r)?;
         }
         mem.lazy = Some(mem.lazy_map());
@@ -191,28 +206,18 @@ impl HeapMem {
     }
 
     fn lazy_map(&self) -> LazyMap {
-        let arrays = Bracket::ALL.map(|b| {
-            let bl = self.layout.bracket(b);
-            let spec = b.spec();
-            [
-                (RegionId::Remote, bl.remote, 8),
-                (RegionId::Local, bl.local, spec.descriptor_size()),
-                (RegionId::Data, bl.data, spec.slab_size()),
-            ]
-            .map(|(r, span, stride)| LazyArray {
-                span,
-                stride,
-                fd: self.backing.fd(r).unwrap_or(-1),
-                file_offset: span.offset - self.layout.region(r).offset,
-            })
-        });
+        let data_region = self.layout.region(RegionId::Data);
+        let spans = Bracket::ALL.map(|b| self.layout.bracket(b).data);
         LazyMap {
             base: self.base.as_ptr() as usize,
             total: self.layout.total,
-            page: self.header.page_size as usize,
-            arrays,
+            fd: self.backing.fd(RegionId::Data).unwrap_or(-1),
+            data: spans,
+            file_offset: spans.map(|s| s.offset - data_region.offset),
+            chunk_bytes: Bracket::ALL.map(|b| (b.spec().chunk_slabs as usize) << b.slab_shift()),
             chunk_slabs: Bracket::ALL.map(|b| b.spec().chunk_slabs),
-            capacity: Bracket::ALL.map(|b| self.layout.bracket(b).capacity),
+            slab_shift: Bracket::ALL.map(|b| b.slab_shift()),
+            mapped_bits: [0, 1].map(|b| (self.mapped_chunks[b].as_ptr(), self.mapped_chunks[b].len())),
             length_word: Bracket::ALL.map(|b| &self.globals(b).length as *const AtomicU64 as usize),
         }
     }
@@ -227,23 +232,19 @@ impl HeapMem {
         self.backing.location()
     }
 
-    /// Maps (in this process) every chunk of `b` below `len` slabs not yet mapped eagerly.
+    /// Maps (in this process) every data chunk of `b` below `len` slabs not mapped yet. Saves
+    /// the faults that would otherwise map them on first touch.
     pub fn ensure_mapped(&self, b: Bracket, len: u32) -> Result<(), Errno> {
-        let mapped = &self.mapped[b as usize];
-        let from = mapped.load(Ordering::Relaxed);
-        if len <= from {
-            return Ok(());
+        let Some(lazy) = &self.lazy else { return Ok(()) };
+        let chunk = b.spec().chunk_slabs;
+        let prefix = &self.mapped_prefix[b as usize];
+        let first = prefix.load(Ordering::Relaxed);
+        let end = len.div_ceil(chunk);
+        for c in first..end {
+            lazy.map_chunk(b as usize, c * chunk)?;
         }
-        if let Some(lazy) = &self.lazy {
-            let chunk = b.spec().chunk_slabs;
-            let mut s = from / chunk * chunk;
-            while s < len {
-                lazy.map_chunk(b as usize, s)?;
-                s += chunk;
-            }
-        }
-        // Relaxed: the counter only saves redundant mmaps in this process; remapping is harmless.
-        mapped.fetch_max(len, Ordering::Relaxed);
+        // Relaxed: only a hint; map_chunk itself skips chunks already mapped.
+        prefix.fetch_max(end, Ordering::Relaxed);
         Ok(())
     }
 

@@ -1,14 +1,18 @@
-//! `micro`: the threadtest micro benchmark, cxlalloc against mimalloc and the system allocator.
+//! `micro`: the threadtest and xmalloc micro benchmarks, cxlalloc against mimalloc and the system
+//! allocator.
 //!
 //! ```text
-//! cargo run --release -p cxlalloc-bench --bin micro -- [--quick] [--sizes 8,64] [--threads 1,2]
-//!                                                        [--repeat 3] [--ndjson results/micro.ndjson]
+//! cargo run --release -p cxlalloc-bench --bin micro -- [--workload threadtest|xmalloc|all] [--quick]
+//!                                                        [--sizes 8,64] [--threads 1,2] [--repeat 3]
+//!                                                        [--ndjson results/micro.ndjson]
 //! ```
 //!
 //! One process; cxlalloc is measured on a private anonymous heap and on a `/dev/shm` heap (the
 //! multi-process configuration, with one process here). mimalloc and the system allocator are
-//! called through `GlobalAlloc` directly. Each (size, threads) configuration runs every allocator
-//! in turn, `--repeat` times, and reports the median throughput. Must be built in release mode.
+//! called through `GlobalAlloc` directly. Each configuration — (size, threads) for threadtest,
+//! threads for xmalloc — runs every allocator in turn, `--repeat` times, and reports the median
+//! throughput. After each xmalloc configuration every cxlalloc heap is checked (consistent, no
+//! live blocks). Must be built in release mode.
 
 use std::alloc::System;
 use std::fs::File;
@@ -21,23 +25,28 @@ use clap::{Parser, ValueEnum};
 use cxlalloc::{Config, Heap};
 use cxlalloc_bench::allocator::{Allocator, Cxl, Global};
 use cxlalloc_bench::threadtest::{self, Outcome, Params};
+use cxlalloc_bench::xmalloc;
 use cxlalloc_bench::Error;
 use mimalloc::MiMalloc;
 use serde_json::json;
 
 /// threadtest: rounds of "allocate N objects, write min(size,64) bytes of each, free all".
+/// xmalloc: even threads allocate containers of 120 mixed-size objects, odd threads free them.
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
+    /// Which benchmark to run.
+    #[arg(long, value_enum, default_value_t = Workload::Threadtest)]
+    workload: Workload,
     /// Tiny op counts and one repetition (a smoke run for CI, not a measurement).
     #[arg(long)]
     quick: bool,
-    /// Object sizes in bytes (1 ..= 524288).
+    /// threadtest object sizes in bytes (1 ..= 524288); xmalloc draws its own mix.
     #[arg(long, value_delimiter = ',', default_values_t = [8usize, 64, 1024, 65536])]
     sizes: Vec<usize>,
-    /// Thread counts.
-    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2])]
-    threads: Vec<usize>,
+    /// Thread counts [default: 1,2 for threadtest; 2 for xmalloc, which skips counts below 2].
+    #[arg(long, value_delimiter = ',')]
+    threads: Option<Vec<usize>>,
     /// Allocators to run.
     #[arg(long, value_delimiter = ',', value_enum, default_values_t = Which::ALL)]
     allocators: Vec<Which>,
@@ -47,6 +56,16 @@ struct Args {
     /// Write one NDJSON line per (allocator, size, threads) to this file.
     #[arg(long)]
     ndjson: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Workload {
+    /// threadtest only.
+    Threadtest,
+    /// xmalloc only.
+    Xmalloc,
+    /// threadtest, then xmalloc.
+    All,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -81,6 +100,17 @@ fn total_pairs(size: usize, quick: bool) -> u64 {
         (false, s) if s <= 64 => 32_000_000,
         (false, s) if s <= 1024 => 12_000_000,
         (false, _) => 3_000_000,
+    }
+}
+
+/// xmalloc containers per configuration (over all producers; 120 objects each, so twice that many
+/// operations), the same for every allocator: 4.8 M objects, roughly 0.1–0.5 s per run on the
+/// 2-core development machine.
+fn total_containers(quick: bool) -> u64 {
+    if quick {
+        200
+    } else {
+        40_000
     }
 }
 
@@ -129,9 +159,30 @@ impl Contender {
             Contender::System(a) => threadtest::run(a, p),
         }
     }
+
+    fn run_xmalloc(&self, p: &xmalloc::Params) -> Result<xmalloc::Outcome, Error> {
+        match self {
+            Contender::Cxl(a) => xmalloc::run(a, p),
+            Contender::Mimalloc(a) => xmalloc::run(a, p),
+            Contender::System(a) => xmalloc::run(a, p),
+        }
+    }
+
+    /// For cxlalloc: fails unless the heap checks clean with no live blocks (call when idle).
+    fn check_empty(&self) -> Result<(), Error> {
+        if let Contender::Cxl(a) = self {
+            let report = a.heap.check();
+            let live: u64 = report.brackets.iter().map(|b| b.live_blocks()).sum();
+            if !report.is_clean() || live != 0 {
+                return Err(format!("{}: heap not clean and empty ({live} live blocks):\n{report}", a.name()).into());
+            }
+        }
+        Ok(())
+    }
 }
 
 struct Row {
+    workload: &'static str,
     allocator: String,
     size: usize,
     threads: usize,
@@ -163,11 +214,21 @@ fn run(args: &Args) -> Result<(), Error> {
     if cfg!(debug_assertions) && !args.quick {
         return Err("build with --release: debug-build numbers mean nothing (--quick runs anyway)".into());
     }
+    let do_threadtest = matches!(args.workload, Workload::Threadtest | Workload::All);
+    let do_xmalloc = matches!(args.workload, Workload::Xmalloc | Workload::All);
     if let Some(&bad) = args.sizes.iter().find(|&&s| s == 0 || s > 512 << 10) {
         return Err(format!("size {bad} is outside 1 ..= 524288 (larger sizes are not supported yet)").into());
     }
-    if args.threads.contains(&0) || args.sizes.is_empty() || args.threads.is_empty() {
+    let tt_threads = args.threads.clone().unwrap_or_else(|| vec![1, 2]);
+    if tt_threads.contains(&0) || args.sizes.is_empty() || tt_threads.is_empty() {
         return Err("need at least one size and thread counts of at least 1".into());
+    }
+    let xm_threads: Vec<usize> = match &args.threads {
+        Some(t) => t.iter().copied().filter(|&n| n >= 2).collect(),
+        None => vec![2],
+    };
+    if do_xmalloc && xm_threads.is_empty() {
+        return Err("xmalloc needs a thread count of at least 2 (1 producer + 1 consumer)".into());
     }
     let repeat = args.repeat.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
     let run_id = format!("{}-{}", SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs(), std::process::id());
@@ -198,11 +259,25 @@ fn run(args: &Args) -> Result<(), Error> {
     };
 
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    if do_threadtest {
+        println!(
+            "threadtest: rounds of (allocate N objects, write min(size,64) B each, free all); N = 1000 up to 1 KiB, 64 above"
+        );
+    }
+    if do_xmalloc {
+        println!(
+            "xmalloc: even threads allocate containers of {} objects of {{8 .. 768}} B (write min(size,64) B each) and push \
+             them on a LIFO (limit {}); odd threads pop, verify and free them (every free remote); {} containers in all",
+            xmalloc::OBJECTS_PER_CONTAINER,
+            xmalloc::LIFO_LIMIT,
+            total_containers(args.quick),
+        );
+        if let Some(&skipped) = args.threads.iter().flatten().find(|&&n| n < 2) {
+            println!("xmalloc: skipping {skipped} thread(s) (needs at least 2)");
+        }
+    }
     println!(
-        "threadtest: rounds of (allocate N objects, write min(size,64) B each, free all); N = 1000 up to 1 KiB, 64 above"
-    );
-    println!(
-        "run {run_id}: {cores} cores, median of {repeat} run(s), 1 untimed warm-up round per thread{}",
+        "run {run_id}: {cores} cores, median of {repeat} run(s), untimed warm-up per thread{}",
         if args.quick { ", QUICK (smoke run: numbers are not measurements)" } else { "" }
     );
     if let Some(s) = &shm {
@@ -211,47 +286,112 @@ fn run(args: &Args) -> Result<(), Error> {
 
     let started = Instant::now();
     let mut rows = Vec::new();
-    for &size in &args.sizes {
-        for &threads in &args.threads {
-            let p = Params::fixed_total(size, threads, total_pairs(size, args.quick));
+    if do_threadtest {
+        for &size in &args.sizes {
+            for &threads in &tt_threads {
+                let p = Params::fixed_total(size, threads, total_pairs(size, args.quick));
+                for c in &contenders {
+                    let mut outcomes = Vec::with_capacity(repeat);
+                    for _ in 0..repeat {
+                        outcomes
+                            .push(c.run(&p).map_err(|e| format!("{} size {size} threads {threads}: {e}", c.name()))?);
+                    }
+                    let runs: Vec<f64> = outcomes.iter().map(Outcome::mops).collect();
+                    let mops = median(runs.clone());
+                    if !args.quick {
+                        eprintln!("  {:>14} size {size:>6} threads {threads}: {mops:8.2} Mops/s", c.name());
+                    }
+                    if let Some(out) = ndjson.as_mut() {
+                        let line = json!({
+                            "bench": "threadtest",
+                            "run": run_id,
+                            "allocator": c.name(),
+                            "size": size,
+                            "threads": threads,
+                            "objects": p.objects,
+                            "rounds_per_thread": p.rounds,
+                            "pairs_per_thread": p.pairs_per_thread(),
+                            "warmup_rounds": p.warmup_rounds,
+                            "repeat": repeat,
+                            "quick": args.quick,
+                            "cores": cores,
+                            "mops": mops,
+                            "mops_runs": runs,
+                            "thread_secs": outcomes.iter().map(|o| o.threads.iter().map(|t| t.secs).collect::<Vec<_>>()).collect::<Vec<_>>(),
+                        });
+                        writeln!(out, "{line}")?;
+                    }
+                    rows.push(Row { workload: "threadtest", allocator: c.name().to_string(), size, threads, mops });
+                }
+            }
+        }
+    }
+    if do_xmalloc {
+        for &threads in &xm_threads {
+            let p = xmalloc::Params::new(threads, total_containers(args.quick));
             for c in &contenders {
                 let mut outcomes = Vec::with_capacity(repeat);
                 for _ in 0..repeat {
-                    outcomes.push(c.run(&p).map_err(|e| format!("{} size {size} threads {threads}: {e}", c.name()))?);
+                    let o = c.run_xmalloc(&p).map_err(|e| format!("{} xmalloc threads {threads}: {e}", c.name()))?;
+                    c.check_empty()?;
+                    outcomes.push(o);
                 }
-                let runs: Vec<f64> = outcomes.iter().map(Outcome::mops).collect();
+                let runs: Vec<f64> = outcomes.iter().map(xmalloc::Outcome::mops).collect();
                 let mops = median(runs.clone());
                 if !args.quick {
-                    eprintln!("  {:>14} size {size:>6} threads {threads}: {mops:8.2} Mops/s", c.name());
+                    eprintln!(
+                        "  {:>14} xmalloc threads {threads}: {mops:8.2} Mops/s ({} LIFO waits)",
+                        c.name(),
+                        outcomes.iter().map(xmalloc::Outcome::waits).max().unwrap_or(0)
+                    );
                 }
                 if let Some(out) = ndjson.as_mut() {
                     let line = json!({
-                        "bench": "threadtest",
+                        "bench": "xmalloc",
                         "run": run_id,
                         "allocator": c.name(),
-                        "size": size,
                         "threads": threads,
-                        "objects": p.objects,
-                        "rounds_per_thread": p.rounds,
-                        "pairs_per_thread": p.pairs_per_thread(),
-                        "warmup_rounds": p.warmup_rounds,
+                        "producers": p.producers(),
+                        "consumers": p.consumers(),
+                        "containers": p.containers,
+                        "objects_per_container": xmalloc::OBJECTS_PER_CONTAINER,
+                        "objects": p.objects(),
+                        "lifo_limit": xmalloc::LIFO_LIMIT,
+                        "warmup_containers": p.warmup_containers,
+                        "seed": p.seed,
                         "repeat": repeat,
                         "quick": args.quick,
                         "cores": cores,
                         "mops": mops,
                         "mops_runs": runs,
                         "thread_secs": outcomes.iter().map(|o| o.threads.iter().map(|t| t.secs).collect::<Vec<_>>()).collect::<Vec<_>>(),
+                        "waits_runs": outcomes.iter().map(xmalloc::Outcome::waits).collect::<Vec<_>>(),
                     });
                     writeln!(out, "{line}")?;
                 }
-                rows.push(Row { allocator: c.name().to_string(), size, threads, mops });
+                rows.push(Row { workload: "xmalloc", allocator: c.name().to_string(), size: 0, threads, mops });
             }
         }
     }
     if let Some(mut out) = ndjson {
         out.flush()?;
     }
-    print_table(args, &contenders, &rows);
+    if do_threadtest {
+        let keys: Vec<(usize, usize)> =
+            args.sizes.iter().flat_map(|&s| tt_threads.iter().map(move |&t| (s, t))).collect();
+        println!();
+        println!("threadtest: Mops/s (million allocate+free pairs per second, higher is better); ratios are cxlalloc / baseline");
+        print_table("threadtest", &contenders, &rows, &keys);
+    }
+    if do_xmalloc {
+        let keys: Vec<(usize, usize)> = xm_threads.iter().map(|&t| (0, t)).collect();
+        println!();
+        println!(
+            "xmalloc: Mops/s (million operations per second, an operation being one allocation or one free; \
+             higher is better); ratios are cxlalloc / baseline"
+        );
+        print_table("xmalloc", &contenders, &rows, &keys);
+    }
     println!("total time {:.2} s", started.elapsed().as_secs_f64());
     if let Some(path) = &args.ndjson {
         println!("NDJSON: {}", path.display());
@@ -259,7 +399,8 @@ fn run(args: &Args) -> Result<(), Error> {
     Ok(())
 }
 
-fn print_table(args: &Args, contenders: &[Contender], rows: &[Row]) {
+/// One table: a line per `(size, threads)` key (size 0: the xmalloc mix, shown as `mix`).
+fn print_table(workload: &str, contenders: &[Contender], rows: &[Row], keys: &[(usize, usize)]) {
     let names: Vec<&str> = contenders.iter().map(Contender::name).collect();
     let cxl: Vec<&str> = names.iter().copied().filter(|n| n.starts_with("cxlalloc")).collect();
     let baselines: Vec<&str> = ["mimalloc", "system"].into_iter().filter(|b| names.contains(b)).collect();
@@ -267,11 +408,11 @@ fn print_table(args: &Args, contenders: &[Contender], rows: &[Row]) {
     let ratios: Vec<(&str, &str)> = cxl.iter().flat_map(|&c| baselines.iter().map(move |&b| (c, b))).collect();
 
     let mops = |alloc: &str, size: usize, threads: usize| {
-        rows.iter().find(|r| r.allocator == alloc && r.size == size && r.threads == threads).map(|r| r.mops)
+        rows.iter()
+            .find(|r| r.workload == workload && r.allocator == alloc && r.size == size && r.threads == threads)
+            .map(|r| r.mops)
     };
 
-    println!();
-    println!("Mops/s (million allocate+free pairs per second, higher is better); ratios are cxlalloc / baseline");
     let mut header = format!("{:>6} {:>3}", "size", "thr");
     for n in &names {
         header += &format!(" {n:>13}");
@@ -283,29 +424,27 @@ fn print_table(args: &Args, contenders: &[Contender], rows: &[Row]) {
     println!("{}", "-".repeat(header.len()));
 
     let mut logs = vec![(0.0f64, 0usize); ratios.len()];
-    for &size in &args.sizes {
-        for &threads in &args.threads {
-            let mut line = format!("{size:>6} {threads:>3}");
-            for n in &names {
-                match mops(n, size, threads) {
-                    Some(m) => line += &format!(" {m:>13.2}"),
-                    None => line += &format!(" {:>13}", "-"),
-                }
+    for &(size, threads) in keys {
+        let mut line = if size == 0 { format!("{:>6} {threads:>3}", "mix") } else { format!("{size:>6} {threads:>3}") };
+        for n in &names {
+            match mops(n, size, threads) {
+                Some(m) => line += &format!(" {m:>13.2}"),
+                None => line += &format!(" {:>13}", "-"),
             }
-            for (i, &(c, b)) in ratios.iter().enumerate() {
-                match mops(c, size, threads).zip(mops(b, size, threads)) {
-                    Some((x, y)) if y > 0.0 && x > 0.0 => {
-                        line += &format!(" {:>7.2}x", x / y);
-                        logs[i].0 += (x / y).ln();
-                        logs[i].1 += 1;
-                    }
-                    _ => line += &format!(" {:>8}", "-"),
-                }
-            }
-            println!("{line}");
         }
+        for (i, &(c, b)) in ratios.iter().enumerate() {
+            match mops(c, size, threads).zip(mops(b, size, threads)) {
+                Some((x, y)) if y > 0.0 && x > 0.0 => {
+                    line += &format!(" {:>7.2}x", x / y);
+                    logs[i].0 += (x / y).ln();
+                    logs[i].1 += 1;
+                }
+                _ => line += &format!(" {:>8}", "-"),
+            }
+        }
+        println!("{line}");
     }
-    if !ratios.is_empty() {
+    if !ratios.is_empty() && keys.len() > 1 {
         let mut line = format!("{:>10}", "geo-mean");
         line += &" ".repeat(14 * names.len());
         for &(sum, n) in &logs {

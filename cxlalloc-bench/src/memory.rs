@@ -1,0 +1,356 @@
+//! This process's memory, split into HWcc, SWcc and other (DESIGN §12.1).
+//!
+//! The split comes from `/proc/self/smaps`: every mapping's `Pss` and `Rss` are attributed by an
+//! explicit region table ([`RegionTable`]) built from the heap directories this process has open.
+//! A mapping belongs to a heap region only when its pathname is exactly `DIR/FILE`, where `DIR` is
+//! one of the heap directories and `FILE` is one of [`RegionId::file_name`] (an unlinked heap's
+//! ` (deleted)` suffix is allowed). Whether the region is HWcc comes from [`RegionId::is_hwcc`];
+//! nothing here keeps a second copy of the region names or their coherence classes. (The published
+//! harness matched file-name substrings and silently reported 0 HWcc after a rename.)
+//!
+//! An anonymous heap ([`cxlalloc::Heap::anonymous`]) has no files, so its memory is `Other`.
+//!
+//! # Peak
+//!
+//! The kernel keeps a peak only for RSS (`VmHWM` in `/proc/self/status`, see [`peak_rss_bytes`]).
+//! PSS has no kernel peak: the harness samples [`measure`] during a run and keeps the largest
+//! sample as its peak PSS. RSS overstates shared memory (every process counts a shared page in
+//! full), which is why PSS is what the harness sums over processes.
+//!
+//! Reading `/proc/self/smaps` walks every mapping under the process's mmap lock: measure between
+//! timed phases, never inside one.
+
+use std::path::{Path, PathBuf};
+
+use cxlalloc::layout::{RegionId, REGIONS};
+
+/// What went wrong reading or parsing `/proc/self/smaps` or `/proc/self/status`.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A line that is neither a `Key: value` field nor a well-formed mapping header.
+    #[error("smaps line {line}: malformed mapping header ({reason}): {text:?}")]
+    BadHeader {
+        /// 1-based line number.
+        line: usize,
+        /// Which part of the header is wrong.
+        reason: &'static str,
+        /// The line.
+        text: String,
+    },
+    /// A `Key: value` field before the first mapping header.
+    #[error("smaps line {line}: field {field:?} before any mapping header")]
+    FieldBeforeHeader {
+        /// 1-based line number.
+        line: usize,
+        /// The field's key.
+        field: String,
+    },
+    /// A size field whose value is not `<n> kB` (or overflows when converted to bytes).
+    #[error("smaps line {line}: field {field} has malformed size {value:?} (expected \"<n> kB\")")]
+    BadSize {
+        /// 1-based line number.
+        line: usize,
+        /// The field's key.
+        field: String,
+        /// The value as written.
+        value: String,
+    },
+    /// `/proc/self/status` has no (well-formed) `VmHWM` line.
+    #[error("no VmHWM line in process status")]
+    NoPeak,
+}
+
+/// Fields that are always sizes; any other field whose value ends in `kB` is parsed too.
+const SIZE_FIELDS: [&str; 3] = ["Size", "Rss", "Pss"];
+
+/// Suffix the kernel appends to the pathname of a mapped file that has been unlinked.
+const DELETED: &str = " (deleted)";
+
+/// One mapping of `/proc/self/smaps`: its header line and its size fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Permissions as written, e.g. `rw-s`.
+    pub perms: String,
+    /// Offset into the mapped object.
+    pub offset: u64,
+    /// Device, `major:minor` as written.
+    pub dev: String,
+    /// Inode (0 for anonymous memory).
+    pub inode: u64,
+    /// Pathname as written, including any ` (deleted)` suffix; `None` for anonymous memory
+    /// without a name.
+    pub pathname: Option<String>,
+    /// Every field written `<n> kB`, in bytes, in file order (unknown fields included).
+    pub sizes: Vec<(String, u64)>,
+}
+
+impl Mapping {
+    /// The value in bytes of size field `key` (e.g. `"Pss_Shmem"`), if the mapping has it.
+    pub fn size(&self, key: &str) -> Option<u64> {
+        self.sizes.iter().find(|(k, _)| k == key).map(|&(_, v)| v)
+    }
+
+    /// Resident bytes (0 if the field is absent).
+    pub fn rss_bytes(&self) -> u64 {
+        self.size("Rss").unwrap_or(0)
+    }
+
+    /// Proportional-set bytes (0 if the field is absent).
+    pub fn pss_bytes(&self) -> u64 {
+        self.size("Pss").unwrap_or(0)
+    }
+
+    /// The pathname without the ` (deleted)` suffix, and whether the suffix was there.
+    pub fn file(&self) -> Option<(&str, bool)> {
+        let p = self.pathname.as_deref()?;
+        Some(match p.strip_suffix(DELETED) {
+            Some(stripped) => (stripped, true),
+            None => (p, false),
+        })
+    }
+}
+
+fn bad_header(line: usize, reason: &'static str, text: &str) -> Error {
+    Error::BadHeader { line, reason, text: text.to_string() }
+}
+
+/// Splits off the next whitespace-separated token of `s`.
+fn next_token(s: &str) -> Option<(&str, &str)> {
+    let s = s.trim_start();
+    if s.is_empty() {
+        return None;
+    }
+    let end = s.find(char::is_whitespace).unwrap_or(s.len());
+    Some((&s[..end], &s[end..]))
+}
+
+fn parse_header(line: usize, text: &str) -> Result<Mapping, Error> {
+    let bad = |what| bad_header(line, what, text);
+    let hex = |s: &str, what| u64::from_str_radix(s, 16).map_err(|_| bad(what));
+    // Fields in order, each checked as it is read, so the error names the first bad one.
+    let (range, rest) = next_token(text).ok_or_else(|| bad("empty"))?;
+    let (start, end) = range.split_once('-').ok_or_else(|| bad("address range"))?;
+    let (start, end) = (hex(start, "range start")?, hex(end, "range end")?);
+    if end < start {
+        return Err(bad("range end below start"));
+    }
+    let (perms, rest) = next_token(rest).ok_or_else(|| bad("no permissions"))?;
+    let perms_ok = perms.len() == 4
+        && perms.bytes().zip([b"r-", b"w-", b"x-", b"ps"]).all(|(c, allowed): (u8, &[u8; 2])| allowed.contains(&c));
+    if !perms_ok {
+        return Err(bad("permissions"));
+    }
+    let (offset, rest) = next_token(rest).ok_or_else(|| bad("no offset"))?;
+    let offset = hex(offset, "offset")?;
+    let (dev, rest) = next_token(rest).ok_or_else(|| bad("no device"))?;
+    let dev_ok = dev
+        .split_once(':')
+        .is_some_and(|(ma, mi)| [ma, mi].iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_hexdigit())));
+    if !dev_ok {
+        return Err(bad("device"));
+    }
+    let (inode, rest) = next_token(rest).ok_or_else(|| bad("no inode"))?;
+    let inode = inode.parse::<u64>().map_err(|_| bad("inode"))?;
+    // The pathname is everything after the padding; it may contain spaces.
+    let pathname = rest.trim_start();
+    let pathname = (!pathname.is_empty()).then(|| pathname.to_string());
+    Ok(Mapping {
+        start,
+        end,
+        perms: perms.to_string(),
+        offset,
+        dev: dev.to_string(),
+        inode,
+        pathname,
+        sizes: Vec::new(),
+    })
+}
+
+/// Parses `<n> kB` into bytes; `None` if the value has another form or overflows.
+fn parse_kb(value: &str) -> Option<u64> {
+    let n = value.strip_suffix("kB")?.trim_end();
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    n.parse::<u64>().ok()?.checked_mul(1024)
+}
+
+/// Parses smaps text (the format of `/proc/PID/smaps`) into its mappings.
+///
+/// A line whose first word ends in `:` is a field of the current mapping; any other non-blank
+/// line must be a mapping header. Fields written `<n> kB` are kept in bytes; other fields
+/// (`THPeligible`, `VmFlags`, `ProtectionKey`, ones newer kernels add) are skipped.
+pub fn parse_smaps(text: &str) -> Result<Vec<Mapping>, Error> {
+    let mut mappings: Vec<Mapping> = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        if raw.trim().is_empty() {
+            continue;
+        }
+        let first = next_token(raw).map_or("", |(t, _)| t);
+        let Some(key) = first.strip_suffix(':') else {
+            mappings.push(parse_header(line, raw)?);
+            continue;
+        };
+        let Some(current) = mappings.last_mut() else {
+            return Err(Error::FieldBeforeHeader { line, field: key.to_string() });
+        };
+        let value = raw.split_once(':').map_or("", |(_, v)| v).trim();
+        let bad_size = || Error::BadSize { line, field: key.to_string(), value: value.to_string() };
+        if value.ends_with("kB") {
+            current.sizes.push((key.to_string(), parse_kb(value).ok_or_else(bad_size)?));
+        } else if SIZE_FIELDS.contains(&key) {
+            return Err(bad_size());
+        }
+    }
+    Ok(mappings)
+}
+
+/// Which memory a mapping is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// A heap region file whose [`RegionId::is_hwcc`] is true (`shared`, `remote`).
+    Hwcc(RegionId),
+    /// Any other heap region file (`header`, `owned`, `local`, `data`).
+    Swcc(RegionId),
+    /// Everything else: the binary, libraries, stack, the process's own heap, other files.
+    Other,
+}
+
+/// The explicit region table: the full path of every region file of every heap directory.
+#[derive(Clone, Debug)]
+pub struct RegionTable {
+    entries: Vec<(PathBuf, RegionId)>,
+}
+
+impl RegionTable {
+    /// The table for `heap_dirs` (directories as [`cxlalloc::Heap::location`] gives them).
+    ///
+    /// Paths are compared as given, component by component; smaps shows absolute paths with
+    /// symbolic links resolved, so pass directories in that form ([`measure`] canonicalizes).
+    pub fn new(heap_dirs: &[PathBuf]) -> Self {
+        let entries =
+            heap_dirs.iter().flat_map(|d| RegionId::ALL.into_iter().map(move |r| (d.join(r.file_name()), r))).collect();
+        RegionTable { entries }
+    }
+
+    /// The heap region whose file is exactly `path` (a ` (deleted)` suffix allowed).
+    pub fn region_of(&self, path: &str) -> Option<RegionId> {
+        let path = Path::new(path.strip_suffix(DELETED).unwrap_or(path));
+        self.entries.iter().find(|(p, _)| p == path).map(|&(_, r)| r)
+    }
+
+    /// The class of `mapping`.
+    pub fn classify(&self, mapping: &Mapping) -> Class {
+        match mapping.pathname.as_deref().and_then(|p| self.region_of(p)) {
+            Some(r) if r.is_hwcc() => Class::Hwcc(r),
+            Some(r) => Class::Swcc(r),
+            None => Class::Other,
+        }
+    }
+}
+
+/// This process's memory split by coherence class, in bytes.
+///
+/// Invariants: `total_pss_bytes == hwcc_pss_bytes + swcc_pss_bytes + other_pss_bytes`, the same
+/// for RSS, and `region_pss_bytes` (indexed by `RegionId as usize`) sums to
+/// `hwcc_pss_bytes + swcc_pss_bytes`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MemorySplit {
+    /// PSS of HWcc heap regions.
+    pub hwcc_pss_bytes: u64,
+    /// PSS of SWcc heap regions.
+    pub swcc_pss_bytes: u64,
+    /// PSS of everything else.
+    pub other_pss_bytes: u64,
+    /// PSS of the whole process.
+    pub total_pss_bytes: u64,
+    /// RSS of HWcc heap regions.
+    pub hwcc_rss_bytes: u64,
+    /// RSS of SWcc heap regions.
+    pub swcc_rss_bytes: u64,
+    /// RSS of everything else.
+    pub other_rss_bytes: u64,
+    /// RSS of the whole process.
+    pub total_rss_bytes: u64,
+    /// PSS per heap region, indexed by `RegionId as usize`, summed over heaps.
+    pub region_pss_bytes: [u64; REGIONS],
+}
+
+impl MemorySplit {
+    /// HWcc PSS as a fraction of the process's total PSS (0 when the total is 0).
+    pub fn hwcc_share(&self) -> f64 {
+        if self.total_pss_bytes == 0 {
+            0.0
+        } else {
+            self.hwcc_pss_bytes as f64 / self.total_pss_bytes as f64
+        }
+    }
+
+    /// Adds one mapping's sizes under `class`.
+    fn add(&mut self, class: Class, pss: u64, rss: u64) {
+        let (p, r) = match class {
+            Class::Hwcc(_) => (&mut self.hwcc_pss_bytes, &mut self.hwcc_rss_bytes),
+            Class::Swcc(_) => (&mut self.swcc_pss_bytes, &mut self.swcc_rss_bytes),
+            Class::Other => (&mut self.other_pss_bytes, &mut self.other_rss_bytes),
+        };
+        *p += pss;
+        *r += rss;
+        if let Class::Hwcc(region) | Class::Swcc(region) = class {
+            self.region_pss_bytes[region as usize] += pss;
+        }
+        self.total_pss_bytes += pss;
+        self.total_rss_bytes += rss;
+    }
+}
+
+/// Splits parsed mappings with `table`.
+pub fn split_mappings(mappings: &[Mapping], table: &RegionTable) -> MemorySplit {
+    let mut split = MemorySplit::default();
+    for m in mappings {
+        split.add(table.classify(m), m.pss_bytes(), m.rss_bytes());
+    }
+    split
+}
+
+/// Parses `smaps_text` and splits it by the regions of `heap_dirs` (paths compared as given).
+pub fn split(smaps_text: &str, heap_dirs: &[PathBuf]) -> Result<MemorySplit, Error> {
+    Ok(split_mappings(&parse_smaps(smaps_text)?, &RegionTable::new(heap_dirs)))
+}
+
+fn read_proc(path: &str) -> Result<String, Error> {
+    std::fs::read_to_string(path).map_err(|source| Error::Io { path: PathBuf::from(path), source })
+}
+
+/// Measures this process now from `/proc/self/smaps`, splitting by the regions of `heap_dirs`.
+///
+/// Each directory is canonicalized when it still exists (smaps shows resolved absolute paths);
+/// an unlinked heap's directory is used as given. A directory that names no file-backed heap
+/// (e.g. `"anonymous"`) matches nothing.
+pub fn measure(heap_dirs: &[PathBuf]) -> Result<MemorySplit, Error> {
+    let dirs: Vec<PathBuf> = heap_dirs.iter().map(|d| std::fs::canonicalize(d).unwrap_or_else(|_| d.clone())).collect();
+    split(&read_proc("/proc/self/smaps")?, &dirs)
+}
+
+/// The `VmHWM` (peak resident set) of `/proc/PID/status` text, in bytes.
+pub fn parse_vm_hwm(status_text: &str) -> Result<u64, Error> {
+    status_text.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| parse_kb(v.trim())).ok_or(Error::NoPeak)
+}
+
+/// This process's peak RSS so far (`VmHWM` of `/proc/self/status`), in bytes. See the
+/// [module docs](self) for why peak PSS is sampled instead.
+pub fn peak_rss_bytes() -> Result<u64, Error> {
+    parse_vm_hwm(&read_proc("/proc/self/status")?)
+}
