@@ -56,13 +56,8 @@ pub fn reserve(len: usize) -> Result<NonNull<u8>, Errno> {
 /// - `addr`, `off` and `len` must be page-aligned.
 pub unsafe fn map_shared_fixed(addr: *mut u8, len: usize, fd: i32, off: usize, writable: bool) -> Result<(), Errno> {
     let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
-    // SAFETY: the caller guarantees the range is inside our own reservation (see above).
-    let raw = unsafe { libc::mmap(addr.cast(), len, prot, libc::MAP_SHARED | libc::MAP_FIXED, fd, off as libc::off_t) };
-    if raw == libc::MAP_FAILED {
-        Err(Errno::last())
-    } else {
-        Ok(())
-    }
+    // SAFETY: forwarded from this function's contract.
+    unsafe { mmap_fixed(addr, len, prot, libc::MAP_SHARED, fd, off) }
 }
 
 /// Maps private zero-filled read/write memory over `[addr, addr + len)`.
@@ -71,17 +66,18 @@ pub unsafe fn map_shared_fixed(addr: *mut u8, len: usize, fd: i32, off: usize, w
 /// Same as [`map_shared_fixed`].
 #[cfg(not(miri))]
 pub unsafe fn map_private_fixed(addr: *mut u8, len: usize) -> Result<(), Errno> {
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+    // SAFETY: forwarded from this function's contract.
+    unsafe { mmap_fixed(addr, len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) }
+}
+
+/// One `mmap(MAP_FIXED)` system call. Async-signal-safe.
+///
+/// # Safety
+/// Same as [`map_shared_fixed`].
+unsafe fn mmap_fixed(addr: *mut u8, len: usize, prot: i32, flags: i32, fd: i32, off: usize) -> Result<(), Errno> {
     // SAFETY: the caller guarantees the range is inside our own reservation.
-    let raw = unsafe {
-        libc::mmap(
-            addr.cast(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
+    let raw = unsafe { libc::mmap(addr.cast(), len, prot, flags | libc::MAP_FIXED, fd, off as libc::off_t) };
     if raw == libc::MAP_FAILED {
         Err(Errno::last())
     } else {

@@ -90,10 +90,20 @@ impl Descriptor<'_> {
     /// Marks allocated block `i` free; returns the new free count.
     #[inline]
     pub fn put(&self, i: u32) -> u32 {
-        let w = (i / 64) as usize;
-        self.bits[w].store(self.bits[w].load(Ordering::Relaxed) | (1 << (i % 64)), Ordering::Relaxed);
-        self.head.summary.store(self.head.summary.load(Ordering::Relaxed) | (1 << w), Ordering::Relaxed);
-        let free = self.head.free.load(Ordering::Relaxed) + 1;
+        self.put_bits(i / 64, 1 << (i % 64))
+    }
+
+    /// Marks the allocated blocks `bits` of bitset word `w` free (a freed block, or a cached word
+    /// given back); returns the new free count.
+    #[inline(always)]
+    pub fn put_bits(&self, w: u32, bits: u64) -> u32 {
+        let word = &self.bits[w as usize];
+        let old = word.load(Ordering::Relaxed);
+        word.store(old | bits, Ordering::Relaxed);
+        if old == 0 && bits != 0 {
+            self.head.summary.store(self.head.summary.load(Ordering::Relaxed) | (1 << w), Ordering::Relaxed);
+        }
+        let free = self.head.free.load(Ordering::Relaxed) + bits.count_ones();
         self.head.free.store(free, Ordering::Relaxed);
         free
     }

@@ -225,9 +225,7 @@ impl<'a> SlabThread<'a> {
                 if d.head.free.load(Ordering::Relaxed) == remote::count(self.mem.remote(b, slab)) {
                     self.log(Redo::new(Op::Reclaim, b, slab.index(), ci as u32 + 1));
                     self.unlink_sized(b, ci as u32 + 1, d);
-                    d.head.class.store(0, Ordering::Relaxed);
-                    d.head.size.store(0, Ordering::Relaxed);
-                    self.push_unsized(b, slab, d);
+                    self.make_unsized(b, slab, d);
                     self.clear_log();
                     found = true;
                 }
@@ -360,12 +358,7 @@ impl<'a> SlabThread<'a> {
         #[cfg(feature = "validate")]
         self.validate(b, at.slab, d, at.blocks).map_err(FreeError::Corrupt)?;
         self.log(Redo::new(Op::LocalFree, b, at.slab.index(), at.block));
-        d.bits[w].store(word | bit, Ordering::Relaxed);
-        if word == 0 {
-            d.head.summary.store(d.head.summary.load(Ordering::Relaxed) | (1 << w), Ordering::Relaxed);
-        }
-        let free = d.head.free.load(Ordering::Relaxed) + 1;
-        d.head.free.store(free, Ordering::Relaxed);
+        let free = d.put(at.block);
         if free == 1 || free == at.blocks {
             self.after_local_free(b, at.class, at.slab, free == at.blocks);
         }
@@ -388,9 +381,7 @@ impl<'a> SlabThread<'a> {
             if d.head.free.load(Ordering::Relaxed) > 1 {
                 self.unlink_sized(b, class, d);
             }
-            d.head.class.store(0, Ordering::Relaxed);
-            d.head.size.store(0, Ordering::Relaxed);
-            self.push_unsized(b, slab, d);
+            self.make_unsized(b, slab, d);
             self.trim_cache(b);
         } else {
             // T6: Detached → Local-sized. A local free was never counted remotely, so the slab
@@ -425,9 +416,7 @@ impl<'a> SlabThread<'a> {
                 self.log(Redo::new(Op::RemoteFree, b, at.slab.index(), version).flagged());
                 let d = at.desc;
                 d.head.owner.store(self.me(), Ordering::Relaxed);
-                d.head.class.store(0, Ordering::Relaxed);
-                d.head.size.store(0, Ordering::Relaxed);
-                self.push_unsized(b, at.slab, d);
+                self.make_unsized(b, at.slab, d);
                 ThreadRecord::bump(&self.rec.counters.claims);
                 self.trim_cache(b);
                 Ok(())
@@ -533,23 +522,17 @@ impl<'a> SlabThread<'a> {
     fn return_cached_word(&self, b: Bracket, slab: Slab, cur: &Current) {
         let d = self.mem.desc(b, slab);
         let w = cur.id().word;
-        let Some(word) = d.bits.get(w as usize) else { return };
+        if w as usize >= d.bits.len() {
+            return;
+        }
         self.log(Redo::new(Op::TakeWord, b, slab.index(), w).flagged());
         // Bitset first, cache second: a crash in between leaves the bits in both places, which
         // recovery resolves from the flagged record; never in neither.
-        let bits = cur.bits.load(Ordering::Relaxed);
-        word.store(word.load(Ordering::Relaxed) | bits, Ordering::Relaxed);
-        if bits != 0 {
-            d.head.summary.store(d.head.summary.load(Ordering::Relaxed) | (1 << w), Ordering::Relaxed);
-        }
-        let free = d.head.free.load(Ordering::Relaxed) + bits.count_ones();
-        d.head.free.store(free, Ordering::Relaxed);
+        let free = d.put_bits(w, cur.bits.load(Ordering::Relaxed));
         cur.install(0, 0, 0, 0);
         self.clear_log();
         if free == d.head.blocks.load(Ordering::Relaxed) {
-            d.head.class.store(0, Ordering::Relaxed);
-            d.head.size.store(0, Ordering::Relaxed);
-            self.push_unsized(b, slab, d);
+            self.make_unsized(b, slab, d);
         } else if free > 0 {
             self.abandon(b, slab, d);
         }
@@ -569,9 +552,7 @@ impl<'a> SlabThread<'a> {
         if let Ok(remote::Decrement::Claimed) = remote::subtract(self.mem.remote(b, slab), free, self.tag(version)) {
             self.log(Redo::new(Op::Abandon, b, slab.index(), version).flagged());
             d.head.owner.store(self.me(), Ordering::Relaxed);
-            d.head.class.store(0, Ordering::Relaxed);
-            d.head.size.store(0, Ordering::Relaxed);
-            self.push_unsized(b, slab, d);
+            self.make_unsized(b, slab, d);
         }
         ThreadRecord::bump(&self.rec.counters.disowns);
         self.clear_log();
@@ -607,6 +588,15 @@ impl<'a> SlabThread<'a> {
             ThreadRecord::bump(&self.rec.counters.global_pushes);
             self.clear_log();
         }
+    }
+
+    /// An empty slab of this thread loses its class and joins the unsized list (T7, and the
+    /// end of every claim, reclaim and give-back). `size` is zeroed with the class because
+    /// `locate` reads "no class" from it.
+    fn make_unsized(&self, b: Bracket, slab: Slab, d: Descriptor<'_>) {
+        d.head.class.store(0, Ordering::Relaxed);
+        d.head.size.store(0, Ordering::Relaxed);
+        self.push_unsized(b, slab, d);
     }
 
     fn push_unsized(&self, b: Bracket, slab: Slab, d: Descriptor<'_>) {
