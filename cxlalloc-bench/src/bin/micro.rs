@@ -189,6 +189,44 @@ struct Row {
     mops: f64,
 }
 
+/// What every NDJSON record of one `micro` run shares.
+struct RunMeta {
+    run_id: String,
+    repeat: usize,
+    quick: bool,
+    cores: usize,
+}
+
+impl RunMeta {
+    /// One NDJSON record: the shared fields, the measurement, and the workload's own fields.
+    fn record(
+        &self,
+        bench: &str,
+        allocator: &str,
+        threads: usize,
+        runs: &[f64],
+        thread_secs: Vec<Vec<f64>>,
+        specific: serde_json::Value,
+    ) -> serde_json::Value {
+        let mut line = json!({
+            "bench": bench,
+            "run": self.run_id,
+            "allocator": allocator,
+            "threads": threads,
+            "repeat": self.repeat,
+            "quick": self.quick,
+            "cores": self.cores,
+            "mops": median(runs.to_vec()),
+            "mops_runs": runs,
+            "thread_secs": thread_secs,
+        });
+        if let (Some(all), serde_json::Value::Object(extra)) = (line.as_object_mut(), specific) {
+            all.extend(extra);
+        }
+        line
+    }
+}
+
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     let n = xs.len();
@@ -259,6 +297,7 @@ fn run(args: &Args) -> Result<(), Error> {
     };
 
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let meta = RunMeta { run_id: run_id.clone(), repeat, quick: args.quick, cores };
     if do_threadtest {
         println!(
             "threadtest: rounds of (allocate N objects, write min(size,64) B each, free all); N = 1000 up to 1 KiB, 64 above"
@@ -302,23 +341,15 @@ fn run(args: &Args) -> Result<(), Error> {
                         eprintln!("  {:>14} size {size:>6} threads {threads}: {mops:8.2} Mops/s", c.name());
                     }
                     if let Some(out) = ndjson.as_mut() {
-                        let line = json!({
-                            "bench": "threadtest",
-                            "run": run_id,
-                            "allocator": c.name(),
+                        let specific = json!({
                             "size": size,
-                            "threads": threads,
                             "objects": p.objects,
                             "rounds_per_thread": p.rounds,
                             "pairs_per_thread": p.pairs_per_thread(),
                             "warmup_rounds": p.warmup_rounds,
-                            "repeat": repeat,
-                            "quick": args.quick,
-                            "cores": cores,
-                            "mops": mops,
-                            "mops_runs": runs,
-                            "thread_secs": outcomes.iter().map(|o| o.threads.iter().map(|t| t.secs).collect::<Vec<_>>()).collect::<Vec<_>>(),
                         });
+                        let thread_secs = outcomes.iter().map(|o| o.threads.iter().map(|t| t.secs).collect()).collect();
+                        let line = meta.record("threadtest", c.name(), threads, &runs, thread_secs, specific);
                         writeln!(out, "{line}")?;
                     }
                     rows.push(Row { workload: "threadtest", allocator: c.name().to_string(), size, threads, mops });
@@ -346,11 +377,7 @@ fn run(args: &Args) -> Result<(), Error> {
                     );
                 }
                 if let Some(out) = ndjson.as_mut() {
-                    let line = json!({
-                        "bench": "xmalloc",
-                        "run": run_id,
-                        "allocator": c.name(),
-                        "threads": threads,
+                    let specific = json!({
                         "producers": p.producers(),
                         "consumers": p.consumers(),
                         "containers": p.containers,
@@ -359,14 +386,10 @@ fn run(args: &Args) -> Result<(), Error> {
                         "lifo_limit": xmalloc::LIFO_LIMIT,
                         "warmup_containers": p.warmup_containers,
                         "seed": p.seed,
-                        "repeat": repeat,
-                        "quick": args.quick,
-                        "cores": cores,
-                        "mops": mops,
-                        "mops_runs": runs,
-                        "thread_secs": outcomes.iter().map(|o| o.threads.iter().map(|t| t.secs).collect::<Vec<_>>()).collect::<Vec<_>>(),
                         "waits_runs": outcomes.iter().map(xmalloc::Outcome::waits).collect::<Vec<_>>(),
                     });
+                    let thread_secs = outcomes.iter().map(|o| o.threads.iter().map(|t| t.secs).collect()).collect();
+                    let line = meta.record("xmalloc", c.name(), threads, &runs, thread_secs, specific);
                     writeln!(out, "{line}")?;
                 }
                 rows.push(Row { workload: "xmalloc", allocator: c.name().to_string(), size: 0, threads, mops });
