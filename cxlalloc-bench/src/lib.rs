@@ -15,9 +15,13 @@
 //! queue of offsets laid out in heap memory) → [`demo`] (the demo's parameters and block stamps).
 
 pub mod allocator;
+pub mod barrier;
+pub mod bench;
 pub mod demo;
+pub mod harness;
 pub mod memory;
 pub mod ring;
+pub mod shm;
 pub mod threadtest;
 pub mod trace;
 pub mod xmalloc;

@@ -139,6 +139,13 @@ impl Heap {
         thread::dead_slots(self)
     }
 
+    /// The address in this process that every [`Offset`] of this heap is relative to: a block at
+    /// `ptr` has offset `ptr - base_address()` in every process. Unchecked arithmetic for hot
+    /// loops; [`Heap::offset_of`] and [`Heap::pointer`] are the checked forms.
+    pub fn base_address(&self) -> usize {
+        self.mem().base() as usize
+    }
+
     /// The offset of `ptr`, which must point into this heap's slab data.
     pub fn offset_of<T>(&self, ptr: *const T) -> Result<Offset<T>, OffsetError> {
         if ptr.is_null() {

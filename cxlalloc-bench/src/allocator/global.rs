@@ -1,86 +1,17 @@
-//! The allocators the benchmarks compare, behind one per-thread interface.
-//!
-//! An [`Allocator`] is shared by the benchmark's threads; each thread takes its own
-//! [`ThreadAlloc`] (for cxlalloc, a leased thread slot) and allocates only through it. Benchmarks
-//! are generic over the allocator, so every comparison runs the same monomorphized loop.
+//! Process-local allocators called through `GlobalAlloc` directly (none is installed as the
+//! program's global allocator): mimalloc and the system allocator.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr::NonNull;
 
-use cxlalloc::{Heap, ThreadHandle};
 use mimalloc::MiMalloc;
 
+use super::{Allocator, ThreadAlloc};
 use crate::Error;
 
-/// Alignment requested from the `GlobalAlloc` allocators: the natural alignment of an 8-byte
-/// object, the same a cxlalloc block of the smallest class gets.
+/// Alignment requested: the natural alignment of an 8-byte object, the same a cxlalloc block of
+/// the smallest class gets.
 const ALIGN: usize = 8;
-
-/// An allocator shared by all threads of a benchmark.
-pub trait Allocator: Sync {
-    /// A thread's handle on the allocator.
-    type Thread: ThreadAlloc;
-
-    /// Row label in tables and NDJSON (`cxlalloc-anon`, `mimalloc`, ...).
-    fn name(&self) -> &str;
-
-    /// Takes a handle for the calling thread (call it on the thread that will use it).
-    fn thread(&self) -> Result<Self::Thread, Error>;
-}
-
-/// One thread's view of an allocator.
-pub trait ThreadAlloc {
-    /// Allocates `size` bytes, aligned to at least 8 when `size >= 8`.
-    fn alloc(&mut self, size: usize) -> Result<NonNull<u8>, Error>;
-
-    /// Frees a block.
-    ///
-    /// # Safety
-    ///
-    /// - `ptr` was returned by [`ThreadAlloc::alloc`]`(size)` on a handle of the same
-    ///   allocator, with this same `size`, and has not been freed since.
-    /// - Nothing uses the block after this call.
-    unsafe fn free(&mut self, ptr: NonNull<u8>, size: usize) -> Result<(), Error>;
-}
-
-/// cxlalloc on one heap; every benchmark thread leases its own thread slot.
-#[derive(Debug)]
-pub struct Cxl {
-    /// The heap allocated from.
-    pub heap: Heap,
-    label: String,
-}
-
-impl Cxl {
-    /// Benchmarks `heap` under the row label `label`.
-    pub fn new(heap: Heap, label: impl Into<String>) -> Self {
-        Self { heap, label: label.into() }
-    }
-}
-
-impl Allocator for Cxl {
-    type Thread = ThreadHandle;
-
-    fn name(&self) -> &str {
-        &self.label
-    }
-
-    fn thread(&self) -> Result<ThreadHandle, Error> {
-        Ok(self.heap.attach()?)
-    }
-}
-
-impl ThreadAlloc for ThreadHandle {
-    #[inline]
-    fn alloc(&mut self, size: usize) -> Result<NonNull<u8>, Error> {
-        Ok(ThreadHandle::alloc(self, size)?)
-    }
-
-    #[inline]
-    unsafe fn free(&mut self, ptr: NonNull<u8>, _size: usize) -> Result<(), Error> {
-        Ok(ThreadHandle::free(self, ptr)?)
-    }
-}
 
 /// A process-local `GlobalAlloc` (mimalloc or the system allocator), called directly through
 /// the trait — it is not installed as the program's global allocator.
@@ -152,7 +83,6 @@ impl<A: GlobalAlloc + 'static> ThreadAlloc for GlobalThread<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cxlalloc::Config;
 
     fn round_trip<A: Allocator>(a: &A) {
         let mut t = a.thread().unwrap();
@@ -166,16 +96,13 @@ mod tests {
     }
 
     #[test]
-    fn every_allocator_allocates_and_frees_each_benchmark_size() {
+    fn mimalloc_and_system_allocate_and_free_each_benchmark_size() {
         round_trip(&Global::mimalloc());
         round_trip(&Global::system());
-        round_trip(&Cxl::new(Heap::anonymous(&Config::with_capacity(64 << 20)).unwrap(), "cxlalloc-anon"));
     }
 
     #[test]
     fn zero_size_is_an_error_not_undefined_behaviour() {
         assert!(Global::system().thread().unwrap().alloc(0).is_err());
-        let cxl = Cxl::new(Heap::anonymous(&Config::with_capacity(64 << 20)).unwrap(), "x");
-        assert!(cxl.thread().unwrap().alloc(0).is_err());
     }
 }

@@ -1,0 +1,186 @@
+//! cxlalloc as a benchmark allocator.
+//!
+//! Settings (all optional): `backend` = `"shm"` (default: a file-backed heap in the run's
+//! `/dev/shm` directory, shared by every worker process) or `"anon"` (a private anonymous heap,
+//! one process only); `capacity_mib` (per bracket, default 8192 — address space reserved, not
+//! memory used); `thread_slots` (default 1024).
+
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+
+use cxlalloc::{Config, Heap, ThreadHandle};
+use serde_json::{json, Value};
+
+use super::{Allocator, Spec, ThreadAlloc};
+use crate::Error;
+
+/// Where a cxlalloc heap lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// A file-backed heap in `/dev/shm`, shared by the run's processes.
+    Shm,
+    /// A private anonymous heap (one process).
+    Anon,
+}
+
+/// cxlalloc's settings in a workload file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Where the heap lives.
+    pub backend: Backend,
+    /// Heap configuration.
+    pub config: Config,
+}
+
+impl Settings {
+    /// Reads `spec`'s settings, rejecting unknown keys and values.
+    pub fn from_spec(spec: &Spec) -> Result<Self, Error> {
+        if let Some(k) = spec.settings.keys().find(|k| !["backend", "capacity_mib", "thread_slots"].contains(&k.as_str())) {
+            return Err(format!("cxlalloc: unknown setting {k:?} (known: backend, capacity_mib, thread_slots)").into());
+        }
+        let backend = match spec.str_setting("backend", "shm")? {
+            "shm" => Backend::Shm,
+            "anon" => Backend::Anon,
+            other => return Err(format!("cxlalloc: backend must be \"shm\" or \"anon\", got {other:?}").into()),
+        };
+        let mut config = Config::with_capacity(spec.u64_setting("capacity_mib", 8192)? << 20);
+        config.thread_slots = u32::try_from(spec.u64_setting("thread_slots", u64::from(config.thread_slots))?)
+            .map_err(|_| "cxlalloc: thread_slots out of range")?;
+        Ok(Self { backend, config })
+    }
+
+    /// Whether several processes can share the heap.
+    pub fn cross_process(&self) -> bool {
+        self.backend == Backend::Shm
+    }
+}
+
+fn heap_dir(run_dir: &Path) -> PathBuf {
+    run_dir.join("heap")
+}
+
+/// Creates the shared heap (file backend) before the workers start.
+pub fn prepare(settings: &Settings, run_dir: &Path) -> Result<(), Error> {
+    if settings.backend == Backend::Shm {
+        Heap::create_at(&heap_dir(run_dir), &settings.config)?;
+    }
+    Ok(())
+}
+
+/// Opens the run's heap in a worker (or makes the private one).
+pub fn open(settings: &Settings, run_dir: &Path) -> Result<Cxl, Error> {
+    let heap = match settings.backend {
+        Backend::Shm => Heap::open_at(&heap_dir(run_dir))?,
+        Backend::Anon => Heap::anonymous(&settings.config)?,
+    };
+    Ok(Cxl::new(heap, "cxlalloc"))
+}
+
+/// Checks the shared heap after every worker has exited and removes it: an inconsistency or a
+/// live block left behind is an error.
+pub fn finish(settings: &Settings, run_dir: &Path) -> Result<Value, Error> {
+    if settings.backend != Backend::Shm {
+        return Ok(Value::Null);
+    }
+    let dir = heap_dir(run_dir);
+    let report = Heap::open_at(&dir)?.check();
+    Heap::unlink_at(&dir)?;
+    let live: u64 = report.brackets.iter().map(|b| b.live_blocks()).sum();
+    if !report.is_clean() || live != 0 {
+        return Err(format!("cxlalloc heap check after the run: {} problem(s), {live} live block(s): {report}", report.problems.len()).into());
+    }
+    Ok(json!({ "problems": 0, "live_blocks": live, "leased_slots": report.leased_slots }))
+}
+
+/// cxlalloc on one heap; every benchmark thread leases its own thread slot.
+#[derive(Debug)]
+pub struct Cxl {
+    /// The heap allocated from.
+    pub heap: Heap,
+    label: String,
+}
+
+impl Cxl {
+    /// Benchmarks `heap` under the row label `label`.
+    pub fn new(heap: Heap, label: impl Into<String>) -> Self {
+        Self { heap, label: label.into() }
+    }
+}
+
+impl Allocator for Cxl {
+    type Thread = ThreadHandle;
+
+    fn name(&self) -> &str {
+        &self.label
+    }
+
+    fn thread(&self) -> Result<ThreadHandle, Error> {
+        Ok(self.heap.attach()?)
+    }
+
+    fn base(&self) -> usize {
+        self.heap.base_address()
+    }
+
+    fn heap_dirs(&self) -> Vec<PathBuf> {
+        let location = self.heap.location();
+        if location.starts_with('/') {
+            vec![PathBuf::from(location)]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn stats(&self) -> Value {
+        let s = self.heap.stats();
+        json!({
+            "hwcc_bytes": s.hwcc_bytes,
+            "swcc_metadata_bytes": s.swcc_metadata_bytes,
+            "data_bytes": s.data_bytes,
+            "leased_slots": s.leased_slots,
+            "remote_frees": s.counters.remote_frees,
+            "slabs_bumped": s.counters.slabs_bumped,
+            "global_pops": s.counters.global_pops,
+            "global_pushes": s.counters.global_pushes,
+            "claims": s.counters.claims,
+        })
+    }
+}
+
+impl ThreadAlloc for ThreadHandle {
+    #[inline]
+    fn alloc(&mut self, size: usize) -> Result<NonNull<u8>, Error> {
+        Ok(ThreadHandle::alloc(self, size)?)
+    }
+
+    #[inline]
+    unsafe fn free(&mut self, ptr: NonNull<u8>, _size: usize) -> Result<(), Error> {
+        Ok(ThreadHandle::free(self, ptr)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_default_to_a_shared_heap() {
+        let s = Settings::from_spec(&Spec::named("cxlalloc")).unwrap();
+        assert_eq!(s.backend, Backend::Shm);
+        assert!(s.cross_process());
+    }
+
+    #[test]
+    fn unknown_settings_are_refused_by_name() {
+        let mut spec = Spec::named("cxlalloc");
+        spec.settings.insert("coherance".into(), Value::from("none"));
+        assert!(Settings::from_spec(&spec).unwrap_err().to_string().contains("coherance"));
+    }
+
+    #[test]
+    fn a_bad_backend_is_refused() {
+        let mut spec = Spec::named("cxlalloc");
+        spec.settings.insert("backend".into(), Value::from("pmem"));
+        assert!(Settings::from_spec(&spec).is_err());
+    }
+}

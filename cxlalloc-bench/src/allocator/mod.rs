@@ -1,0 +1,271 @@
+//! The allocators the harness compares, behind one per-thread interface.
+//!
+//! An [`Allocator`] is shared by a worker process's benchmark threads; each thread takes its own
+//! [`ThreadAlloc`] (for cxlalloc, a leased thread slot) and allocates only through it. Benchmarks
+//! are generic over the allocator, so every comparison runs the same monomorphized loop.
+//!
+//! A workload file names allocators by [`Spec`] (a name plus settings). A run's lifecycle is:
+//! the coordinator calls [`prepare`] once (creating a shared heap or segment), every worker
+//! process calls [`open`] with a [`Visit`] that runs its benchmark threads, and the coordinator
+//! calls [`finish`] once all workers have exited (checking and removing what `prepare` made).
+//!
+//! Shared-memory benchmarks pass blocks between threads and processes as [`Handles`]: a block's
+//! handle is its address minus the allocator's [`Allocator::base`], the same number in every
+//! process for a cross-process allocator.
+
+pub mod cxl;
+pub mod global;
+
+pub use cxl::Cxl;
+pub use global::{Global, MIMALLOC};
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::Error;
+
+/// An allocator shared by all benchmark threads of one process.
+pub trait Allocator: Sync {
+    /// A thread's handle on the allocator.
+    type Thread: ThreadAlloc;
+
+    /// Row label in tables and NDJSON (`cxlalloc`, `mimalloc`, ...).
+    fn name(&self) -> &str;
+
+    /// Takes a handle for the calling thread (call it on the thread that will use it).
+    fn thread(&self) -> Result<Self::Thread, Error>;
+
+    /// The address handles are relative to: 0 for a process-local allocator, the start of the
+    /// shared mapping in this process for a cross-process one.
+    fn base(&self) -> usize {
+        0
+    }
+
+    /// Directories of file-backed heap regions, for the PSS region table (see
+    /// [`crate::memory::RegionTable`]); empty when the allocator has no such regions.
+    fn heap_dirs(&self) -> Vec<PathBuf> {
+        Vec::new()
+    }
+
+    /// Allocator statistics recorded in the NDJSON line (`Null` when it keeps none).
+    fn stats(&self) -> Value {
+        Value::Null
+    }
+}
+
+/// One thread's view of an allocator.
+pub trait ThreadAlloc {
+    /// Allocates `size` (≥ 1) bytes, aligned to at least 8 when `size >= 8`.
+    fn alloc(&mut self, size: usize) -> Result<NonNull<u8>, Error>;
+
+    /// Frees a block.
+    ///
+    /// # Safety
+    ///
+    /// - `ptr` was returned by [`ThreadAlloc::alloc`]`(size)` on a handle of the same
+    ///   allocator (in any process, for a cross-process allocator), with this same `size`, and
+    ///   has not been freed since.
+    /// - Nothing uses the block after this call.
+    unsafe fn free(&mut self, ptr: NonNull<u8>, size: usize) -> Result<(), Error>;
+}
+
+/// Converts between block addresses and handles (address − [`Allocator::base`]); handle 0 is
+/// "no block" (no allocator hands out its base address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Handles {
+    base: usize,
+}
+
+impl Handles {
+    /// Handles relative to `alloc`'s base in this process.
+    pub fn of<A: Allocator + ?Sized>(alloc: &A) -> Self {
+        Self { base: alloc.base() }
+    }
+
+    /// The handle of the block at `ptr`.
+    #[inline]
+    pub fn handle(self, ptr: NonNull<u8>) -> u64 {
+        (ptr.as_ptr() as usize).wrapping_sub(self.base) as u64
+    }
+
+    /// The block whose handle is `h` in this process (`None` for handle 0).
+    #[inline]
+    pub fn block(self, h: u64) -> Option<NonNull<u8>> {
+        if h == 0 {
+            return None;
+        }
+        NonNull::new(self.base.wrapping_add(h as usize) as *mut u8)
+    }
+}
+
+/// An allocator as a workload file names it: `name` plus allocator-specific settings, all of
+/// which are recorded in every NDJSON line.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Spec {
+    /// One of [`Kind::ALL`]'s names.
+    pub name: String,
+    /// Allocator-specific settings (see each kind's documentation); missing ones take defaults.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub settings: BTreeMap<String, Value>,
+}
+
+impl Spec {
+    /// `name` with default settings.
+    pub fn named(name: &str) -> Self {
+        Self { name: name.to_owned(), settings: BTreeMap::new() }
+    }
+
+    /// The kind this spec names.
+    pub fn kind(&self) -> Result<Kind, Error> {
+        Kind::from_name(&self.name)
+    }
+
+    /// Setting `key` as a string, or `default`.
+    pub fn str_setting<'a>(&'a self, key: &str, default: &'a str) -> Result<&'a str, Error> {
+        match self.settings.get(key) {
+            None => Ok(default),
+            Some(Value::String(s)) => Ok(s),
+            Some(v) => Err(format!("allocator {}: setting {key} must be a string, got {v}", self.name).into()),
+        }
+    }
+
+    /// Setting `key` as an unsigned integer, or `default`.
+    pub fn u64_setting(&self, key: &str, default: u64) -> Result<u64, Error> {
+        match self.settings.get(key) {
+            None => Ok(default),
+            Some(v) => v
+                .as_u64()
+                .ok_or_else(|| format!("allocator {}: setting {key} must be an unsigned integer, got {v}", self.name).into()),
+        }
+    }
+
+    /// Row label: the name, then each setting as `key=value`.
+    pub fn label(&self) -> String {
+        let mut s = self.name.clone();
+        for (k, v) in &self.settings {
+            let v = v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string());
+            s.push_str(&format!(" {k}={v}"));
+        }
+        s
+    }
+}
+
+/// Every allocator the harness knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// cxlalloc (settings: [`cxl::Settings`]).
+    Cxlalloc,
+    /// mimalloc, process-local.
+    Mimalloc,
+    /// The system allocator (glibc malloc), process-local.
+    System,
+}
+
+impl Kind {
+    /// Every kind, in table order.
+    pub const ALL: [Kind; 3] = [Kind::Cxlalloc, Kind::Mimalloc, Kind::System];
+
+    /// The name workload files use.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Kind::Cxlalloc => "cxlalloc",
+            Kind::Mimalloc => "mimalloc",
+            Kind::System => "system",
+        }
+    }
+
+    /// The kind called `name`.
+    pub fn from_name(name: &str) -> Result<Kind, Error> {
+        Kind::ALL.into_iter().find(|k| k.name() == name).ok_or_else(|| {
+            let known: Vec<_> = Kind::ALL.iter().map(|k| k.name()).collect();
+            format!("unknown allocator {name:?} (known: {})", known.join(", ")).into()
+        })
+    }
+}
+
+/// Why a configuration cannot run with an allocator (the driver skips it and says why), or
+/// `None` when it can. `processes` is the configuration's process count.
+pub fn unsupported(spec: &Spec, processes: usize) -> Result<Option<String>, Error> {
+    let cross = match spec.kind()? {
+        Kind::Cxlalloc => cxl::Settings::from_spec(spec)?.cross_process(),
+        Kind::Mimalloc | Kind::System => false,
+    };
+    Ok((processes > 1 && !cross).then(|| format!("{} is process-local; it cannot run {processes} processes", spec.label())))
+}
+
+/// Runs generic code on an opened allocator: [`open`] calls [`Visit::visit`] with the concrete
+/// allocator type, so benchmark loops are monomorphized per allocator.
+pub trait Visit {
+    /// What the visit returns.
+    type Output;
+
+    /// Uses `alloc`.
+    fn visit<A: Allocator>(self, alloc: &A) -> Result<Self::Output, Error>;
+}
+
+/// Creates what a run of `spec` shares (a heap, a segment) under `run_dir`, before any worker
+/// starts. Process-local allocators need nothing.
+pub fn prepare(spec: &Spec, run_dir: &Path) -> Result<(), Error> {
+    match spec.kind()? {
+        Kind::Cxlalloc => cxl::prepare(&cxl::Settings::from_spec(spec)?, run_dir),
+        Kind::Mimalloc | Kind::System => Ok(()),
+    }
+}
+
+/// Opens `spec` in a worker process (after [`prepare`]) and runs `v` on it.
+pub fn open<V: Visit>(spec: &Spec, run_dir: &Path, v: V) -> Result<V::Output, Error> {
+    match spec.kind()? {
+        Kind::Cxlalloc => v.visit(&cxl::open(&cxl::Settings::from_spec(spec)?, run_dir)?),
+        Kind::Mimalloc => v.visit(&global::Global::mimalloc()),
+        Kind::System => v.visit(&global::Global::system()),
+    }
+}
+
+/// After every worker of a run has exited: checks what [`prepare`] made (the cxlalloc heap
+/// checker: no inconsistency, no live block), removes it, and returns the findings for the
+/// NDJSON lines (`Null` when there is nothing to check). A failed check is an error.
+pub fn finish(spec: &Spec, run_dir: &Path) -> Result<Value, Error> {
+    match spec.kind()? {
+        Kind::Cxlalloc => cxl::finish(&cxl::Settings::from_spec(spec)?, run_dir),
+        Kind::Mimalloc | Kind::System => Ok(Value::Null),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_round_trip_and_zero_is_no_block() {
+        let h = Handles { base: 0x1000 };
+        let p = NonNull::new(0x1040 as *mut u8).unwrap();
+        assert_eq!(h.handle(p), 0x40);
+        assert_eq!(h.block(0x40), Some(p));
+        assert_eq!(h.block(0), None);
+    }
+
+    #[test]
+    fn process_local_allocators_are_skipped_for_several_processes() {
+        assert!(unsupported(&Spec::named("mimalloc"), 2).unwrap().is_some());
+        assert!(unsupported(&Spec::named("mimalloc"), 1).unwrap().is_none());
+        assert!(unsupported(&Spec::named("cxlalloc"), 4).unwrap().is_none());
+    }
+
+    #[test]
+    fn an_unknown_allocator_name_is_an_error_listing_the_known_ones() {
+        let e = Spec::named("tcmalloc").kind().unwrap_err().to_string();
+        assert!(e.contains("tcmalloc") && e.contains("mimalloc"), "{e}");
+    }
+
+    #[test]
+    fn labels_show_every_setting() {
+        let mut s = Spec::named("cxlalloc");
+        s.settings.insert("backend".into(), Value::from("anon"));
+        s.settings.insert("capacity_mib".into(), Value::from(64));
+        assert_eq!(s.label(), "cxlalloc backend=anon capacity_mib=64");
+    }
+}

@@ -1,0 +1,129 @@
+//! The NDJSON record: one line per worker process per run (DESIGN §12.4). `plot/` reads these
+//! lines; change [`SCHEMA`] when a field changes meaning or goes away.
+//!
+//! A run's lines share `run_id`; its throughput is the sum of the lines' `throughput` (each is
+//! Σ over the process's threads of ops / seconds) and its memory the sum of their PSS.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Version of the record layout.
+pub const SCHEMA: u32 = 1;
+
+/// One worker process's line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// [`SCHEMA`].
+    pub schema: u32,
+    /// Groups the lines of one run (one configuration, one repeat).
+    pub run_id: String,
+    /// When the driver started, UTC, `YYYY-MM-DDTHH:MM:SSZ`; groups the runs of one invocation.
+    pub date: String,
+    /// Workload file stem (`mini`, `main`, ...).
+    pub workload: String,
+    /// Stable id of the configuration (all settings but the repeat): the resume key.
+    pub config_id: String,
+    /// Repeat index, `0..repeats`.
+    pub repeat: u32,
+    /// Benchmark name.
+    pub benchmark: String,
+    /// Benchmark parameters, as expanded.
+    pub params: BTreeMap<String, Value>,
+    /// Allocator name.
+    pub allocator: String,
+    /// Allocator settings as given in the workload file (defaults not spelled out).
+    pub allocator_settings: BTreeMap<String, Value>,
+    /// Name plus settings, the row label in tables and plots.
+    pub allocator_label: String,
+    /// Worker processes in the run.
+    pub processes: usize,
+    /// Threads in the run, over all processes.
+    pub threads: usize,
+    /// This process, `0..processes`.
+    pub process: usize,
+    /// Seed of the configuration.
+    pub seed: u64,
+    /// Per-thread timing, in global thread id order.
+    pub per_thread: Vec<ThreadTiming>,
+    /// Σ ops over this process's threads.
+    pub ops: u64,
+    /// Σ over this process's threads of ops / secs, in operations per second.
+    pub throughput: f64,
+    /// Blocks allocated by this process's threads (timed or not).
+    pub allocated: u64,
+    /// Blocks freed by this process's threads; summed over the run it equals `allocated`.
+    pub freed: u64,
+    /// Values verified byte for byte on read.
+    pub verified: u64,
+    /// Benchmark-specific counts, summed over this process's threads.
+    pub extra: Map<String, Value>,
+    /// PSS split by coherence class.
+    pub memory: Memory,
+    /// `getrusage(RUSAGE_SELF)` at the end of the worker.
+    pub rusage: Rusage,
+    /// Allocator statistics after the run (`null` when it keeps none).
+    pub allocator_stats: Value,
+    /// The heap checker's findings after all workers exited (`null` when nothing to check).
+    pub heap_check: Value,
+    /// The trace replayed (memcached), `null` otherwise: `{"synthetic": bool, "cluster",
+    /// "seed", "path"}`.
+    pub trace: Value,
+    /// Machine facts: `{"cores", "kernel"}`.
+    pub host: Value,
+}
+
+/// One thread's timing.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ThreadTiming {
+    /// Global thread id.
+    pub thread: usize,
+    /// Operations in its timed section.
+    pub ops: u64,
+    /// Seconds between its start and stop barriers.
+    pub secs: f64,
+}
+
+/// One process's PSS, in bytes, from `/proc/self/smaps` through the region table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Memory {
+    /// Measured right after the timed section (every thread past the stop barrier).
+    pub end: Pss,
+    /// The largest of the samples taken through the run (and the end measurement), per field.
+    pub peak: Pss,
+    /// `VmHWM`: peak resident set.
+    pub peak_rss_bytes: u64,
+    /// Samples taken.
+    pub samples: u64,
+}
+
+/// PSS split by coherence class.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Pss {
+    /// HWcc heap regions.
+    pub hwcc_bytes: u64,
+    /// SWcc heap regions.
+    pub swcc_bytes: u64,
+    /// Everything else (the binary, libraries, stacks, process-local allocators' memory).
+    pub other_bytes: u64,
+    /// The whole process.
+    pub total_bytes: u64,
+}
+
+/// Resource use of the worker process.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Rusage {
+    /// User CPU seconds.
+    pub user_s: f64,
+    /// System CPU seconds.
+    pub system_s: f64,
+    /// Minor page faults.
+    pub minor_faults: u64,
+    /// Major page faults.
+    pub major_faults: u64,
+    /// Voluntary context switches.
+    pub voluntary_switches: u64,
+    /// Involuntary context switches.
+    pub involuntary_switches: u64,
+}
