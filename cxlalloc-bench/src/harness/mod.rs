@@ -2,4 +2,10 @@
 //! and runs one coordinator per configuration, which starts the worker processes that run the
 //! benchmark threads and print one [`record::Record`] each.
 
+pub mod coordinator;
+pub mod driver;
+pub mod job;
 pub mod record;
+pub mod table;
+pub mod worker;
+pub mod workload;
