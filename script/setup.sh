@@ -69,3 +69,30 @@ ensure_miri() {
   rustup +nightly component list --installed 2>/dev/null | grep -q '^rust-src' ||
     rustup +nightly component add rust-src >/dev/null 2>&1 || return 1
 }
+
+# A Python virtual environment at .venv (repo root) with plot/requirements.txt, for plot/.
+# Exports PYTHON, the venv's interpreter. pip runs only when the requirements file changed since
+# the last install (a copy is kept in .venv) or an import fails, so a warm call takes well under
+# a second.
+ensure_venv() {
+  local root venv req
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  venv=$root/.venv
+  req=$root/plot/requirements.txt
+  if [ ! -x "$venv/bin/python" ]; then
+    command -v python3 >/dev/null 2>&1 || apt_install python3 || return 1
+    if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+      # Debian ships venv (ensurepip) separately; a failed attempt leaves a half-made directory.
+      rm -rf "$venv"
+      apt_install python3-venv || return 1
+      python3 -m venv "$venv" || return 1
+    fi
+  fi
+  export PYTHON=$venv/bin/python
+  if ! cmp -s "$req" "$venv/requirements.installed" ||
+    ! "$PYTHON" -c 'import matplotlib, numpy, pandas' >/dev/null 2>&1; then
+    echo "setup: installing plot/requirements.txt into .venv"
+    "$PYTHON" -m pip install -q --disable-pip-version-check -r "$req" || return 1
+    cp "$req" "$venv/requirements.installed"
+  fi
+}

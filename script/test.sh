@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # All tests: formatting, lints, API docs (no broken links), unit/property/integration tests (plus the `validate` feature),
-# the loom models, miri over the unsafe code, the Nix dev shell's syntax, and a smoke run of the micro benchmark.
+# the loom models, miri over the unsafe code, the Nix dev shell's syntax, the plot/ Python tests, and a
+# smoke run of the micro benchmark.
 #
 # Usage: script/test.sh
 # Every step runs even when an earlier one fails; the summary at the end lists each step's
@@ -75,6 +76,12 @@ if command -v nix-instantiate >/dev/null 2>&1; then
   step flake nix-instantiate --parse flake.nix
 else
   skip flake "nix-instantiate unavailable and nix-bin could not be installed"
+fi
+
+if ensure_venv; then
+  step plot "$PYTHON" -m unittest discover -s plot/tests
+else
+  skip plot "the Python venv for plot/ could not be set up"
 fi
 
 step micro-smoke cargo run --release -p cxlalloc-bench --bin micro -- --quick

@@ -1,0 +1,57 @@
+"""Command line: `python -m cxlplot {figures,compare,table} RESULTS.ndjson...`.
+
+Run it from `plot/`, or from anywhere with `PYTHONPATH=plot`. Exit status 0 on success, 2 on a
+usage or input error (the message names the file and line). `compare` does not fail on a missed
+target: it reports; judging is the reader's job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from . import compare, figures, load, table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cxlplot", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_fig = sub.add_parser("figures", help="write the paper's figures as PNG and PDF")
+    p_fig.add_argument("--out", required=True, help="directory for the figure files")
+    p_cmp = sub.add_parser("compare", help="print the headline ratios next to their targets")
+    p_cmp.add_argument("--json", action="store_true", help="print JSON instead of text")
+    sub.add_parser("table", help="print one row per configuration (medians over repeats)")
+    for p in (p_fig, p_cmp, sub.choices["table"]):
+        p.add_argument("results", nargs="+", help="NDJSON files written by the harness")
+    args = parser.parse_args(argv)
+
+    try:
+        lines, runs, configs = load.load(args.results)
+        if args.command == "figures":
+            written, skipped = figures.write_all(lines, configs, args.out)
+            for path in written:
+                print(f"wrote {path}")
+            for name, reason in skipped.items():
+                print(f"skipped {name}: {reason}")
+        elif args.command == "compare":
+            ratios = compare.headline(runs, configs)
+            if args.json:
+                print(json.dumps({"ratios": [r.to_json() for r in ratios]}, indent=2))
+            else:
+                print(compare.render(ratios))
+        else:
+            print(table.render(configs))
+    except BrokenPipeError:
+        # The reader (`| head`) left early: not an error. Python's recipe: point stdout at
+        # /dev/null so the interpreter's final flush does not complain either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (load.LoadError, OSError) as e:
+        print(f"cxlplot: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,308 @@
+"""The paper's figures (DESIGN §12.4), each drawn only from the data that is present.
+
+Every `figN_*` function takes the loaded tables and returns either a matplotlib Figure or a string
+saying why it has nothing to draw; `write_all` saves the figures as PNG and PDF and collects the
+reasons, so a partial results file still yields the figures it can.
+
+Conventions shared by the figures:
+- a point or bar is a configuration's median over repeats (`load.configs`);
+- the series is the allocator label, with " (multi-process)" appended for runs with more than one
+  worker process, since cross-process runs of one allocator are a different line in the paper;
+- cxlalloc with reduced coherence appears only in Figure 12, against full HWcc;
+- throughput axes switch to a log scale when the values span more than `LOG_SPAN`, as the paper
+  does for mutex-bound baselines that are orders of magnitude slower.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: never needs a display
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from .load import KV_BENCHMARKS, LoadError, param_sort_key  # noqa: E402
+
+MIB = 1 << 20
+LOG_SPAN = 50.0
+MICRO_BENCHMARKS = ("threadtest", "xmalloc", "larson", "mstress")
+KV_ORDER = ["YCSB-Load", "YCSB-A", "YCSB-D", "MC-12", "MC-15", "MC-31", "MC-37"]
+COHERENCE_ORDER = ["full", "limited", "none"]
+COHERENCE_LABEL = {"full": "full HWcc", "limited": "limited HWcc", "none": "no HWcc (mCAS)"}
+CRASH_PANELS = 6  # runs drawn in Figure 7; more would make the panels unreadable
+
+
+def series_name(df: pd.DataFrame) -> pd.Series:
+    """Allocator label, marked when the run spans several processes."""
+    multi = df["allocator_label"] + " (multi-process)"
+    return df["allocator_label"].where(df["processes"] == 1, multi)
+
+
+def _colors(names) -> dict[str, str]:
+    """A stable colour per series name, so one allocator keeps its colour across panels."""
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    return {name: cycle[i % len(cycle)] for i, name in enumerate(sorted(names))}
+
+
+def _scale(ax, values) -> None:
+    positive = [v for v in values if v > 0]
+    if positive and max(positive) / min(positive) > LOG_SPAN:
+        ax.set_yscale("log")
+
+
+def _legend(fig, axes) -> None:
+    """One legend for all panels, outside on the right: per-panel legends hide the points."""
+    entries = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    fig.legend(entries.values(), entries.keys(), loc="outside right upper", fontsize=8)
+
+
+def _grid(n: int, width: float = 4.2, height: float = 3.2):
+    """`n` panels in rows of at most three, room on the right for the legend; returns the figure
+    and the flat list of used axes."""
+    cols = min(3, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols + 2, height * rows), squeeze=False,
+                             layout="constrained")
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+def _without_ablation(df: pd.DataFrame) -> pd.DataFrame:
+    """Drops cxlalloc runs with reduced coherence: Figure 12 shows them, against full HWcc."""
+    return df[df["coherence"].isna() | (df["coherence"] == "full")].copy()
+
+
+def kv_workload(benchmark: str, params: dict) -> str:
+    """The x-axis name of a KV configuration: YCSB-Load/A/D or the memcached cluster."""
+    if benchmark == "ycsb":
+        w = str(params.get("workload", "?"))
+        return "YCSB-Load" if w == "load" else f"YCSB-{w.upper()}"
+    return str(params.get("cluster", "memcached"))
+
+
+def fig8_kv(configs: pd.DataFrame):
+    """Figure 8: KV throughput and PSS per workload, bars per allocator, at the largest T."""
+    kv = _without_ablation(configs[configs["benchmark"].isin(KV_BENCHMARKS)])
+    if kv.empty:
+        return "no ycsb or memcached runs"
+    kv["group"] = [kv_workload(b, p) for b, p in zip(kv["benchmark"], kv["params"])]
+    # One bar per allocator needs one thread count per workload: the largest, the paper's headline.
+    kv = kv[kv["threads"] == kv.groupby("group")["threads"].transform("max")]
+    kv["series"] = series_name(kv)
+    agg = kv.groupby(["group", "series"]).agg(
+        throughput=("throughput", "median"), total=("total_bytes", "median"), hwcc=("hwcc_bytes", "median")
+    )
+    threads = kv.groupby("group")["threads"].max()
+    groups = sorted(threads.index, key=lambda g: (KV_ORDER.index(g) if g in KV_ORDER else len(KV_ORDER), g))
+    series = sorted(kv["series"].unique())
+    colors = _colors(series)
+
+    fig, (ax_t, ax_m) = plt.subplots(2, 1, figsize=(max(6.0, 1.4 * len(groups) + 2), 6.5), sharex=True,
+                                     layout="constrained")
+    width = 0.8 / len(series)
+    for i, name in enumerate(series):
+        offset = (i - (len(series) - 1) / 2) * width
+        present = [(j, agg.loc[(g, name)]) for j, g in enumerate(groups) if (g, name) in agg.index]
+        xs = [j + offset for j, _ in present]
+        ax_t.bar(xs, [r.throughput / 1e6 for _, r in present], width, color=colors[name], label=name)
+        ax_m.bar(xs, [r.total / MIB for _, r in present], width, color=colors[name])
+        # The HWcc part is a sliver of the total: draw it black and print its share above the bar.
+        ax_m.bar(xs, [r.hwcc / MIB for _, r in present], width, color="black")
+        for x, (_, r) in zip(xs, present):
+            if r.hwcc > 0 and r.total > 0:
+                ax_m.annotate(f"{100 * r.hwcc / r.total:.3f}%", (x, r.total / MIB), ha="center",
+                              va="bottom", rotation=90, fontsize=7, xytext=(0, 2), textcoords="offset points")
+    _scale(ax_t, agg["throughput"])
+    ax_t.set_ylabel("throughput (Mops/s)")
+    ax_m.set_ylabel("PSS at end (MiB)\nblack, %: HWcc part")
+    ax_m.margins(y=0.18)  # room for the share labels above the tallest bar
+    ax_m.set_xticks(range(len(groups)), [f"{g}\nT={threads[g]}" for g in groups])
+    ax_t.legend(fontsize=8)
+    ax_t.set_title("Figure 8: key-value store throughput and memory")
+    return fig
+
+
+def fig9_micro(configs: pd.DataFrame):
+    """Figure 9: micro benchmark throughput vs threads, one panel per benchmark and params."""
+    micro = _without_ablation(configs[configs["benchmark"].isin(MICRO_BENCHMARKS)])
+    if micro.empty:
+        return "no threadtest, xmalloc, larson or mstress runs"
+    micro["series"] = series_name(micro)
+    colors = _colors(micro["series"].unique())
+    panels = sorted(
+        micro.groupby(["benchmark", "params_text"])["params"].first().items(),
+        key=lambda kv: (MICRO_BENCHMARKS.index(kv[0][0]), param_sort_key(kv[1])),
+    )
+    fig, axes = _grid(len(panels))
+    for ax, ((bench, ptext), _) in zip(axes, panels):
+        sel = micro[(micro["benchmark"] == bench) & (micro["params_text"] == ptext)]
+        # Several process counts at one T (same series) are combined by median.
+        points = sel.groupby(["series", "threads"])["throughput"].median()
+        for name in sorted(sel["series"].unique()):
+            line = points.loc[name]
+            ax.plot(line.index, line.values / 1e6, marker="o", color=colors[name], label=name)
+        _scale(ax, points.values)
+        ax.set_title(f"{bench} {ptext}".strip())
+        ax.set_xlabel("threads")
+        ax.set_ylabel("throughput (Mops/s)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if ax.get_yscale() == "linear":
+            ax.set_ylim(bottom=0)
+    _legend(fig, axes)
+    fig.suptitle("Figure 9: allocator micro benchmarks")
+    return fig
+
+
+def fig10_huge(configs: pd.DataFrame):
+    """Figure 10: huge (1 GiB) allocations, throughput vs processes, one panel per mode."""
+    huge = configs[configs["benchmark"] == "huge"].copy()
+    if huge.empty:
+        return "no huge runs"
+    huge["mode"] = [str(p.get("mode", "?")) for p in huge["params"]]
+    many_t = huge["threads"].nunique() > 1
+    huge["series"] = huge["allocator_label"] + (", T=" + huge["threads"].astype(str) if many_t else "")
+    colors = _colors(huge["series"].unique())
+    modes = sorted(huge["mode"].unique())
+    fig, axes = _grid(len(modes))
+    for ax, mode in zip(axes, modes):
+        points = huge[huge["mode"] == mode].groupby(["series", "processes"])["throughput"].median()
+        for name in points.index.get_level_values(0).unique():
+            line = points.loc[name]
+            ax.plot(line.index, line.values, marker="o", color=colors[name], label=name)
+        ax.set_title(f"huge {mode} (1 GiB objects)")
+        ax.set_xlabel("processes")
+        ax.set_ylabel("throughput (ops/s)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylim(bottom=0)
+    _legend(fig, axes)
+    fig.suptitle("Figure 10: huge allocations across processes")
+    return fig
+
+
+def fig12_coherence(configs: pd.DataFrame):
+    """Figure 12: cxlalloc per coherence model, normalized to full HWcc, per thread count."""
+    sel = configs[
+        (configs["allocator"] == "cxlalloc")
+        & (configs["recovery"] == True)  # noqa: E712 (recovery is an object column)
+        & configs["benchmark"].isin(["threadtest", "xmalloc"])
+    ]
+    # Normalize within a (processes, threads) point: a 2-process run is not compared to a 1-process one.
+    med = sel.groupby(["benchmark", "params_text", "processes", "threads", "coherence"])["throughput"].median()
+    if med.empty:
+        return "no cxlalloc threadtest or xmalloc runs"
+    table = med.unstack("coherence")
+    others = [c for c in table.columns if c != "full"]
+    if "full" not in table or not others:
+        return "no cxlalloc runs with a coherence model other than full next to full"
+    # Keep the configurations that have full and at least one other model to compare with it.
+    norm = table.div(table["full"], axis=0).dropna(subset=["full"]).dropna(subset=others, how="all")
+    if norm.empty:
+        return "no coherence model matched with a full-coherence run"
+    models = [m for m in COHERENCE_ORDER if m in norm.columns] + sorted(set(norm.columns) - set(COHERENCE_ORDER))
+    panels = list(dict.fromkeys(norm.index.droplevel(["processes", "threads"])))
+    fig, axes = _grid(len(panels))
+    width = 0.8 / len(models)
+    for ax, (bench, ptext) in zip(axes, panels):
+        rows = norm.loc[(bench, ptext)].sort_index(level=["threads", "processes"])
+        for i, model in enumerate(models):
+            xs = np.arange(len(rows)) + (i - (len(models) - 1) / 2) * width
+            ax.bar(xs, rows[model].fillna(0).values, width, label=COHERENCE_LABEL.get(model, model))
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        ticks = [str(t) if p == 1 else f"{t} ({p} proc)" for p, t in rows.index]
+        ax.set_xticks(range(len(rows)), ticks)
+        ax.set_xlabel("threads")
+        ax.set_ylabel("throughput / full HWcc")
+        ax.set_title(f"{bench} {ptext}".strip())
+    _legend(fig, axes)
+    fig.suptitle("Figure 12: cxlalloc by coherence model")
+    return fig
+
+
+def _timeline(extra: dict, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """`extra.timeline` as (t, ops/s) arrays; a malformed one is an error naming its line."""
+    try:
+        points = np.asarray(extra["timeline"], dtype=float)
+    except (KeyError, TypeError, ValueError):
+        raise LoadError(f"{where}: extra.timeline is not a list of [t_seconds, ops_per_second]") from None
+    if points.ndim != 2 or points.shape[1] != 2 or len(points) == 0:
+        raise LoadError(f"{where}: extra.timeline is not a list of [t_seconds, ops_per_second]")
+    return points[:, 0], points[:, 1]
+
+
+def fig7_recovery(lines: pd.DataFrame):
+    """Figure 7: survivors' throughput over time under SIGKILLs, one panel per crash run.
+
+    Killed workers print no line, so every crash line is a survivor. Their sum is drawn over the
+    time span all of them sampled; kill times are the union over the run's lines.
+    """
+    crash = lines[(lines["benchmark"] == "crash") & lines["extra"].map(lambda e: "timeline" in e)]
+    if crash.empty:
+        return "no crash runs with extra.timeline"
+    run_ids = list(dict.fromkeys(crash["run_id"]))
+    shown = run_ids[:CRASH_PANELS]
+    fig, axes = _grid(len(shown), width=5.0, height=4.0)
+    for ax, run_id in zip(axes, shown):
+        run = crash[crash["run_id"] == run_id]
+        series = [(p, *_timeline(e, w)) for p, e, w in zip(run["process"], run["extra"], run["where"])]
+        for process, t, v in series:
+            ax.plot(t, v / 1e6, lw=0.8, alpha=0.7, label=f"process {process}")
+        if len(series) > 1:
+            lo = max(t[0] for _, t, _ in series)
+            hi = min(t[-1] for _, t, _ in series)
+            grid = np.unique(np.concatenate([t[(t >= lo) & (t <= hi)] for _, t, _ in series]))
+            total = sum(np.interp(grid, t, v) for _, t, v in series)
+            ax.plot(grid, total / 1e6, color="black", lw=1.6, label="survivors, total")
+        kills = sorted({float(k) for e in run["extra"] for k in e.get("kill_times_s", [])})
+        for i, k in enumerate(kills):
+            ax.axvline(k, color="red", ls="--", lw=0.8, label="kill" if i == 0 else None)
+        first = run.iloc[0]
+        ax.set_title(f"{first['allocator_label']} P={first['processes']} T={first['threads']} "
+                     f"repeat {first['repeat']}: {len(kills)} kills", fontsize=9)
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("throughput (Mops/s)")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7)  # process numbers differ between runs: one legend per panel
+    title = "Figure 7: throughput of survivors under crashes"
+    if len(run_ids) > len(shown):
+        title += f" (first {len(shown)} of {len(run_ids)} runs)"
+    fig.suptitle(title)
+    return fig
+
+
+def write_all(lines: pd.DataFrame, configs: pd.DataFrame, out_dir: str | Path):
+    """Saves every figure with data as NAME.png and NAME.pdf under `out_dir`.
+
+    Returns `(written paths, {figure name: reason skipped})`.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    makers = {
+        "fig7-recovery": lambda: fig7_recovery(lines),
+        "fig8-kv": lambda: fig8_kv(configs),
+        "fig9-micro": lambda: fig9_micro(configs),
+        "fig10-huge": lambda: fig10_huge(configs),
+        "fig12-coherence": lambda: fig12_coherence(configs),
+    }
+    written, skipped = [], {}
+    for name, make in makers.items():
+        fig = make()
+        if isinstance(fig, str):
+            skipped[name] = fig
+            continue
+        for ext in ("png", "pdf"):
+            path = out / f"{name}.{ext}"
+            # No creation date in the PDF, so the same data gives the same file.
+            fig.savefig(path, dpi=150, metadata={"CreationDate": None} if ext == "pdf" else None)
+            written.append(path)
+        plt.close(fig)
+    return written, skipped

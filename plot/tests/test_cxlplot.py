@@ -1,0 +1,250 @@
+"""Tests of cxlplot against the recorded fixture (numbers derived in make_fixture.py).
+
+Run from the repository root:  .venv/bin/python -m unittest discover -s plot/tests
+(script/test.sh does this after `ensure_venv`). The module puts plot/ on sys.path itself.
+"""
+
+import contextlib
+import io
+import json
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+
+from cxlplot import compare, figures, load, table  # noqa: E402
+from cxlplot.__main__ import main  # noqa: E402
+
+FIXTURE = HERE / "fixture.ndjson"
+M = 1e6
+
+
+def fixture_records():
+    return [json.loads(text) for text in FIXTURE.read_text().splitlines() if text.strip()]
+
+
+def write_records(directory, records, name="results.ndjson"):
+    path = Path(directory) / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def ratios_by_name(runs, configs):
+    return {r.name: r for r in compare.headline(runs, configs)}
+
+
+class Loading(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.lines, cls.runs, cls.configs = load.load([FIXTURE])
+
+    def config(self, benchmark, allocator_label, processes, threads, **params):
+        c = self.configs
+        key = json.dumps(params, sort_keys=True)
+        rows = c[(c.benchmark == benchmark) & (c.allocator_label == allocator_label)
+                 & (c.processes == processes) & (c.threads == threads) & (c.params_key == key)]
+        self.assertEqual(len(rows), 1)
+        return rows.iloc[0]
+
+    def test_every_line_is_read(self):
+        self.assertEqual(len(self.lines), len(fixture_records()))
+
+    def test_run_throughput_is_the_sum_over_its_processes(self):
+        run = self.runs.set_index("run_id").loc["threadtest-size8-cxlalloc-p2-t2-r0"]
+        self.assertEqual(run.lines, 2)
+        self.assertEqual(run.throughput, 90 * M)  # 40 M + 50 M
+
+    def test_run_memory_is_the_sum_over_its_processes(self):
+        run = self.runs.set_index("run_id").loc["ycsb-workloadd-cxlalloc-p2-t2-r0"]
+        self.assertEqual(run.total_bytes, 400_000_000)
+        self.assertEqual(run.hwcc_bytes, 40_000)
+        self.assertEqual(run.hwcc_share, 1e-4)  # of the sums, not the mean of per-process shares
+
+    def test_config_throughput_is_the_median_over_repeats(self):
+        mimalloc = self.config("threadtest", "mimalloc", 1, 2, size=8)
+        self.assertEqual(mimalloc.repeats, 3)
+        self.assertEqual(mimalloc.throughput, 120 * M)  # median of 100, 200, 120 (mean is 140)
+        self.assertEqual(self.config("threadtest", "cxlalloc", 2, 2, size=8).throughput, 95 * M)
+
+    def test_absent_settings_mean_full_coherence_and_recovery_on(self):
+        default = self.config("xmalloc", "cxlalloc", 1, 2)
+        self.assertEqual((default.coherence, default.recovery), ("full", True))
+        self.assertEqual(self.config("xmalloc", "cxlalloc coherence=none", 1, 2).coherence, "none")
+        self.assertFalse(self.config("threadtest", "cxlalloc recovery=false", 1, 2, size=8).recovery)
+        self.assertIsNone(self.config("xmalloc", "mimalloc", 1, 2).coherence)
+
+    def test_a_crash_run_keeps_only_its_survivors(self):
+        run = self.runs[self.runs.benchmark == "crash"].iloc[0]
+        self.assertEqual((run.processes, run.lines), (3, 2))
+
+
+class MalformedInput(unittest.TestCase):
+    def assert_load_error(self, text, *fragments):
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "bad.ndjson"
+            path.write_text(text)
+            with self.assertRaises(load.LoadError) as caught:
+                load.read_lines([path])
+            for fragment in (f"{path}:", *fragments):
+                self.assertIn(fragment, str(caught.exception))
+
+    def test_a_line_that_is_not_json_names_its_file_and_line(self):
+        good = FIXTURE.read_text().splitlines()[0]
+        self.assert_load_error(f"{good}\n\n{{\"schema\": 1,\n", ":3:", "not JSON")
+
+    def test_a_missing_field_is_named(self):
+        record = fixture_records()[0]
+        del record["throughput"]
+        self.assert_load_error(json.dumps(record) + "\n", ":1:", "'throughput'")
+
+    def test_a_missing_memory_field_is_named(self):
+        record = fixture_records()[0]
+        del record["memory"]["end"]["hwcc_bytes"]
+        self.assert_load_error(json.dumps(record) + "\n", ":1:", "memory.end.hwcc_bytes")
+
+    def test_an_unknown_schema_is_refused(self):
+        record = fixture_records()[0]
+        record["schema"] = 2
+        self.assert_load_error(json.dumps(record) + "\n", ":1:", "schema 2")
+
+    def test_the_same_process_of_a_run_read_twice_is_refused(self):
+        good = FIXTURE.read_text().splitlines()[0]
+        self.assert_load_error(f"{good}\n{good}\n", ":2:", "already read at")
+
+    def test_the_command_line_reports_the_error_and_exits_2(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "bad.ndjson"
+            path.write_text("not json\n")
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                self.assertEqual(main(["compare", str(path)]), 2)
+            self.assertIn(f"{path}:1:", err.getvalue())
+
+
+class Compare(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        _, runs, configs = load.load([FIXTURE])
+        cls.ratios = ratios_by_name(runs, configs)
+
+    def assert_ratio(self, name, value, n):
+        ratio = self.ratios[name]
+        self.assertAlmostEqual(ratio.value, value, places=12, msg=name)
+        self.assertEqual(ratio.n, n, msg=name)
+
+    def test_cxlalloc_against_mimalloc(self):
+        self.assert_ratio("cxlalloc / mimalloc, KV", 0.99 ** (1 / 3), 3)  # 1.1 * 0.9 * 1.0
+        self.assert_ratio("cxlalloc / mimalloc, threadtest", 1.0, 3)  # 0.8 * 1.0 * 1.25
+        self.assert_ratio("cxlalloc / mimalloc, xmalloc", 1.2, 2)
+
+    def test_recoverable_against_non_recoverable(self):
+        self.assert_ratio("recoverable / non-recoverable, KV", 1.0, 1)
+        self.assert_ratio("recoverable / non-recoverable, threadtest", 0.96, 1)
+
+    def test_no_hwcc_against_hwcc(self):
+        self.assert_ratio("no-HWcc (mCAS) / HWcc, threadtest", 0.9, 1)
+        self.assert_ratio("no-HWcc (mCAS) / HWcc, xmalloc", 0.25, 1)
+
+    def test_hwcc_share_of_kv_runs(self):
+        self.assert_ratio("HWcc share of PSS, KV, max", 2e-4, 8)
+        self.assert_ratio("HWcc share of PSS, KV, mean", 1.3125e-4, 8)
+
+    def test_targets_are_judged(self):
+        self.assertFalse(self.ratios["cxlalloc / mimalloc, KV"].met)  # 99.7 % < 100 %
+        self.assertTrue(self.ratios["cxlalloc / mimalloc, threadtest"].met)  # 100 % >= 80 %
+        self.assertTrue(self.ratios["HWcc share of PSS, KV, max"].met)  # 0.02 % <= 0.02 %
+
+    def test_a_ratio_without_data_is_na(self):
+        ratio = self.ratios["recoverable / non-recoverable, xmalloc"]
+        self.assertIsNone(ratio.value)
+        self.assertIsNone(ratio.met)
+        self.assertIn("n/a (no data)", ratio.line(40))
+
+    def test_text_and_json_output(self):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(main(["compare", str(FIXTURE)]), 0)
+        self.assertIn("target >= 80 %", out.getvalue())
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(main(["compare", "--json", str(FIXTURE)]), 0)
+        parsed = {r["name"]: r for r in json.loads(out.getvalue())["ratios"]}
+        self.assertAlmostEqual(parsed["cxlalloc / mimalloc, xmalloc"]["value"], 1.2, places=12)
+        self.assertIsNone(parsed["recoverable / non-recoverable, xmalloc"]["value"])
+
+    def test_without_kv_or_mimalloc_every_ratio_is_na(self):
+        records = [r for r in fixture_records() if r["benchmark"] == "threadtest" and r["allocator"] == "cxlalloc"
+                   and not r["allocator_settings"]]
+        with tempfile.TemporaryDirectory() as d:
+            _, runs, configs = load.load([write_records(d, records)])
+        ratios = ratios_by_name(runs, configs)
+        for name in ("cxlalloc / mimalloc, KV", "cxlalloc / mimalloc, threadtest", "HWcc share of PSS, KV, max"):
+            self.assertIsNone(ratios[name].value, name)
+            self.assertEqual(ratios[name].n, 0, name)
+
+
+class Figures(unittest.TestCase):
+    def write(self, records):
+        with tempfile.TemporaryDirectory() as d:
+            lines, _, configs = load.load([write_records(d, records)])
+            written, skipped = figures.write_all(lines, configs, Path(d) / "out")
+            names = sorted(p.name for p in written)
+            for p in written:
+                self.assertGreater(p.stat().st_size, 1000, p)
+        return names, skipped
+
+    def test_the_fixture_gives_every_figure_but_huge(self):
+        names, skipped = self.write(fixture_records())
+        expected = sorted(f"{fig}.{ext}" for fig in ("fig7-recovery", "fig8-kv", "fig9-micro", "fig12-coherence")
+                          for ext in ("png", "pdf"))
+        self.assertEqual(names, expected)
+        self.assertEqual(list(skipped), ["fig10-huge"])
+
+    def test_huge_runs_give_figure_10(self):
+        huge = []
+        for r in fixture_records():
+            if r["benchmark"] == "xmalloc" and r["allocator"] == "cxlalloc" and not r["allocator_settings"]:
+                r = {**r, "benchmark": "huge", "params": {"mode": "xmalloc"},
+                     "config_id": "huge-" + r["config_id"], "run_id": "huge-" + r["run_id"]}
+                huge.append(r)
+        names, skipped = self.write(huge)
+        self.assertEqual(names, ["fig10-huge.pdf", "fig10-huge.png"])
+        self.assertEqual(set(skipped), {"fig7-recovery", "fig8-kv", "fig9-micro", "fig12-coherence"})
+
+    def test_missing_data_skips_the_figure_and_says_why(self):
+        records = [r for r in fixture_records() if r["allocator"] == "mimalloc"]
+        names, skipped = self.write(records)
+        self.assertEqual(names, ["fig8-kv.pdf", "fig8-kv.png", "fig9-micro.pdf", "fig9-micro.png"])
+        self.assertIn("crash", skipped["fig7-recovery"])
+        self.assertIn("huge", skipped["fig10-huge"])
+        self.assertIn("cxlalloc", skipped["fig12-coherence"])
+
+    def test_a_malformed_timeline_names_its_line(self):
+        records = fixture_records()
+        crash = next(i for i, r in enumerate(records) if r["benchmark"] == "crash")
+        records[crash]["extra"]["timeline"] = [[0.0, 1.0, 2.0]]
+        with self.assertRaisesRegex(load.LoadError, rf":{crash + 1}: extra.timeline"):
+            self.write(records)
+
+
+class Table(unittest.TestCase):
+    def test_one_row_per_configuration_with_medians(self):
+        _, _, configs = load.load([FIXTURE])
+        text = table.render(configs)
+        lines = text.splitlines()
+        self.assertEqual(len(lines), 2 + len(configs))
+        cells = [r for r in table.rows(configs) if r[:5] == ["threadtest", "size=8", "mimalloc", "1", "2"]]
+        self.assertEqual(len(cells), 1)
+        self.assertEqual(cells[0][5:], ["120.000", "64.0", "0.000 %", "3"])  # Mops/s PSS HWcc repeats
+        self.assertIn("threadtest  size=8 ", text)
+
+
+if __name__ == "__main__":
+    unittest.main()
