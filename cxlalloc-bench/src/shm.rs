@@ -24,7 +24,11 @@ pub struct SharedArea {
 impl SharedArea {
     /// Creates the area file at `path` with `words` zero words (fails if it exists) and maps it.
     pub fn create(path: &Path, words: usize) -> Result<Self, Error> {
-        let file = OpenOptions::new().read(true).write(true).create_new(true).open(path)
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
             .map_err(|e| format!("creating control area {}: {e}", path.display()))?;
         let bytes = words.checked_mul(WORD).ok_or("control area size overflows")?;
         file.set_len(bytes as u64).map_err(|e| format!("sizing control area {}: {e}", path.display()))?;
@@ -33,7 +37,10 @@ impl SharedArea {
 
     /// Maps the existing area file at `path`.
     pub fn open(path: &Path) -> Result<Self, Error> {
-        let file = OpenOptions::new().read(true).write(true).open(path)
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
             .map_err(|e| format!("opening control area {}: {e}", path.display()))?;
         Self::map(&file, path)
     }
@@ -45,7 +52,8 @@ impl SharedArea {
         }
         // SAFETY: the file is only ever accessed through atomics (see `words`), so concurrent
         // writers in other processes cannot cause a data race on the mapping.
-        let map = unsafe { MmapOptions::new().map_mut(file) }.map_err(|e| format!("mapping {}: {e}", path.display()))?;
+        let map =
+            unsafe { MmapOptions::new().map_mut(file) }.map_err(|e| format!("mapping {}: {e}", path.display()))?;
         Ok(Self { map })
     }
 
@@ -118,7 +126,11 @@ mod tests {
     }
 
     fn tempdir() -> std::path::PathBuf {
-        let d = std::env::temp_dir().join(format!("cxlbench-shm-test-{}-{:?}", std::process::id(), std::thread::current().id()));
+        let d = std::env::temp_dir().join(format!(
+            "cxlbench-shm-test-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
         std::fs::create_dir_all(&d).unwrap();
         d
     }

@@ -43,8 +43,12 @@ impl Benchmark for Threadtest {
         Ok(Self { size, objects, rounds, warmup_rounds })
     }
 
-    fn thread<A: Allocator>(&self, _ctx: &Ctx<'_, A>, t: &mut A::Thread, phases: &mut Phases<'_>)
-        -> Result<Report, Error> {
+    fn thread<A: Allocator>(
+        &self,
+        _ctx: &Ctx<'_, A>,
+        t: &mut A::Thread,
+        phases: &mut Phases<'_>,
+    ) -> Result<Report, Error> {
         let mut ptrs = Vec::with_capacity(self.objects);
         let mut report = Report::default();
         for _ in 0..self.warmup_rounds {

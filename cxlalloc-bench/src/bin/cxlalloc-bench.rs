@@ -46,6 +46,9 @@ enum Cmd {
         /// Milliseconds between PSS samples in each worker.
         #[arg(long, default_value_t = 100)]
         sample_ms: u64,
+        /// Directory for run directories (heaps, control areas): a tmpfs or DAX mount.
+        #[arg(long, default_value = "/dev/shm")]
+        run_root: PathBuf,
     },
     /// Print the results table of NDJSON files.
     Table {
@@ -86,7 +89,7 @@ fn main() -> ExitCode {
 fn run(cmd: Cmd) -> Result<ExitCode, Error> {
     let exe = std::env::current_exe().map_err(|e| format!("locating this program: {e}"))?;
     match cmd {
-        Cmd::Run { workload, out, resume, only, dry_run, sample_ms } => {
+        Cmd::Run { workload, out, resume, only, dry_run, sample_ms, run_root } => {
             if cfg!(debug_assertions) && !dry_run {
                 eprintln!("warning: a debug build; throughput numbers are meaningless (use --release)");
             }
@@ -94,7 +97,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, Error> {
                 let stem = workload.file_stem().map_or("workload".into(), |s| s.to_string_lossy().into_owned());
                 PathBuf::from(format!("results/{stem}-{}.ndjson", driver::compact(&driver::utc_now())))
             });
-            let opts = Options { workload, out: out.clone(), resume, only, dry_run, sample_ms };
+            let opts = Options { workload, out: out.clone(), resume, only, dry_run, sample_ms, run_root };
             let summary = driver::drive(&opts, &exe)?;
             if dry_run {
                 return Ok(ExitCode::SUCCESS);
@@ -102,7 +105,13 @@ fn run(cmd: Cmd) -> Result<ExitCode, Error> {
             println!();
             print!("{}", driver::results_table(&summary.records));
             println!();
-            println!("{} runs now, {} already in {}; NDJSON: {}", summary.ran, summary.resumed, out.display(), out.display());
+            println!(
+                "{} runs now, {} already in {}; NDJSON: {}",
+                summary.ran,
+                summary.resumed,
+                out.display(),
+                out.display()
+            );
             if summary.failed.is_empty() {
                 Ok(ExitCode::SUCCESS)
             } else {

@@ -18,7 +18,7 @@ use crate::Error;
 
 /// Runs `job` with worker processes started as `exe work --run-dir DIR --process I`.
 pub fn coordinate(job: &Job, exe: &Path) -> Result<Vec<Record>, Error> {
-    let dir = RunDir::create()?;
+    let dir = RunDir::create(&job.run_root)?;
     job.write(&dir.0)?;
     let c = &job.config;
     let words = bench::with_benchmark(&c.benchmark, &Params(c.params.clone()), c.processes, c.threads, SharedWords)?;
@@ -140,13 +140,13 @@ fn kill_all(children: &mut [Child]) {
     }
 }
 
-/// The run's directory under `/dev/shm`, removed (with everything left in it) when dropped.
+/// The run's directory under the run root, removed (with everything left in it) when dropped.
 struct RunDir(PathBuf);
 
 impl RunDir {
-    fn create() -> Result<Self, Error> {
+    fn create(root: &Path) -> Result<Self, Error> {
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let path = PathBuf::from(format!("/dev/shm/cxlbench.{}.{nanos}", std::process::id()));
+        let path = root.join(format!("cxlbench.{}.{nanos}", std::process::id()));
         std::fs::create_dir(&path).map_err(|e| format!("creating run directory {}: {e}", path.display()))?;
         Ok(Self(path))
     }
@@ -162,4 +162,3 @@ impl Drop for RunDir {
 pub fn parse_records(text: &str) -> Result<Vec<Record>, Error> {
     text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).map_err(Error::from)).collect()
 }
-

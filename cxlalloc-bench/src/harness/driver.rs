@@ -37,6 +37,8 @@ pub struct Options {
     pub dry_run: bool,
     /// Milliseconds between PSS samples.
     pub sample_ms: u64,
+    /// Where run directories are made (see [`Job::run_root`]).
+    pub run_root: PathBuf,
 }
 
 /// What a drive did.
@@ -74,7 +76,15 @@ pub fn drive(opts: &Options, exe: &Path) -> Result<Summary, Error> {
                 continue;
             }
             let run_id = format!("{stem}-{}-{}-r{repeat}", compact(&date), &c.id()[..8]);
-            jobs.push(Job { config: (*c).clone(), repeat, run_id, date: date.clone(), workload: stem.clone(), sample_ms: opts.sample_ms });
+            jobs.push(Job {
+                config: (*c).clone(),
+                repeat,
+                run_id,
+                date: date.clone(),
+                workload: stem.clone(),
+                sample_ms: opts.sample_ms,
+                run_root: opts.run_root.clone(),
+            });
         }
     }
     if opts.dry_run {
@@ -102,18 +112,22 @@ pub fn drive(opts: &Options, exe: &Path) -> Result<Summary, Error> {
         match run_coordinator(job, exe) {
             Ok(records) => {
                 for r in &records {
-                    writeln!(out, "{}", serde_json::to_string(r)?).map_err(|e| format!("writing {}: {e}", opts.out.display()))?;
+                    writeln!(out, "{}", serde_json::to_string(r)?)
+                        .map_err(|e| format!("writing {}: {e}", opts.out.display()))?;
                 }
                 out.flush().map_err(|e| format!("writing {}: {e}", opts.out.display()))?;
                 let throughput: f64 = records.iter().map(|r| r.throughput).sum();
                 let pss: u64 = records.iter().map(|r| r.memory.end.total_bytes).sum();
-                say(&bar, format!(
-                    "ok    {}  {:.3} Mops/s  PSS {:.1} MiB  ({:.1} s)",
-                    job.config.describe(),
-                    throughput / 1e6,
-                    pss as f64 / f64::from(1 << 20),
-                    started.elapsed().as_secs_f64()
-                ));
+                say(
+                    &bar,
+                    format!(
+                        "ok    {}  {:.3} Mops/s  PSS {:.1} MiB  ({:.1} s)",
+                        job.config.describe(),
+                        throughput / 1e6,
+                        pss as f64 / f64::from(1 << 20),
+                        started.elapsed().as_secs_f64()
+                    ),
+                );
                 summary.ran += 1;
             }
             Err(e) => {

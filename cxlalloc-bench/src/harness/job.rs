@@ -1,6 +1,6 @@
 //! What the driver hands a coordinator and the coordinator hands its workers: one run.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -35,6 +35,9 @@ pub struct Job {
     pub workload: String,
     /// Milliseconds between PSS samples in each worker.
     pub sample_ms: u64,
+    /// Directory under which the run's directory is made (heap, control area): `/dev/shm`
+    /// normally, a DAX file system's mount point for a real device.
+    pub run_root: PathBuf,
 }
 
 impl Job {

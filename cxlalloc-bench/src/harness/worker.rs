@@ -191,7 +191,12 @@ impl Sampler {
             return Err(format!("measuring PSS: {e}").into());
         }
         let end = state.end.ok_or("no end-of-run memory measurement (the benchmark never stopped its timer)")?;
-        Ok(Memory { end, peak: state.peak, peak_rss_bytes: memory::peak_rss_bytes().unwrap_or(0), samples: state.samples })
+        Ok(Memory {
+            end,
+            peak: state.peak,
+            peak_rss_bytes: memory::peak_rss_bytes().unwrap_or(0),
+            samples: state.samples,
+        })
     }
 }
 

@@ -64,14 +64,22 @@ impl Config {
     /// Stable id of this configuration (FNV-1a of its canonical JSON): the resume key.
     pub fn id(&self) -> String {
         let text = serde_json::to_string(self).unwrap_or_default();
-        let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+        let hash =
+            text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
         format!("{hash:016x}")
     }
 
     /// A one-line description: benchmark, parameters, allocator, shape.
     pub fn describe(&self) -> String {
         let params: Vec<String> = self.params.iter().map(|(k, v)| format!("{k}={}", scalar_text(v))).collect();
-        format!("{} {} | {} | P={} T={}", self.benchmark, params.join(" "), self.allocator.label(), self.processes, self.threads)
+        format!(
+            "{} {} | {} | P={} T={}",
+            self.benchmark,
+            params.join(" "),
+            self.allocator.label(),
+            self.processes,
+            self.threads
+        )
     }
 }
 
@@ -181,7 +189,8 @@ fn expand(fields: &BTreeMap<String, Value>) -> Result<Vec<Config>, Error> {
         return Err(format!("{k} is an empty list").into());
     }
     let seed = fields.get("seed").map_or(Some(1), Value::as_u64).ok_or("seed must be an unsigned integer")?;
-    let timeout_s = fields.get("timeout_s").map_or(Some(600), Value::as_u64).ok_or("timeout_s must be an unsigned integer")?;
+    let timeout_s =
+        fields.get("timeout_s").map_or(Some(600), Value::as_u64).ok_or("timeout_s must be an unsigned integer")?;
     let mut configs = Vec::new();
     let mut index = vec![0usize; axes.len()];
     loop {
@@ -230,7 +239,10 @@ fn as_list(v: &Value) -> Vec<Value> {
 }
 
 fn positive(key: &str, v: &Value) -> Result<usize, Error> {
-    v.as_u64().filter(|&n| n >= 1).map(|n| n as usize).ok_or_else(|| format!("{key} must be positive integers, got {v}").into())
+    v.as_u64()
+        .filter(|&n| n >= 1)
+        .map(|n| n as usize)
+        .ok_or_else(|| format!("{key} must be positive integers, got {v}").into())
 }
 
 fn spec_of(v: &Value) -> Result<Spec, Error> {
@@ -290,7 +302,8 @@ mod tests {
         // 2 allocators × 2 processes × 2 threads × 3 sizes = 24, less skips.
         assert_eq!(w.configs.len() + w.skipped.len(), 24);
         assert_eq!(w.repeats, 2);
-        let sizes: std::collections::BTreeSet<u64> = w.configs.iter().map(|c| c.params["size"].as_u64().unwrap()).collect();
+        let sizes: std::collections::BTreeSet<u64> =
+            w.configs.iter().map(|c| c.params["size"].as_u64().unwrap()).collect();
         assert_eq!(sizes.into_iter().collect::<Vec<_>>(), [8, 64, 1024]);
     }
 
