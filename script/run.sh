@@ -22,6 +22,7 @@ stamp=$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p results
 
 ensure_cc
+ensure_baselines
 ensure_rust
 echo "==> building (release)"
 cargo build --release -p cxlalloc-bench --bins

@@ -33,6 +33,19 @@ ensure_cc() {
   command -v cc >/dev/null 2>&1 || apt_install build-essential pkg-config
 }
 
+# The system libraries of the baseline allocators (DESIGN §12.3): Boost.Interprocess
+# (header-only) and PMDK libpmemobj. cxlalloc-bench's build.rs builds those baselines only when
+# it finds them; without them the `boost` and `pmdk` allocators are skipped, saying why, so a
+# failed install is a warning here, not an error.
+ensure_baselines() {
+  local missing=()
+  [ -f /usr/include/boost/interprocess/managed_shared_memory.hpp ] || missing+=(libboost-dev)
+  [ -f /usr/include/libpmemobj.h ] || missing+=(libpmemobj-dev)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  apt_install "${missing[@]}" ||
+    echo "setup: could not install ${missing[*]}: the boost/pmdk baselines will be skipped" >&2
+}
+
 # cargo, rustc, rustfmt and clippy of the stable toolchain.
 ensure_rust() {
   if ! command -v cargo >/dev/null 2>&1; then

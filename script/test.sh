@@ -14,6 +14,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 start=$SECONDS
 ensure_cc
+ensure_baselines
 ensure_rust
 
 logs=target/test-logs

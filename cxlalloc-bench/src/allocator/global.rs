@@ -1,10 +1,11 @@
 //! Process-local allocators called through `GlobalAlloc` directly (none is installed as the
-//! program's global allocator): mimalloc and the system allocator.
+//! program's global allocator): mimalloc, jemalloc and the system allocator.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr::NonNull;
 
 use mimalloc::MiMalloc;
+use tikv_jemallocator::Jemalloc;
 
 use super::{Allocator, ThreadAlloc};
 use crate::Error;
@@ -13,8 +14,8 @@ use crate::Error;
 /// the smallest class gets.
 const ALIGN: usize = 8;
 
-/// A process-local `GlobalAlloc` (mimalloc or the system allocator), called directly through
-/// the trait — it is not installed as the program's global allocator.
+/// A process-local `GlobalAlloc` (mimalloc, jemalloc or the system allocator), called directly
+/// through the trait — it is not installed as the program's global allocator.
 #[derive(Debug)]
 pub struct Global<A: 'static> {
     alloc: &'static A,
@@ -28,6 +29,17 @@ impl Global<MiMalloc> {
     /// mimalloc, labelled `mimalloc`.
     pub fn mimalloc() -> Self {
         Self { alloc: &MIMALLOC, label: "mimalloc" }
+    }
+}
+
+/// jemalloc through its `GlobalAlloc` implementation (tikv-jemallocator, which builds jemalloc
+/// with prefixed symbols: it runs beside glibc malloc instead of replacing it).
+pub static JEMALLOC: Jemalloc = Jemalloc;
+
+impl Global<Jemalloc> {
+    /// jemalloc, labelled `jemalloc`.
+    pub fn jemalloc() -> Self {
+        Self { alloc: &JEMALLOC, label: "jemalloc" }
     }
 }
 
@@ -96,8 +108,9 @@ mod tests {
     }
 
     #[test]
-    fn mimalloc_and_system_allocate_and_free_each_benchmark_size() {
+    fn mimalloc_jemalloc_and_system_allocate_and_free_each_benchmark_size() {
         round_trip(&Global::mimalloc());
+        round_trip(&Global::jemalloc());
         round_trip(&Global::system());
     }
 

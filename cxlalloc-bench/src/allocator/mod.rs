@@ -12,12 +12,22 @@
 //! Shared-memory benchmarks pass blocks between threads and processes as [`Handles`]: a block's
 //! handle is its address minus the allocator's [`Allocator::base`], the same number in every
 //! process for a cross-process allocator.
+//!
+//! Kinds (DESIGN §12.3): cxlalloc ([`cxl`]); the process-local mimalloc, jemalloc and system
+//! allocators ([`global`]); Boost.Interprocess `managed_shared_memory`, cross-process
+//! ([`boost`]); PMDK `libpmemobj`, one process per pool ([`pmdk`]). The last two need system
+//! libraries (Debian `libboost-dev`, `libpmemobj-dev`, installed by `script/setup.sh`); a build
+//! without them keeps the kinds, which then refuse to run and say what to install.
 
+pub mod boost;
 pub mod cxl;
 pub mod global;
+pub mod pmdk;
 
+pub use boost::Boost;
 pub use cxl::Cxl;
-pub use global::{Global, MIMALLOC};
+pub use global::{Global, JEMALLOC, MIMALLOC};
+pub use pmdk::Pmdk;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -137,9 +147,9 @@ impl Spec {
     pub fn u64_setting(&self, key: &str, default: u64) -> Result<u64, Error> {
         match self.settings.get(key) {
             None => Ok(default),
-            Some(v) => v
-                .as_u64()
-                .ok_or_else(|| format!("allocator {}: setting {key} must be an unsigned integer, got {v}", self.name).into()),
+            Some(v) => v.as_u64().ok_or_else(|| {
+                format!("allocator {}: setting {key} must be an unsigned integer, got {v}", self.name).into()
+            }),
         }
     }
 
@@ -163,11 +173,17 @@ pub enum Kind {
     Mimalloc,
     /// The system allocator (glibc malloc), process-local.
     System,
+    /// jemalloc (tikv-jemallocator), process-local.
+    Jemalloc,
+    /// Boost.Interprocess `managed_shared_memory`, cross-process (settings: [`boost::Settings`]).
+    Boost,
+    /// PMDK `libpmemobj`, one process per pool (settings: [`pmdk::Settings`]).
+    Pmdk,
 }
 
 impl Kind {
     /// Every kind, in table order.
-    pub const ALL: [Kind; 3] = [Kind::Cxlalloc, Kind::Mimalloc, Kind::System];
+    pub const ALL: [Kind; 6] = [Kind::Cxlalloc, Kind::Mimalloc, Kind::System, Kind::Jemalloc, Kind::Boost, Kind::Pmdk];
 
     /// The name workload files use.
     pub const fn name(self) -> &'static str {
@@ -175,6 +191,9 @@ impl Kind {
             Kind::Cxlalloc => "cxlalloc",
             Kind::Mimalloc => "mimalloc",
             Kind::System => "system",
+            Kind::Jemalloc => "jemalloc",
+            Kind::Boost => "boost",
+            Kind::Pmdk => "pmdk",
         }
     }
 
@@ -188,13 +207,29 @@ impl Kind {
 }
 
 /// Why a configuration cannot run with an allocator (the driver skips it and says why), or
-/// `None` when it can. `processes` is the configuration's process count.
+/// `None` when it can. `processes` is the configuration's process count. A baseline built
+/// without its system library is unsupported for every configuration.
 pub fn unsupported(spec: &Spec, processes: usize) -> Result<Option<String>, Error> {
     let cross = match spec.kind()? {
         Kind::Cxlalloc => cxl::Settings::from_spec(spec)?.cross_process(),
-        Kind::Mimalloc | Kind::System => false,
+        Kind::Mimalloc | Kind::System | Kind::Jemalloc => false,
+        Kind::Boost => {
+            boost::Settings::from_spec(spec)?;
+            if !boost::AVAILABLE {
+                return Ok(Some(boost::UNAVAILABLE.to_owned()));
+            }
+            true
+        }
+        Kind::Pmdk => {
+            pmdk::Settings::from_spec(spec)?;
+            if !pmdk::AVAILABLE {
+                return Ok(Some(pmdk::UNAVAILABLE.to_owned()));
+            }
+            false
+        }
     };
-    Ok((processes > 1 && !cross).then(|| format!("{} is process-local; it cannot run {processes} processes", spec.label())))
+    Ok((processes > 1 && !cross)
+        .then(|| format!("{} is process-local; it cannot run {processes} processes", spec.label())))
 }
 
 /// Runs generic code on an opened allocator: [`open`] calls [`Visit::visit`] with the concrete
@@ -212,7 +247,9 @@ pub trait Visit {
 pub fn prepare(spec: &Spec, run_dir: &Path) -> Result<(), Error> {
     match spec.kind()? {
         Kind::Cxlalloc => cxl::prepare(&cxl::Settings::from_spec(spec)?, run_dir),
-        Kind::Mimalloc | Kind::System => Ok(()),
+        Kind::Mimalloc | Kind::System | Kind::Jemalloc => Ok(()),
+        Kind::Boost => boost::prepare(&boost::Settings::from_spec(spec)?, run_dir),
+        Kind::Pmdk => pmdk::prepare(&pmdk::Settings::from_spec(spec)?, run_dir),
     }
 }
 
@@ -222,17 +259,41 @@ pub fn open<V: Visit>(spec: &Spec, run_dir: &Path, v: V) -> Result<V::Output, Er
         Kind::Cxlalloc => v.visit(&cxl::open(&cxl::Settings::from_spec(spec)?, run_dir)?),
         Kind::Mimalloc => v.visit(&global::Global::mimalloc()),
         Kind::System => v.visit(&global::Global::system()),
+        Kind::Jemalloc => v.visit(&global::Global::jemalloc()),
+        Kind::Boost => v.visit(&boost::open(&boost::Settings::from_spec(spec)?, run_dir)?),
+        Kind::Pmdk => v.visit(&pmdk::open(&pmdk::Settings::from_spec(spec)?, run_dir)?),
     }
 }
 
 /// After every worker of a run has exited: checks what [`prepare`] made (the cxlalloc heap
-/// checker: no inconsistency, no live block), removes it, and returns the findings for the
-/// NDJSON lines (`Null` when there is nothing to check). A failed check is an error.
+/// checker: no inconsistency, no live block; Boost's and libpmemobj's own checks and leak
+/// counts), removes it, and returns the findings for the NDJSON lines (`Null` when there is
+/// nothing to check). A failed check is an error.
 pub fn finish(spec: &Spec, run_dir: &Path) -> Result<Value, Error> {
     match spec.kind()? {
         Kind::Cxlalloc => cxl::finish(&cxl::Settings::from_spec(spec)?, run_dir),
-        Kind::Mimalloc | Kind::System => Ok(Value::Null),
+        Kind::Mimalloc | Kind::System | Kind::Jemalloc => Ok(Value::Null),
+        Kind::Boost => boost::finish(&boost::Settings::from_spec(spec)?, run_dir),
+        Kind::Pmdk => pmdk::finish(&pmdk::Settings::from_spec(spec)?, run_dir),
     }
+}
+
+/// Fails unless the filesystem holding `dir` has `bytes` available for `what` (a segment or
+/// pool that would otherwise die of `SIGBUS` or `ENOSPC` halfway through a run).
+pub(crate) fn ensure_space(dir: &Path, bytes: u64, what: &str) -> Result<(), Error> {
+    let st = nix::sys::statvfs::statvfs(dir).map_err(|e| format!("{what}: statvfs {}: {e}", dir.display()))?;
+    #[allow(clippy::useless_conversion)] // The field types differ between targets.
+    let available = u64::from(st.blocks_available()).saturating_mul(u64::from(st.fragment_size()));
+    if available < bytes {
+        return Err(format!(
+            "{what}: needs {} MiB but {} has only {} MiB available",
+            bytes >> 20,
+            dir.display(),
+            available >> 20
+        )
+        .into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -253,6 +314,29 @@ mod tests {
         assert!(unsupported(&Spec::named("mimalloc"), 2).unwrap().is_some());
         assert!(unsupported(&Spec::named("mimalloc"), 1).unwrap().is_none());
         assert!(unsupported(&Spec::named("cxlalloc"), 4).unwrap().is_none());
+        assert!(unsupported(&Spec::named("jemalloc"), 2).unwrap().is_some());
+        assert!(unsupported(&Spec::named("jemalloc"), 1).unwrap().is_none());
+        assert!(unsupported(&Spec::named("pmdk"), 2).unwrap().is_some());
+    }
+
+    #[test]
+    fn boost_runs_several_processes_and_pmdk_one_when_built_with_their_libraries() {
+        assert_eq!(unsupported(&Spec::named("boost"), 4).unwrap().is_none(), boost::AVAILABLE);
+        assert_eq!(unsupported(&Spec::named("pmdk"), 1).unwrap().is_none(), pmdk::AVAILABLE);
+    }
+
+    #[test]
+    fn every_kind_is_found_by_its_name() {
+        for k in Kind::ALL {
+            assert_eq!(Kind::from_name(k.name()).unwrap(), k);
+        }
+    }
+
+    #[test]
+    fn a_baseline_setting_of_the_wrong_kind_is_refused_before_any_run() {
+        let mut s = Spec::named("boost");
+        s.settings.insert("pool_mib".into(), Value::from(64));
+        assert!(unsupported(&s, 1).unwrap_err().to_string().contains("pool_mib"));
     }
 
     #[test]
