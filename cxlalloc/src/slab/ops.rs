@@ -357,12 +357,17 @@ impl<'a> SlabThread<'a> {
         }
         #[cfg(feature = "validate")]
         self.validate(b, at.slab, d, at.blocks).map_err(FreeError::Corrupt)?;
-        self.log(Redo::new(Op::LocalFree, b, at.slab.index(), at.block));
-        let free = d.put(at.block);
-        if free == 1 || free == at.blocks {
+        // Only a free that moves the slab (its first free block: T6; its last: T7) is logged;
+        // see `Op::LocalFree` for why the others need no record.
+        let before = d.head.free.load(Ordering::Relaxed);
+        if before == 0 || before + 1 == at.blocks {
+            self.log(Redo::new(Op::LocalFree, b, at.slab.index(), at.block));
+            let free = d.put(at.block);
             self.after_local_free(b, at.class, at.slab, free == at.blocks);
+            self.clear_log();
+        } else {
+            d.put(at.block);
         }
-        self.clear_log();
         Ok(())
     }
 

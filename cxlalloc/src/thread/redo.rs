@@ -29,7 +29,10 @@ pub enum Op {
     /// Move bitset word arg of `slab` into the class's current-slab cache; flag = the reverse
     /// (return the cached word to the bitset).
     TakeWord = 4,
-    /// Owner frees block arg of `slab` (T6/T7 may follow).
+    /// Owner frees block arg of `slab` and T6/T7 follows. Logged only when the free moves the
+    /// slab between lists: a free that moves nothing is one bitset store plus the slab's free
+    /// count and summary, which a crash can leave behind the bitset and recovery recomputes
+    /// from the bitsets of the slabs the slot owns.
     LocalFree = 5,
     /// T4/T5: the owner's allocation filled `slab`; flag = disown.
     Retire = 6,
