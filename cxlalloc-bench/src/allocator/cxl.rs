@@ -35,7 +35,9 @@ pub struct Settings {
 impl Settings {
     /// Reads `spec`'s settings, rejecting unknown keys and values.
     pub fn from_spec(spec: &Spec) -> Result<Self, Error> {
-        if let Some(k) = spec.settings.keys().find(|k| !["backend", "capacity_mib", "thread_slots"].contains(&k.as_str())) {
+        if let Some(k) =
+            spec.settings.keys().find(|k| !["backend", "capacity_mib", "thread_slots"].contains(&k.as_str()))
+        {
             return Err(format!("cxlalloc: unknown setting {k:?} (known: backend, capacity_mib, thread_slots)").into());
         }
         let backend = match spec.str_setting("backend", "shm")? {
@@ -87,7 +89,11 @@ pub fn finish(settings: &Settings, run_dir: &Path) -> Result<Value, Error> {
     Heap::unlink_at(&dir)?;
     let live: u64 = report.brackets.iter().map(|b| b.live_blocks()).sum();
     if !report.is_clean() || live != 0 {
-        return Err(format!("cxlalloc heap check after the run: {} problem(s), {live} live block(s): {report}", report.problems.len()).into());
+        return Err(format!(
+            "cxlalloc heap check after the run: {} problem(s), {live} live block(s): {report}",
+            report.problems.len()
+        )
+        .into());
     }
     Ok(json!({ "problems": 0, "live_blocks": live, "leased_slots": report.leased_slots }))
 }
