@@ -12,7 +12,12 @@
 //! over the run and must match, and `verified` counts values checked on read. A failed check is
 //! an error, never a silently wrong number.
 
+pub mod larson;
+pub mod mstress;
+pub mod queue;
+pub mod stress;
 pub mod threadtest;
+pub mod xmalloc;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
@@ -213,13 +218,16 @@ pub trait Visit {
 }
 
 /// Every benchmark name the harness knows.
-pub const NAMES: [&str; 1] = ["threadtest"];
+pub const NAMES: [&str; 4] = ["threadtest", "xmalloc", "larson", "mstress"];
 
 /// Constructs benchmark `name` from `params` and runs `v` on it.
 pub fn with_benchmark<V: Visit>(name: &str, params: &Params, processes: usize, threads: usize, v: V)
     -> Result<V::Output, Error> {
     match name {
         "threadtest" => v.visit(&threadtest::Threadtest::new(params, processes, threads)?),
+        "xmalloc" => v.visit(&xmalloc::Xmalloc::new(params, processes, threads)?),
+        "larson" => v.visit(&larson::Larson::new(params, processes, threads)?),
+        "mstress" => v.visit(&mstress::Mstress::new(params, processes, threads)?),
         other => Err(format!("unknown benchmark {other:?} (known: {})", NAMES.join(", ")).into()),
     }
 }
