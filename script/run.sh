@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Main job: script/run.sh WORKLOAD   (e.g. script/run.sh workloads/mini.toml)
 #
-# What it runs today: the multi-process demo with the [demo] parameters of WORKLOAD (several
-# processes sharing one /dev/shm heap, freeing each other's blocks, then the heap checker), and a
-# quick smoke pass of the threadtest micro benchmark. The evaluation harness proper — a driver
-# that reads the whole workload file, expands its lists into configurations and runs coordinator
-# and worker processes for each (DESIGN.md §12) — is a later issue and will replace the body of
-# this script. Tables go to stdout; NDJSON goes to results/ (gitignored).
+# Installs what is missing (a C toolchain, the baselines' Debian packages, Rust, a Python venv
+# for plot/), builds the harness in release mode, runs every configuration of WORKLOAD
+# (driver -> coordinator -> worker processes, DESIGN.md §12), prints the results table, writes
+# one NDJSON line per worker process to results/NAME-DATE.ndjson, draws the figures into
+# results/NAME-DATE/ (PNG and PDF) and prints the headline ratios against the targets.
+# Exits non-zero when any run failed (the rest still run and are reported).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=script/setup.sh
@@ -19,24 +19,40 @@ fi
 workload=$1
 name=$(basename "$workload" .toml)
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
+out="results/$name-$stamp.ndjson"
+figures="results/$name-$stamp"
 mkdir -p results
 
 ensure_cc
 ensure_baselines
 ensure_rust
+have_venv=1
+ensure_venv || have_venv=0
+
 echo "==> building (release)"
-cargo build --release -p cxlalloc-bench --bins
+cargo build --release -p cxlalloc-bench --bin cxlalloc-bench
 
 echo
-echo "==> demo: $workload"
-cargo run -q --release -p cxlalloc-bench --bin demo -- \
-  --workload "$workload" --ndjson "results/$name-demo-$stamp.ndjson"
+echo "==> running $workload"
+status=0
+./target/release/cxlalloc-bench run "$workload" --out "$out" || status=$?
+
+if [ ! -s "$out" ]; then
+  echo "no results were written" >&2
+  exit 1
+fi
+if [ "$have_venv" -eq 1 ]; then
+  echo
+  echo "==> figures"
+  PYTHONPATH=plot "$PYTHON" -m cxlplot figures "$out" --out "$figures"
+  echo
+  echo "==> headline ratios"
+  PYTHONPATH=plot "$PYTHON" -m cxlplot compare "$out"
+else
+  echo "plots skipped: the Python venv for plot/ could not be set up" >&2
+fi
 
 echo
-echo "==> micro benchmark (--quick smoke pass; run the micro binary without --quick to measure)"
-cargo run -q --release -p cxlalloc-bench --bin micro -- \
-  --quick --ndjson "results/$name-micro-$stamp.ndjson"
-
-echo
-echo "==> results"
-ls -1 "results/$name-demo-$stamp.ndjson" "results/$name-micro-$stamp.ndjson"
+echo "NDJSON: $out"
+[ "$have_venv" -eq 0 ] || echo "figures: $figures/"
+exit "$status"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # All tests: formatting, lints, API docs (no broken links), unit/property/integration tests (plus the `validate` feature),
-# the loom models, miri over the unsafe code, the Nix dev shell's syntax, the plot/ Python tests, and a
-# smoke run of the micro benchmark.
+# the loom models, miri over the unsafe code, the Nix dev shell's syntax, the plot/ Python tests, and the
+# main job end to end on workloads/mini.toml.
 #
 # Usage: script/test.sh
 # Every step runs even when an earlier one fails; the summary at the end lists each step's
@@ -85,7 +85,7 @@ else
   skip plot "the Python venv for plot/ could not be set up"
 fi
 
-step micro-smoke cargo run --release -p cxlalloc-bench --bin micro -- --quick
+step main-job script/run.sh workloads/mini.toml
 
 echo
 echo "==> summary"

@@ -1,18 +1,20 @@
-//! Evaluation programs for cxlalloc.
+//! Evaluation programs for cxlalloc (DESIGN §12).
 //!
 //! Binaries:
 //!
-//! - `micro` — the threadtest micro benchmark (DESIGN §12.2) comparing cxlalloc (anonymous and
-//!   `/dev/shm` heaps) with mimalloc and the system allocator, in one process.
+//! - `cxlalloc-bench` — the harness: `cxlalloc-bench run workloads/NAME.toml` expands a workload
+//!   file into configurations and runs each as a coordinator process with worker processes,
+//!   writing one NDJSON line per worker and printing a results table ([`harness`]).
 //! - `demo` — several processes sharing one `/dev/shm` heap, passing blocks to each other through
 //!   offset rings and freeing each other's blocks; the parent checks the heap afterwards.
+//! - `tracegen` — writes or summarizes synthetic Twitter cache traces ([`trace`]).
 //!
-//! The full evaluation harness (driver → coordinator → workers reading `workloads/*.toml`,
-//! DESIGN §12.1) is a later piece of work; the modules here are the parts it will reuse.
-//!
-//! Modules, lowest first: [`allocator`] (one per-thread interface over every allocator compared)
-//! → [`threadtest`] (the workload and its timing); [`ring`] (a single-producer single-consumer
-//! queue of offsets laid out in heap memory) → [`demo`] (the demo's parameters and block stamps).
+//! Modules, lowest first: [`shm`] (the run's shared control area) and [`barrier`] (a barrier
+//! across processes in it); [`allocator`] (one per-thread interface over every allocator
+//! compared, with block handles valid in every process); [`memory`] (PSS split by coherence
+//! class); [`trace`] (trace reader and generator); [`bench`] (the benchmarks, one per-thread body
+//! each); [`harness`] (driver, coordinator, worker, records, table). [`ring`] and [`demo`] serve
+//! the demo program.
 
 pub mod allocator;
 pub mod barrier;
@@ -22,9 +24,7 @@ pub mod harness;
 pub mod memory;
 pub mod ring;
 pub mod shm;
-pub mod threadtest;
 pub mod trace;
-pub mod xmalloc;
 
 /// The error type of the benchmark programs: anything printable, sendable between threads.
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
