@@ -12,12 +12,15 @@
 //! over the run and must match, and `verified` counts values checked on read. A failed check is
 //! an error, never a silently wrong number.
 
+pub mod kv;
 pub mod larson;
+pub mod memcached;
 pub mod mstress;
 pub mod queue;
 pub mod stress;
 pub mod threadtest;
 pub mod xmalloc;
+pub mod ycsb;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
@@ -218,7 +221,7 @@ pub trait Visit {
 }
 
 /// Every benchmark name the harness knows.
-pub const NAMES: [&str; 4] = ["threadtest", "xmalloc", "larson", "mstress"];
+pub const NAMES: [&str; 6] = ["threadtest", "xmalloc", "larson", "mstress", "ycsb", "memcached"];
 
 /// Constructs benchmark `name` from `params` and runs `v` on it.
 pub fn with_benchmark<V: Visit>(name: &str, params: &Params, processes: usize, threads: usize, v: V)
@@ -228,6 +231,8 @@ pub fn with_benchmark<V: Visit>(name: &str, params: &Params, processes: usize, t
         "xmalloc" => v.visit(&xmalloc::Xmalloc::new(params, processes, threads)?),
         "larson" => v.visit(&larson::Larson::new(params, processes, threads)?),
         "mstress" => v.visit(&mstress::Mstress::new(params, processes, threads)?),
+        "ycsb" => v.visit(&ycsb::Ycsb::new(params, processes, threads)?),
+        "memcached" => v.visit(&memcached::Memcached::new(params, processes, threads)?),
         other => Err(format!("unknown benchmark {other:?} (known: {})", NAMES.join(", ")).into()),
     }
 }
