@@ -181,3 +181,21 @@ fn dry_run_lists_runs_without_running() {
     assert_eq!(String::from_utf8_lossy(&o.stdout).lines().filter(|l| l.starts_with("run ")).count(), 12);
     assert!(!s.out().exists());
 }
+
+#[test]
+fn every_shipped_workload_parses_and_validates() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../workloads");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let s = Scratch::new(&format!("shipped-{seen}"));
+        let o = run(&s, &path, &["--dry-run"]);
+        assert!(o.status.success(), "{}: {}", path.display(), text(&o));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("run "), "{} runs nothing", path.display());
+        seen += 1;
+    }
+    assert!(seen >= 5, "mini, main, process, huge and ablation are all there");
+}

@@ -16,7 +16,7 @@ use cxlalloc_bench::allocator::{Allocator, Cxl, Global, Handles};
 use cxlalloc_bench::barrier::{self, Barrier};
 use cxlalloc_bench::bench::kv::dist::{Rng, Zipfian};
 use cxlalloc_bench::bench::kv::{Kv, KvThread, Resize};
-use cxlalloc_bench::bench::memcached::{self, Memcached};
+use cxlalloc_bench::bench::memcached::Memcached;
 use cxlalloc_bench::bench::ycsb::Ycsb;
 use cxlalloc_bench::bench::{self, Benchmark, Ctx, Params, Phases, Report, Shape};
 use cxlalloc_bench::shm::{Carver, SharedArea};
@@ -564,10 +564,10 @@ fn memcached_maps_every_trace_operation_onto_the_store() {
         ],
     );
     let p = params(&[("trace", Value::from(path.display().to_string())), ("requests", Value::from(0))]);
-    let info = memcached::trace_info(&p, 1).unwrap();
+    let m = Memcached::new(&p, 1, 1).unwrap();
+    let info = m.trace_info(1);
     assert_eq!(info["synthetic"], false);
     assert_eq!(info["path"], path.display().to_string());
-    let m = Memcached::new(&p, 1, 1).unwrap();
     let reports = run_in_process(&m, &Global::mimalloc(), 1, 1).unwrap();
     let r = &reports[0];
     let got: Vec<u64> = ["hits", "misses", "sets", "stored", "not_stored", "deletes", "delete_misses"]

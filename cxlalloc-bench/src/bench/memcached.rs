@@ -84,22 +84,28 @@ fn source(params: &Params) -> Result<(Source, u64), Error> {
     Ok((source, requests))
 }
 
-/// What the NDJSON line records about the trace of a configuration run with `seed`:
-/// `{"synthetic", "cluster", "seed", "path", "requests"}` (cluster and seed are null for a
-/// file, path for a synthetic trace).
-pub fn trace_info(params: &Params, seed: u64) -> Result<Value, Error> {
-    let (source, requests) = source(params)?;
-    Ok(match source {
-        Source::Synthetic(c) => {
-            json!({ "synthetic": true, "cluster": c.name(), "seed": seed, "path": null, "requests": requests })
+impl Memcached {
+    /// What the NDJSON line records about the trace of a run with `seed`:
+    /// `{"synthetic", "cluster", "seed", "path", "requests"}` (cluster and seed are null for a
+    /// file, path for a synthetic trace).
+    pub fn trace_info(&self, seed: u64) -> Value {
+        let requests = self.requests;
+        match &self.source {
+            Source::Synthetic(c) => {
+                json!({ "synthetic": true, "cluster": c.name(), "seed": seed, "path": null, "requests": requests })
+            }
+            Source::File(p) => json!({
+                "synthetic": false, "cluster": null, "seed": null, "path": p.display().to_string(), "requests": requests,
+            }),
         }
-        Source::File(p) => json!({
-            "synthetic": false, "cluster": null, "seed": null, "path": p.display().to_string(), "requests": requests,
-        }),
-    })
+    }
 }
 
 impl Benchmark for Memcached {
+    fn trace(&self, seed: u64) -> Value {
+        self.trace_info(seed)
+    }
+
     fn new(params: &Params, _processes: usize, threads: usize) -> Result<Self, Error> {
         let (source, requests) = source(params)?;
         let buckets_log2 = params.u64("buckets_log2", 20)?;
@@ -267,7 +273,7 @@ mod tests {
 
     #[test]
     fn trace_info_names_the_synthetic_cluster_and_seed() {
-        let info = trace_info(&params(&[("cluster", Value::from("mc37"))]), 9).unwrap();
+        let info = Memcached::new(&params(&[("cluster", Value::from("mc37"))]), 1, 1).unwrap().trace_info(9);
         assert_eq!(info["synthetic"], true);
         assert_eq!(info["cluster"], "MC-37");
         assert_eq!(info["seed"], 9);

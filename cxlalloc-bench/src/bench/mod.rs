@@ -12,6 +12,7 @@
 //! over the run and must match, and `verified` counts values checked on read. A failed check is
 //! an error, never a silently wrong number.
 
+pub mod huge;
 pub mod kv;
 pub mod larson;
 pub mod memcached;
@@ -205,9 +206,19 @@ pub trait Benchmark: Sized + Sync {
         0
     }
 
+    /// What the NDJSON line records about the trace a run with `seed` replays (`null` for
+    /// benchmarks that replay none).
+    fn trace(&self, _seed: u64) -> Value {
+        Value::Null
+    }
+
     /// One thread's body: must call [`Phases::start`] and [`Phases::stop`] exactly once.
-    fn thread<A: Allocator>(&self, ctx: &Ctx<'_, A>, t: &mut A::Thread, phases: &mut Phases<'_>)
-        -> Result<Report, Error>;
+    fn thread<A: Allocator>(
+        &self,
+        ctx: &Ctx<'_, A>,
+        t: &mut A::Thread,
+        phases: &mut Phases<'_>,
+    ) -> Result<Report, Error>;
 }
 
 /// Runs generic code on a constructed benchmark: [`with_benchmark`] calls [`Visit::visit`] with
@@ -221,11 +232,16 @@ pub trait Visit {
 }
 
 /// Every benchmark name the harness knows.
-pub const NAMES: [&str; 6] = ["threadtest", "xmalloc", "larson", "mstress", "ycsb", "memcached"];
+pub const NAMES: [&str; 7] = ["threadtest", "xmalloc", "larson", "mstress", "ycsb", "memcached", "huge"];
 
 /// Constructs benchmark `name` from `params` and runs `v` on it.
-pub fn with_benchmark<V: Visit>(name: &str, params: &Params, processes: usize, threads: usize, v: V)
-    -> Result<V::Output, Error> {
+pub fn with_benchmark<V: Visit>(
+    name: &str,
+    params: &Params,
+    processes: usize,
+    threads: usize,
+    v: V,
+) -> Result<V::Output, Error> {
     match name {
         "threadtest" => v.visit(&threadtest::Threadtest::new(params, processes, threads)?),
         "xmalloc" => v.visit(&xmalloc::Xmalloc::new(params, processes, threads)?),
@@ -233,6 +249,7 @@ pub fn with_benchmark<V: Visit>(name: &str, params: &Params, processes: usize, t
         "mstress" => v.visit(&mstress::Mstress::new(params, processes, threads)?),
         "ycsb" => v.visit(&ycsb::Ycsb::new(params, processes, threads)?),
         "memcached" => v.visit(&memcached::Memcached::new(params, processes, threads)?),
+        "huge" => v.visit(&huge::Huge::new(params, processes, threads)?),
         other => Err(format!("unknown benchmark {other:?} (known: {})", NAMES.join(", ")).into()),
     }
 }

@@ -121,9 +121,9 @@ pub fn drive(opts: &Options, exe: &Path) -> Result<Summary, Error> {
                 say(
                     &bar,
                     format!(
-                        "ok    {}  {:.3} Mops/s  PSS {:.1} MiB  ({:.1} s)",
+                        "ok    {}  {}ops/s  PSS {:.1} MiB  ({:.1} s)",
                         job.config.describe(),
-                        throughput / 1e6,
+                        table::rate(throughput),
                         pss as f64 / f64::from(1 << 20),
                         started.elapsed().as_secs_f64()
                     ),
@@ -184,11 +184,13 @@ fn run_coordinator(job: &Job, exe: &Path) -> Result<Vec<Record>, Error> {
         .arg("--job")
         .arg(serde_json::to_string(job)?)
         .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
         .output()
         .map_err(|e| format!("starting coordinator {}: {e}", exe.display()))?;
     if !output.status.success() {
-        return Err(format!("coordinator {}", output.status).into());
+        // The coordinator's and workers' messages say why; keep them with the failure.
+        let why = String::from_utf8_lossy(&output.stderr);
+        let why: Vec<&str> = why.lines().filter(|l| !l.trim().is_empty()).collect();
+        return Err(format!("coordinator {}: {}", output.status, why.join(" | ")).into());
     }
     coordinator::parse_records(&String::from_utf8_lossy(&output.stdout))
 }

@@ -98,7 +98,7 @@ pub fn render(rows: &[Row]) -> String {
     let _ = writeln!(
         out,
         "{:<what_width$}  {:<alloc_width$}  {:>2} {:>3}  {:>10}  {:>11}  {:>10}  {:>8}  {:>4}",
-        "benchmark", "allocator", "P", "T", "Mops/s", "/ mimalloc", "PSS MiB", "HWcc %", "runs"
+        "benchmark", "allocator", "P", "T", "ops/s", "/ mimalloc", "PSS MiB", "HWcc %", "runs"
     );
     for r in rows {
         let ratio = mimalloc
@@ -107,12 +107,12 @@ pub fn render(rows: &[Row]) -> String {
             .map_or("-".to_owned(), |m| format!("{:.2}x", r.throughput / m));
         let _ = writeln!(
             out,
-            "{:<what_width$}  {:<alloc_width$}  {:>2} {:>3}  {:>10.3}  {:>11}  {:>10.1}  {:>8.4}  {:>4}",
+            "{:<what_width$}  {:<alloc_width$}  {:>2} {:>3}  {:>10}  {:>11}  {:>10.1}  {:>8.4}  {:>4}",
             r.what,
             r.allocator,
             r.processes,
             r.threads,
-            r.throughput / 1e6,
+            rate(r.throughput),
             ratio,
             r.pss_bytes / (1 << 20) as f64,
             r.hwcc_share * 100.0,
@@ -120,6 +120,27 @@ pub fn render(rows: &[Row]) -> String {
         );
     }
     out
+}
+
+/// A rate with an SI prefix and four significant digits: `183.5 M`, `12.06 k`, `9.512`.
+pub fn rate(x: f64) -> String {
+    let (v, unit) = if x >= 1e9 {
+        (x / 1e9, " G")
+    } else if x >= 1e6 {
+        (x / 1e6, " M")
+    } else if x >= 1e3 {
+        (x / 1e3, " k")
+    } else {
+        (x, "")
+    };
+    let decimals = if v >= 100.0 {
+        1
+    } else if v >= 10.0 {
+        2
+    } else {
+        3
+    };
+    format!("{v:.decimals$}{unit}")
 }
 
 #[cfg(test)]
@@ -178,6 +199,13 @@ mod tests {
         assert_eq!(rows[0].pss_bytes, 2000.0);
         assert!((rows[0].hwcc_share - 0.01).abs() < 1e-12);
         assert_eq!(rows[0].runs, 3);
+    }
+
+    #[test]
+    fn rates_keep_four_significant_digits_whatever_their_size() {
+        assert_eq!(rate(183_456_000.0), "183.5 M");
+        assert_eq!(rate(12_060.0), "12.06 k");
+        assert_eq!(rate(9.5123), "9.512");
     }
 
     #[test]

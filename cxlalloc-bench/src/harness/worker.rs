@@ -105,7 +105,9 @@ impl<A: Allocator> bench::Visit for OnBenchmark<'_, A> {
         for r in results {
             reports.push(r?);
         }
-        Ok(record(job, process, first, &reports, sampler.memory()?, self.alloc.stats()))
+        let mut record = record(job, process, first, &reports, sampler.memory()?, self.alloc.stats());
+        record.trace = bench.trace(c.seed);
+        Ok(record)
     }
 }
 
