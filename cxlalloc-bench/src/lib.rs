@@ -12,7 +12,7 @@
 //! Modules, lowest first: [`shm`] (the run's shared control area) and [`barrier`] (a barrier
 //! across processes in it); [`allocator`] (one per-thread interface over every allocator
 //! compared, with block handles valid in every process); [`memory`] (PSS split by coherence
-//! class); [`trace`] (trace reader and generator); [`bench`] (the benchmarks, one per-thread body
+//! class); [`trace`] (trace reader and generator); [`bench`](mod@bench) (the benchmarks, one per-thread body
 //! each); [`harness`] (driver, coordinator, worker, records, table). [`ring`] and [`demo`] serve
 //! the demo program.
 
