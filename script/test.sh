@@ -54,7 +54,7 @@ skip() {
 step fmt cargo fmt --all -- --check
 step clippy cargo clippy --workspace --all-targets -- -D warnings
 step doc env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
-step test cargo test --workspace
+step test cargo test --workspace --no-fail-fast
 step test-validate cargo test -p cxlalloc --features validate
 
 if [ -x script/loom.sh ]; then

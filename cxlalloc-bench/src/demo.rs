@@ -239,12 +239,6 @@ mod tests {
     }
 
     #[test]
-    fn the_shipped_mini_workload_parses() {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../workloads/mini.toml")).unwrap();
-        parse_workload(&text).unwrap();
-    }
-
-    #[test]
     fn every_ring_has_exactly_one_producer_in_another_process() {
         let p = Params { processes: 3, threads: 2, ..Params::default() };
         for g in 0..p.total_threads() {

@@ -1,7 +1,7 @@
 //! `demo`: several processes share one `/dev/shm` heap and free each other's blocks.
 //!
 //! ```text
-//! demo [--workload workloads/mini.toml] [--processes P] [--threads T] [--blocks B] [--ndjson FILE]
+//! demo [--workload FILE-WITH-A-[demo]-TABLE] [--processes P] [--threads T] [--blocks B] [--ndjson FILE]
 //! ```
 //!
 //! The parent creates a uniquely named heap, allocates a board of offset rings in it (one ring
