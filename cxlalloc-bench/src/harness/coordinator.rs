@@ -145,10 +145,29 @@ struct RunDir(PathBuf);
 
 impl RunDir {
     fn create(root: &Path) -> Result<Self, Error> {
+        remove_stale(root);
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let path = root.join(format!("cxlbench.{}.{nanos}", std::process::id()));
         std::fs::create_dir(&path).map_err(|e| format!("creating run directory {}: {e}", path.display()))?;
         Ok(Self(path))
+    }
+}
+
+/// Removes run directories under `root` whose coordinator process is gone (killed before it
+/// could clean up), so an interrupted run leaves nothing behind for long.
+fn remove_stale(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("cxlbench.")).and_then(|n| n.split('.').next())
+        else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<i32>() else { continue };
+        let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) == Err(nix::errno::Errno::ESRCH);
+        if gone {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
@@ -137,7 +137,9 @@ fn pin(thread: usize) {
 #[derive(Default)]
 struct Sampler {
     state: Mutex<SamplerState>,
-    done: AtomicBool,
+    /// Set by `stop`; the condition variable wakes a sampler sleeping between samples.
+    done: Mutex<bool>,
+    wake: Condvar,
 }
 
 #[derive(Default)]
@@ -177,14 +179,19 @@ impl Sampler {
     }
 
     fn run(&self, dirs: &[PathBuf], every: Duration) {
-        while !self.done.load(Ordering::Acquire) {
+        loop {
             self.sample(dirs);
-            std::thread::sleep(every);
+            let done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+            let (done, _) = self.wake.wait_timeout_while(done, every, |d| !*d).unwrap_or_else(|e| e.into_inner());
+            if *done {
+                return;
+            }
         }
     }
 
     fn stop(&self) {
-        self.done.store(true, Ordering::Release);
+        *self.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.wake.notify_all();
     }
 
     fn memory(&self) -> Result<Memory, Error> {

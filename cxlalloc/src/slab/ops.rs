@@ -490,7 +490,9 @@ impl<'a> SlabThread<'a> {
         mem.refresh_length(b);
         // Mapping eagerly only saves this process a fault per chunk: if it fails, the fault
         // handler maps the same chunk on first touch.
-        let _ = mem.ensure_mapped(b, to);
+        if mem.ensure_mapped(b, to).is_ok() {
+            let _ = mem.populate(b, from, to);
+        }
         for index in (from..to).rev() {
             let slab = mem.slab(b, index).ok_or(AllocError::Corrupt("bumped slab beyond length"))?;
             let d = mem.desc(b, slab);
