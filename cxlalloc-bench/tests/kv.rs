@@ -416,10 +416,6 @@ fn run_in_process<B: Benchmark, A: Allocator>(
     })
 }
 
-fn params(pairs: &[(&str, Value)]) -> Params {
-    Params(pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect())
-}
-
 fn sum(reports: &[Report], f: impl Fn(&Report) -> u64) -> u64 {
     reports.iter().map(f).sum()
 }
@@ -435,7 +431,7 @@ fn check_accounting(reports: &[Report], what: &str) {
 }
 
 fn ycsb_params(workload: &str, insert: &str) -> Params {
-    params(&[
+    Params::of(&[
         ("workload", Value::from(workload)),
         ("insert", Value::from(insert)),
         ("records", Value::from(2000)),
@@ -489,7 +485,7 @@ fn ycsb_load_a_and_d_free_everything_and_verify_every_hit_on_mimalloc() {
 #[test]
 fn ycsb_a_with_paper_sized_values_is_deterministic_per_seed() {
     let _g = serial();
-    let p = params(&[("records", Value::from(1000)), ("ops", Value::from(2000)), ("buckets_log2", Value::from(8))]);
+    let p = Params::of(&[("records", Value::from(1000)), ("ops", Value::from(2000)), ("buckets_log2", Value::from(8))]);
     let y = Ycsb::new(&p, 1, 1).unwrap();
     let a = run_in_process(&y, &Global::mimalloc(), 1, 7).unwrap();
     let b = run_in_process(&y, &Global::mimalloc(), 1, 7).unwrap();
@@ -503,7 +499,7 @@ fn memcached_replays_every_synthetic_cluster_and_frees_everything() {
     let _g = serial();
     let (heap, cxl) = anon_cxl();
     for cluster in ["MC-12", "MC-15", "MC-31", "MC-37"] {
-        let p = params(&[
+        let p = Params::of(&[
             ("cluster", Value::from(cluster)),
             ("requests", Value::from(2500)),
             ("buckets_log2", Value::from(10)),
@@ -563,7 +559,7 @@ fn memcached_maps_every_trace_operation_onto_the_store() {
             ("k2", Op::Gets, 0),     // hit
         ],
     );
-    let p = params(&[("trace", Value::from(path.display().to_string())), ("requests", Value::from(0))]);
+    let p = Params::of(&[("trace", Value::from(path.display().to_string())), ("requests", Value::from(0))]);
     let m = Memcached::new(&p, 1, 1).unwrap();
     let info = m.trace_info(1);
     assert_eq!(info["synthetic"], false);
@@ -659,10 +655,10 @@ fn zipfian_099_gives_the_top_item_its_theoretical_share_and_falls_off() {
 
 #[test]
 fn unknown_and_malformed_benchmark_parameters_are_refused() {
-    for p in [params(&[("valuesize", Value::from(8))]), params(&[("workload", Value::from("c"))])] {
+    for p in [Params::of(&[("valuesize", Value::from(8))]), Params::of(&[("workload", Value::from("c"))])] {
         assert!(Ycsb::new(&p, 1, 1).is_err(), "{p:?}");
     }
-    for p in [params(&[("value_size", Value::from(8))]), params(&[("cluster", Value::from("MC-1"))])] {
+    for p in [Params::of(&[("value_size", Value::from(8))]), Params::of(&[("cluster", Value::from("MC-1"))])] {
         assert!(Memcached::new(&p, 1, 1).is_err(), "{p:?}");
     }
 }
@@ -678,7 +674,7 @@ fn ycsb_and_memcached_are_registered() {
     }
     for name in ["ycsb", "memcached"] {
         assert!(bench::NAMES.contains(&name));
-        let p = params(&[("buckets_log2", Value::from(4))]);
+        let p = Params::of(&[("buckets_log2", Value::from(4))]);
         assert!(bench::with_benchmark(name, &p, 1, 2, Words).unwrap() >= 16, "{name}");
     }
 }

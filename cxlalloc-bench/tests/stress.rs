@@ -19,7 +19,6 @@ use cxlalloc_bench::Error;
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
-use serde_json::Value;
 
 /// Forking while another test thread holds a lock (in cxlalloc, the allocator, stdio) would
 /// leave that lock held forever in the child: fork-based tests take this for writing, the
@@ -28,10 +27,6 @@ static FORK: RwLock<()> = RwLock::new(());
 
 const SEED: u64 = 0x5eed;
 const BARRIER_TIMEOUT: Duration = Duration::from_secs(30);
-
-fn params(pairs: &[(&str, u64)]) -> Params {
-    Params(pairs.iter().map(|&(k, v)| (k.to_owned(), Value::from(v))).collect())
-}
 
 /// Sums of the reports of every thread of a run.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -143,7 +138,8 @@ fn on_both_allocators<B: Benchmark>(make: impl Fn(usize) -> B, expect: impl Fn(&
 }
 
 fn xmalloc(threads: usize, processes: usize) -> Xmalloc {
-    Xmalloc::new(&params(&[("containers", 60), ("warmup_containers", 6), ("seed", 11)]), processes, threads).unwrap()
+    Xmalloc::new(&Params::of(&[("containers", 60), ("warmup_containers", 6), ("seed", 11)]), processes, threads)
+        .unwrap()
 }
 
 fn expect_xmalloc(x: &Xmalloc, _threads: usize, t: &Totals) {
@@ -156,7 +152,7 @@ fn expect_xmalloc(x: &Xmalloc, _threads: usize, t: &Totals) {
 }
 
 fn larson(threads: usize, processes: usize) -> Larson {
-    Larson::new(&params(&[("slots", 100), ("ops", 20_000), ("rounds", 5), ("max_size", 2048)]), processes, threads)
+    Larson::new(&Params::of(&[("slots", 100), ("ops", 20_000), ("rounds", 5), ("max_size", 2048)]), processes, threads)
         .unwrap()
 }
 
@@ -168,8 +164,12 @@ fn expect_larson(l: &Larson, threads: usize, t: &Totals) {
 }
 
 fn mstress(threads: usize, processes: usize) -> Mstress {
-    Mstress::new(&params(&[("iterations", 40), ("objects_per_iter", 100), ("transfer_slots", 64)]), processes, threads)
-        .unwrap()
+    Mstress::new(
+        &Params::of(&[("iterations", 40), ("objects_per_iter", 100), ("transfer_slots", 64)]),
+        processes,
+        threads,
+    )
+    .unwrap()
 }
 
 fn expect_mstress(m: &Mstress, _threads: usize, t: &Totals) {
@@ -335,7 +335,7 @@ fn the_registry_knows_the_stress_benchmarks_and_refuses_unknown_parameters() {
     for name in ["xmalloc", "larson", "mstress"] {
         assert!(bench::NAMES.contains(&name));
         bench::with_benchmark(name, &Params::default(), 1, 2, Construct).unwrap();
-        let e = bench::with_benchmark(name, &params(&[("bogus", 1)]), 1, 2, Construct).unwrap_err().to_string();
+        let e = bench::with_benchmark(name, &Params::of(&[("bogus", 1)]), 1, 2, Construct).unwrap_err().to_string();
         assert!(e.contains("bogus"), "{name}: {e}");
     }
 }
@@ -362,7 +362,7 @@ fn exhaust<B: Benchmark>(bench: &B, threads: usize) -> String {
 fn an_allocation_failure_ends_an_xmalloc_run_with_an_error_not_a_hang() {
     // 32 small slabs cannot hold 100 waiting containers of 120 objects: the producer fails, and
     // the consumer waiting on the LIFO must give up too.
-    let x = Xmalloc::new(&params(&[("containers", 100_000), ("warmup_containers", 0)]), 1, 2).unwrap();
+    let x = Xmalloc::new(&Params::of(&[("containers", 100_000), ("warmup_containers", 0)]), 1, 2).unwrap();
     let e = exhaust(&x, 2);
     assert!(e.contains("exhausted") || e.contains("aborted"), "failed for the wrong reason: {e}");
 }
@@ -370,7 +370,7 @@ fn an_allocation_failure_ends_an_xmalloc_run_with_an_error_not_a_hang() {
 #[test]
 fn an_allocation_failure_ends_a_larson_run_with_an_error_not_a_hang() {
     // 2 arrays of 4000 blocks of up to 1 KiB cannot fit in 1 MiB.
-    let l = Larson::new(&params(&[("slots", 4000), ("ops", 1000)]), 1, 2).unwrap();
+    let l = Larson::new(&Params::of(&[("slots", 4000), ("ops", 1000)]), 1, 2).unwrap();
     let e = exhaust(&l, 2);
     assert!(e.contains("exhausted") || e.contains("aborted"), "failed for the wrong reason: {e}");
 }

@@ -207,10 +207,6 @@ mod tests {
     use super::*;
     use serde_json::Value;
 
-    fn params(pairs: &[(&str, Value)]) -> Params {
-        Params(pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect())
-    }
-
     #[test]
     fn defaults_are_eight_one_gib_objects() {
         let h = Huge::new(&Params::default(), 1, 1).unwrap();
@@ -219,8 +215,8 @@ mod tests {
 
     #[test]
     fn xmalloc_mode_needs_two_threads_and_bad_modes_are_refused() {
-        assert!(Huge::new(&params(&[("mode", Value::from("xmalloc"))]), 1, 1).is_err());
-        assert!(Huge::new(&params(&[("mode", Value::from("larson"))]), 1, 2).is_err());
-        assert!(Huge::new(&params(&[("size", Value::from(1))]), 1, 1).is_err());
+        assert!(Huge::new(&Params::of(&[("mode", Value::from("xmalloc"))]), 1, 1).is_err());
+        assert!(Huge::new(&Params::of(&[("mode", Value::from("larson"))]), 1, 2).is_err());
+        assert!(Huge::new(&Params::of(&[("size", Value::from(1))]), 1, 1).is_err());
     }
 }

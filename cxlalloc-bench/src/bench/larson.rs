@@ -230,13 +230,9 @@ impl Work<'_, '_> {
 mod tests {
     use super::*;
 
-    fn params(pairs: &[(&str, u64)]) -> Params {
-        Params(pairs.iter().map(|&(k, v)| (k.to_owned(), Value::from(v))).collect())
-    }
-
     #[test]
     fn each_round_every_array_has_exactly_one_holder_and_passes_to_the_next_thread() {
-        let l = Larson::new(&params(&[("rounds", 7)]), 1, 5).unwrap();
+        let l = Larson::new(&Params::of(&[("rounds", 7)]), 1, 5).unwrap();
         for round in 0..=7 {
             let mut held: Vec<usize> = (0..5).map(|i| l.array_of(i, round)).collect();
             held.sort_unstable();
@@ -249,10 +245,10 @@ mod tests {
 
     #[test]
     fn bad_sizes_and_unknown_parameters_are_refused() {
-        assert!(Larson::new(&params(&[("min_size", 4)]), 1, 2).is_err());
-        assert!(Larson::new(&params(&[("min_size", 64), ("max_size", 32)]), 1, 2).is_err());
-        assert!(Larson::new(&params(&[("max_size", 1 << 20)]), 1, 2).is_err());
-        assert!(Larson::new(&params(&[("rounds", 0)]), 1, 2).is_err());
-        assert!(Larson::new(&params(&[("slot", 10)]), 1, 2).unwrap_err().to_string().contains("slot"));
+        assert!(Larson::new(&Params::of(&[("min_size", 4)]), 1, 2).is_err());
+        assert!(Larson::new(&Params::of(&[("min_size", 64), ("max_size", 32)]), 1, 2).is_err());
+        assert!(Larson::new(&Params::of(&[("max_size", 1 << 20)]), 1, 2).is_err());
+        assert!(Larson::new(&Params::of(&[("rounds", 0)]), 1, 2).is_err());
+        assert!(Larson::new(&Params::of(&[("slot", 10)]), 1, 2).unwrap_err().to_string().contains("slot"));
     }
 }

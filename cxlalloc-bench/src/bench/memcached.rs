@@ -253,19 +253,15 @@ fn replay<T: ThreadAlloc>(kt: &mut KvThread<'_, T>, r: &Request, c: &mut Counts)
 mod tests {
     use super::*;
 
-    fn params(pairs: &[(&str, Value)]) -> Params {
-        Params(pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect())
-    }
-
     #[test]
     fn bad_parameters_are_refused() {
         for p in [
-            params(&[("clusters", Value::from("MC-12"))]),
-            params(&[("cluster", Value::from("MC-99"))]),
-            params(&[("cluster", Value::from("MC-12")), ("trace", Value::from("/nonexistent"))]),
-            params(&[("trace", Value::from("/nonexistent/trace.csv"))]),
-            params(&[("requests", Value::from(0))]),
-            params(&[("buckets_log2", Value::from(40))]),
+            Params::of(&[("clusters", Value::from("MC-12"))]),
+            Params::of(&[("cluster", Value::from("MC-99"))]),
+            Params::of(&[("cluster", Value::from("MC-12")), ("trace", Value::from("/nonexistent"))]),
+            Params::of(&[("trace", Value::from("/nonexistent/trace.csv"))]),
+            Params::of(&[("requests", Value::from(0))]),
+            Params::of(&[("buckets_log2", Value::from(40))]),
         ] {
             assert!(Memcached::new(&p, 1, 1).is_err(), "{p:?}");
         }
@@ -273,7 +269,7 @@ mod tests {
 
     #[test]
     fn trace_info_names_the_synthetic_cluster_and_seed() {
-        let info = Memcached::new(&params(&[("cluster", Value::from("mc37"))]), 1, 1).unwrap().trace_info(9);
+        let info = Memcached::new(&Params::of(&[("cluster", Value::from("mc37"))]), 1, 1).unwrap().trace_info(9);
         assert_eq!(info["synthetic"], true);
         assert_eq!(info["cluster"], "MC-37");
         assert_eq!(info["seed"], 9);
@@ -282,8 +278,9 @@ mod tests {
 
     #[test]
     fn every_request_goes_to_exactly_one_thread() {
-        let m = Memcached::new(&params(&[("cluster", Value::from("MC-15")), ("requests", Value::from(1000))]), 1, 3)
-            .unwrap();
+        let m =
+            Memcached::new(&Params::of(&[("cluster", Value::from("MC-15")), ("requests", Value::from(1000))]), 1, 3)
+                .unwrap();
         let all: Vec<Request> = Generator::new(Cluster::Mc15, 5, 1000).collect();
         let shares: Vec<Vec<Request>> = (0..3).map(|t| m.requests_of(5, t).unwrap()).collect();
         assert_eq!(shares.iter().map(Vec::len).sum::<usize>(), 1000);

@@ -38,6 +38,12 @@ use crate::Error;
 pub struct Params(pub BTreeMap<String, Value>);
 
 impl Params {
+    /// Parameters from `(name, value)` pairs (tests and tools; workload files go through the
+    /// harness).
+    pub fn of<V: Into<Value> + Clone>(pairs: &[(&str, V)]) -> Self {
+        Params(pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone().into())).collect())
+    }
+
     /// Fails on a key not in `known` (a misspelt parameter would otherwise silently default).
     pub fn only(&self, bench: &str, known: &[&str]) -> Result<(), Error> {
         match self.0.keys().find(|k| !known.contains(&k.as_str())) {

@@ -245,10 +245,6 @@ impl Work<'_> {
 mod tests {
     use super::*;
 
-    fn params(pairs: &[(&str, u64)]) -> Params {
-        Params(pairs.iter().map(|&(k, v)| (k.to_owned(), Value::from(v))).collect())
-    }
-
     #[test]
     fn sizes_are_mostly_small_sometimes_large_and_never_above_the_largest_class() {
         let mut rng = Rng::new(1, 2);
@@ -261,9 +257,9 @@ mod tests {
 
     #[test]
     fn zero_sizes_and_unknown_parameters_are_refused() {
-        assert!(Mstress::new(&params(&[("transfer_slots", 0)]), 1, 2).is_err());
-        assert!(Mstress::new(&params(&[("objects_per_iter", 0)]), 1, 2).is_err());
-        assert!(Mstress::new(&params(&[("iteration", 5)]), 1, 2).unwrap_err().to_string().contains("iteration"));
-        assert_eq!(Mstress::new(&params(&[("seed", 9)]), 1, 2).unwrap().seed, Some(9));
+        assert!(Mstress::new(&Params::of(&[("transfer_slots", 0)]), 1, 2).is_err());
+        assert!(Mstress::new(&Params::of(&[("objects_per_iter", 0)]), 1, 2).is_err());
+        assert!(Mstress::new(&Params::of(&[("iteration", 5)]), 1, 2).unwrap_err().to_string().contains("iteration"));
+        assert_eq!(Mstress::new(&Params::of(&[("seed", 9)]), 1, 2).unwrap().seed, Some(9));
     }
 }

@@ -123,21 +123,16 @@ pub unsafe fn write_prefix(ptr: NonNull<u8>, n: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::Value;
-
-    fn params(pairs: &[(&str, u64)]) -> Params {
-        Params(pairs.iter().map(|&(k, v)| (k.to_owned(), Value::from(v))).collect())
-    }
 
     #[test]
     fn total_work_is_split_over_all_threads() {
-        let one = Threadtest::new(&params(&[("total_pairs", 1_000_000)]), 1, 1).unwrap();
-        let four = Threadtest::new(&params(&[("total_pairs", 1_000_000)]), 2, 4).unwrap();
+        let one = Threadtest::new(&Params::of(&[("total_pairs", 1_000_000)]), 1, 1).unwrap();
+        let four = Threadtest::new(&Params::of(&[("total_pairs", 1_000_000)]), 2, 4).unwrap();
         assert_eq!(one.rounds * one.objects, 4 * four.rounds * four.objects);
     }
 
     #[test]
     fn blocks_above_one_kib_use_64_objects_per_round() {
-        assert_eq!(Threadtest::new(&params(&[("size", 4096)]), 1, 1).unwrap().objects, 64);
+        assert_eq!(Threadtest::new(&Params::of(&[("size", 4096)]), 1, 1).unwrap().objects, 64);
     }
 }

@@ -333,23 +333,19 @@ impl Phase<'_, '_> {
 mod tests {
     use super::*;
 
-    fn params(pairs: &[(&str, u64)]) -> Params {
-        Params(pairs.iter().map(|&(k, v)| (k.to_owned(), Value::from(v))).collect())
-    }
-
     #[test]
     fn defaults_and_warm_up_follow_the_producer_count() {
         let x = Xmalloc::new(&Params::default(), 1, 4).unwrap();
         assert_eq!((x.containers, x.warmup_containers, x.producers(), x.seed), (20_000, 1000, 2, None));
-        let tiny = Xmalloc::new(&params(&[("containers", 10), ("seed", 3)]), 1, 6).unwrap();
+        let tiny = Xmalloc::new(&Params::of(&[("containers", 10), ("seed", 3)]), 1, 6).unwrap();
         assert_eq!((tiny.warmup_containers, tiny.seed), (3, Some(3)));
     }
 
     #[test]
     fn one_thread_zero_containers_and_unknown_parameters_are_refused() {
         assert!(Xmalloc::new(&Params::default(), 1, 1).unwrap_err().to_string().contains("2 threads"));
-        assert!(Xmalloc::new(&params(&[("containers", 0)]), 1, 2).is_err());
-        assert!(Xmalloc::new(&params(&[("container", 5)]), 1, 2).is_err());
+        assert!(Xmalloc::new(&Params::of(&[("containers", 0)]), 1, 2).is_err());
+        assert!(Xmalloc::new(&Params::of(&[("container", 5)]), 1, 2).is_err());
     }
 
     #[test]

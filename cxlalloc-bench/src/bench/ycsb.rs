@@ -371,10 +371,6 @@ impl Ycsb {
 mod tests {
     use super::*;
 
-    fn params(pairs: &[(&str, Value)]) -> Params {
-        Params(pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect())
-    }
-
     #[test]
     fn shares_cover_the_range_contiguously() {
         let parts: Vec<_> = (0..3).map(|i| share(10, 3, i)).collect();
@@ -402,7 +398,7 @@ mod tests {
             ("records", Value::from(0)),
             ("buckets_log2", Value::from(31)),
         ] {
-            assert!(Ycsb::new(&params(&[(k, v.clone())]), 1, 1).is_err(), "{k} = {v}");
+            assert!(Ycsb::new(&Params::of(&[(k, v.clone())]), 1, 1).is_err(), "{k} = {v}");
         }
     }
 }
