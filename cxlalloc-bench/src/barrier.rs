@@ -71,6 +71,12 @@ impl<'a> Barrier<'a> {
         self.words[ABORTED].store(1, Ordering::Release);
     }
 
+    /// The word [`Barrier::abort`] raises (nonzero: aborted), for waits outside the barrier
+    /// that must end with the run (see `bench::stress::Backoff`).
+    pub fn abort_word(&self) -> &'a AtomicU64 {
+        &self.words[ABORTED]
+    }
+
     /// Whether the run was aborted.
     pub fn aborted(&self) -> bool {
         self.words[ABORTED].load(Ordering::Acquire) != 0

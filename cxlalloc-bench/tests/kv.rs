@@ -406,7 +406,8 @@ fn run_in_process<B: Benchmark, A: Allocator>(
                     let ctx = Ctx { alloc, handles: Handles::of(alloc), shared, shape: shape(t), seed };
                     let mut th = alloc.thread()?;
                     let mut phases = Phases::new(barrier, on_stop);
-                    let report = b.thread(&ctx, &mut th, &mut phases)?;
+                    // As the harness worker does: a failing thread aborts the run.
+                    let report = b.thread(&ctx, &mut th, &mut phases).inspect_err(|_| phases.abort())?;
                     phases.secs()?;
                     Ok(report)
                 })

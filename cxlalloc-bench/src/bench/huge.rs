@@ -46,20 +46,20 @@ pub struct Huge {
     pub threads: usize,
 }
 
-const LAYOUT: [usize; 3] = [1, 1, Lifo::words(LIFO_LIMIT)];
+const LAYOUT: [usize; 2] = [1, Lifo::words(LIFO_LIMIT)];
 
 struct Shared<'a> {
+    /// The run's abort word ([`Phases::abort_word`]).
     abort: &'a AtomicU64,
     done: &'a AtomicU64,
     lifo: Lifo<'a>,
 }
 
 impl<'a> Shared<'a> {
-    fn carve(words: &'a [AtomicU64]) -> Result<Self, Error> {
+    fn carve(words: &'a [AtomicU64], abort: &'a AtomicU64) -> Result<Self, Error> {
         let mut c = Carver::new(words);
-        let abort = &c.take(LAYOUT[0])?[0];
-        let done = &c.take(LAYOUT[1])?[0];
-        let lifo = Lifo::new(c.take(LAYOUT[2])?, abort)?;
+        let done = &c.take(LAYOUT[0])?[0];
+        let lifo = Lifo::new(c.take(LAYOUT[1])?, abort)?;
         Ok(Self { abort, done, lifo })
     }
 }
@@ -94,15 +94,13 @@ impl Benchmark for Huge {
         t: &mut A::Thread,
         phases: &mut Phases<'_>,
     ) -> Result<Report, Error> {
-        let shared = Shared::carve(ctx.shared)?;
-        let result = match self.mode {
+        match self.mode {
             Mode::Threadtest => self.threadtest(ctx, t, phases),
-            Mode::Xmalloc => self.xmalloc(ctx, t, phases, &shared),
-        };
-        if result.is_err() {
-            stress::raise(shared.abort);
+            Mode::Xmalloc => {
+                let shared = Shared::carve(ctx.shared, phases.abort_word())?;
+                self.xmalloc(ctx, t, phases, &shared)
+            }
         }
-        result
     }
 }
 

@@ -58,7 +58,7 @@ pub struct Larson {
 
 /// This benchmark's control-area words, carved the same way in every process.
 struct Shared<'a> {
-    /// Raised by a failing thread; ends every wait.
+    /// The run's abort word ([`Phases::abort_word`]); ends every wait.
     abort: &'a AtomicU64,
     /// Array `a`'s round word at `LINE * a`: the rounds finished on it.
     rounds: &'a [AtomicU64],
@@ -67,14 +67,14 @@ struct Shared<'a> {
 }
 
 impl Larson {
-    fn layout(&self) -> [usize; 3] {
-        [1, LINE * self.threads, self.slots * self.threads]
+    fn layout(&self) -> [usize; 2] {
+        [LINE * self.threads, self.slots * self.threads]
     }
 
-    fn carve<'a>(&self, words: &'a [AtomicU64]) -> Result<Shared<'a>, Error> {
-        let [a, r, s] = self.layout();
+    fn carve<'a>(&self, words: &'a [AtomicU64], abort: &'a AtomicU64) -> Result<Shared<'a>, Error> {
+        let [r, s] = self.layout();
         let mut c = Carver::new(words);
-        Ok(Shared { abort: &c.take(a)?[0], rounds: c.take(r)?, arrays: c.take(s)? })
+        Ok(Shared { abort, rounds: c.take(r)?, arrays: c.take(s)? })
     }
 
     /// The array thread `thread` works on in round `round` (round `rounds` = the one it frees).
@@ -113,12 +113,8 @@ impl Benchmark for Larson {
         t: &mut A::Thread,
         phases: &mut Phases<'_>,
     ) -> Result<Report, Error> {
-        let shared = self.carve(ctx.shared)?;
-        let result = self.run(ctx, &shared, t, phases);
-        if result.is_err() {
-            stress::raise(shared.abort);
-        }
-        result
+        let shared = self.carve(ctx.shared, phases.abort_word())?;
+        self.run(ctx, &shared, t, phases)
     }
 }
 
@@ -196,20 +192,10 @@ impl Work<'_, '_> {
         // hand-overs.
         let h = slot.swap(0, Ordering::Relaxed);
         let Some(p) = self.handles.block(h) else { return Ok(()) };
-        // SAFETY: a live block of at least `min_size >= 8` bytes, stamped when allocated.
-        let size = unsafe { stress::stamped_size(p, h) } as usize;
-        let (lo, hi) = (self.larson.min_size, self.larson.max_size);
-        // SAFETY: the check reads `min(size, 64)` bytes; an in-range size is the block's own
-        // unless the block is corrupt, and then the run fails on this very check.
-        if !(lo..=hi).contains(&size) || !unsafe { stress::check_stamp(p, h, size) } {
-            return Err(stress::corrupt(h, size));
-        }
-        self.report.verified += 1;
-        // SAFETY: allocated with `size` (its stamp says so) by whichever thread filled this
-        // slot; the slot was emptied above, so it is freed exactly once.
-        unsafe { t.free(p, size)? };
-        self.report.freed += 1;
-        Ok(())
+        let sizes = self.larson.min_size..=self.larson.max_size;
+        // SAFETY: a live block of at least `min_size >= 8` bytes, stamped when allocated by
+        // whichever thread filled this slot; the slot was emptied above, so we alone own it.
+        unsafe { stress::free_stamped(t, p, h, sizes, self.report) }
     }
 
     /// Allocates a block of a random size into the empty `slot`, stamped.

@@ -196,6 +196,12 @@ impl<'a> Phases<'a> {
         self.secs.ok_or_else(|| "the benchmark never called Phases::start and Phases::stop".into())
     }
 
+    /// The run's abort word: raised by [`Phases::abort`] (or by a benchmark wait that stalls);
+    /// a benchmark's own waits outside the barriers watch it, so one word ends them all.
+    pub fn abort_word(&self) -> &'a AtomicU64 {
+        self.barrier.abort_word()
+    }
+
     /// Fails every other thread's barrier waits (this thread failed).
     pub fn abort(&self) {
         self.barrier.abort();
@@ -218,7 +224,9 @@ pub trait Benchmark: Sized + Sync {
         Value::Null
     }
 
-    /// One thread's body: must call [`Phases::start`] and [`Phases::stop`] exactly once.
+    /// One thread's body: must call [`Phases::start`] and [`Phases::stop`] exactly once. When it
+    /// fails, its caller aborts the run ([`Phases::abort`]), which ends every other thread's
+    /// barrier waits and every wait watching [`Phases::abort_word`].
     fn thread<A: Allocator>(
         &self,
         ctx: &Ctx<'_, A>,

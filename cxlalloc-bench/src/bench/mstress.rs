@@ -69,8 +69,8 @@ pub fn pick_size(rng: &mut Rng) -> usize {
 }
 
 /// This benchmark's control-area words, carved the same way in every process. (No thread
-/// ever waits on another outside the phase barriers, so unlike xmalloc and larson there is no
-/// abort word.)
+/// ever waits on another outside the phase barriers, so unlike xmalloc and larson it never
+/// watches the run's abort word.)
 struct Shared<'a> {
     /// The transfer array.
     slots: &'a [AtomicU64],
@@ -225,19 +225,9 @@ impl Work<'_> {
     /// Verifies and frees the object with handle `h` taken from the transfer array (none for 0).
     fn take<T: ThreadAlloc>(&mut self, t: &mut T, h: u64) -> Result<(), Error> {
         let Some(p) = self.handles.block(h) else { return Ok(()) };
-        // SAFETY: a live object of at least `MIN_OBJECT` bytes, stamped by its allocator.
-        let size = unsafe { stress::stamped_size(p, h) } as usize;
-        // SAFETY: the check reads `min(size, 64)` bytes; an in-range size is the object's own
-        // unless the object is corrupt, and then the run fails on this very check.
-        if !(MIN_OBJECT..=MAX_OBJECT).contains(&size) || !unsafe { stress::check_stamp(p, h, size) } {
-            return Err(stress::corrupt(h, size));
-        }
-        self.report.verified += 1;
-        // SAFETY: allocated with `size` (its stamp says so); the swap that took it out of the
-        // array makes this thread its only owner, so it is freed exactly once.
-        unsafe { t.free(p, size)? };
-        self.report.freed += 1;
-        Ok(())
+        // SAFETY: a live object of at least `MIN_OBJECT` bytes, stamped by its allocator; the
+        // swap that took it out of the array makes this thread its only owner.
+        unsafe { stress::free_stamped(t, p, h, MIN_OBJECT..=MAX_OBJECT, self.report) }
     }
 }
 

@@ -9,10 +9,13 @@
 //! Touch parity: every allocator's objects get exactly the same bytes written and read —
 //! [`write_stamp`] and [`check_stamp`] are the only code that touches object memory.
 
+use std::ops::RangeInclusive;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::Report;
+use crate::allocator::ThreadAlloc;
 use crate::Error;
 
 /// The largest object the stress benchmarks allocate: cxlalloc's largest size class (larger
@@ -166,14 +169,43 @@ pub unsafe fn stamped_size(ptr: NonNull<u8>, handle: u64) -> u64 {
     first ^ mix(handle)
 }
 
+/// Verifies the stamp of object `h` at `p`, whose size the stamp itself records (it must lie in
+/// `sizes`), then frees it; counts it in `report.verified` and `report.freed`.
+///
+/// # Safety
+///
+/// `p` is a live object of at least 8 bytes, stamped by [`write_stamp`] when it was allocated
+/// with the size the stamp records, and the caller is its only owner (it is freed here, once).
+pub unsafe fn free_stamped<T: ThreadAlloc>(
+    t: &mut T,
+    p: NonNull<u8>,
+    h: u64,
+    sizes: RangeInclusive<usize>,
+    report: &mut Report,
+) -> Result<(), Error> {
+    // SAFETY: by the contract, at least 8 readable bytes.
+    let size = unsafe { stamped_size(p, h) } as usize;
+    // SAFETY: the check reads `min(size, 64)` bytes; an in-range size is the object's own
+    // unless the object is corrupt, and then the run fails on this very check.
+    if !sizes.contains(&size) || !unsafe { check_stamp(p, h, size) } {
+        return Err(corrupt(h, size));
+    }
+    report.verified += 1;
+    // SAFETY: allocated with `size` (its stamp says so), owned only by the caller.
+    unsafe { t.free(p, size)? };
+    report.freed += 1;
+    Ok(())
+}
+
 /// The error for an object whose stamp does not read back.
 pub fn corrupt(handle: u64, size: usize) -> Error {
     format!("object {handle:#x} of {size} bytes does not read back as written").into()
 }
 
-/// Marks the run as failed in a benchmark's abort word, so peers waiting in [`Backoff::snooze`]
-/// give up instead of waiting for a thread that has left.
-pub fn raise(abort: &AtomicU64) {
+/// Marks the run as failed in its abort word ([`super::Phases::abort_word`]), so peers waiting
+/// in [`Backoff::snooze`] and at the phase barriers give up instead of waiting for a thread
+/// that has left.
+fn raise(abort: &AtomicU64) {
     // Relaxed: a flag with no data behind it; waiters poll it.
     abort.store(1, Ordering::Relaxed);
 }
@@ -192,7 +224,7 @@ pub struct Backoff<'a> {
 const SPINS: u32 = 64;
 
 impl<'a> Backoff<'a> {
-    /// A fresh wait, watching the benchmark's abort word `abort`.
+    /// A fresh wait, watching the run's abort word `abort` ([`super::Phases::abort_word`]).
     pub fn new(abort: &'a AtomicU64) -> Self {
         Self { abort, step: 0, since: None }
     }

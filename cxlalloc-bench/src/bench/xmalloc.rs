@@ -80,21 +80,20 @@ fn container_key(timed: bool, producer: usize, seq: u64) -> u64 {
 
 /// This benchmark's control-area words, carved the same way in every process.
 struct Shared<'a> {
-    /// Raised by a failing thread; ends every wait.
+    /// The run's abort word ([`Phases::abort_word`]); ends every wait.
     abort: &'a AtomicU64,
     /// Producers done, per phase (0 warm-up, 1 timed).
     done: &'a [AtomicU64],
     lifo: Lifo<'a>,
 }
 
-const LAYOUT: [usize; 3] = [1, 2, Lifo::words(LIFO_LIMIT)];
+const LAYOUT: [usize; 2] = [2, Lifo::words(LIFO_LIMIT)];
 
 impl<'a> Shared<'a> {
-    fn carve(words: &'a [AtomicU64]) -> Result<Self, Error> {
+    fn carve(words: &'a [AtomicU64], abort: &'a AtomicU64) -> Result<Self, Error> {
         let mut c = Carver::new(words);
-        let abort = &c.take(LAYOUT[0])?[0];
-        let done = c.take(LAYOUT[1])?;
-        let lifo = Lifo::new(c.take(LAYOUT[2])?, abort)?;
+        let done = c.take(LAYOUT[0])?;
+        let lifo = Lifo::new(c.take(LAYOUT[1])?, abort)?;
         Ok(Self { abort, done, lifo })
     }
 }
@@ -137,12 +136,8 @@ impl Benchmark for Xmalloc {
         t: &mut A::Thread,
         phases: &mut Phases<'_>,
     ) -> Result<Report, Error> {
-        let shared = Shared::carve(ctx.shared)?;
-        let result = self.run(ctx, &shared, t, phases);
-        if result.is_err() {
-            stress::raise(shared.abort);
-        }
-        result
+        let shared = Shared::carve(ctx.shared, phases.abort_word())?;
+        self.run(ctx, &shared, t, phases)
     }
 }
 
