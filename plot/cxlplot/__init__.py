@@ -6,7 +6,9 @@ Modules, each usable on its own:
               (medians over repeats);
 - `compare` — the headline ratios of DESIGN §15 next to their targets;
 - `table`   — a plain-text table with one row per configuration;
-- `figures` — Figures 7, 8, 9, 10 and 12 as PNG and PDF.
+- `figures` — Figures 7, 8, 9, 10 and 12 as PNG and PDF;
+- `vcd`      — a reader for Value Change Dump files from the RTL simulations in fpga/;
+- `waveform` — timing diagrams (like the paper's Figure 6) of chosen signals of a VCD dump.
 
-The command line is `python -m cxlplot {figures,compare,table} ...` (see `__main__`).
+The command line is `python -m cxlplot {figures,compare,table,vcd} ...` (see `__main__`).
 """

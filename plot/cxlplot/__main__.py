@@ -1,4 +1,5 @@
-"""Command line: `python -m cxlplot {figures,compare,table} RESULTS.ndjson...`.
+"""Command line: `python -m cxlplot {figures,compare,table} RESULTS.ndjson...`, and
+`python -m cxlplot vcd DUMP.vcd --signals A,B,... --out FIGURE.png` for timing diagrams.
 
 Run it from `plot/`, or from anywhere with `PYTHONPATH=plot`. Exit status 0 on success, 2 on a
 usage or input error (the message names the file and line). `compare` does not fail on a missed
@@ -12,7 +13,7 @@ import json
 import os
 import sys
 
-from . import compare, figures, load, table
+from . import compare, figures, load, table, vcd, waveform
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,9 +26,23 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("table", help="print one row per configuration (medians over repeats)")
     for p in (p_fig, p_cmp, sub.choices["table"]):
         p.add_argument("results", nargs="+", help="NDJSON files written by the harness")
+    p_vcd = sub.add_parser("vcd", help="draw signals of a VCD file as a timing diagram")
+    p_vcd.add_argument("dump", help="VCD file (Icarus Verilog, Verilator, ...)")
+    p_vcd.add_argument("--signals", required=True,
+                       help="comma-separated signal names, top row first: full hierarchical "
+                            "names or unique suffixes (req_valid for tb.dut.req_valid)")
+    p_vcd.add_argument("--out", required=True, help="figure file; .png, .pdf or .svg")
+    p_vcd.add_argument("--title", help="title above the diagram")
+    p_vcd.add_argument("--clock", help="signal whose rising edges get faint vertical lines")
     args = parser.parse_args(argv)
 
     try:
+        if args.command == "vcd":
+            names = [name.strip() for name in args.signals.split(",") if name.strip()]
+            path = waveform.write(vcd.load(args.dump), names, args.out, title=args.title,
+                                  clock=args.clock)
+            print(f"wrote {path}")
+            return 0
         lines, runs, configs = load.load(args.results)
         if args.command == "figures":
             written, skipped = figures.write_all(lines, configs, args.out)
@@ -47,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         # The reader (`| head`) left early: not an error. Python's recipe: point stdout at
         # /dev/null so the interpreter's final flush does not complain either.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (load.LoadError, OSError) as e:
+    except (load.LoadError, vcd.VcdError, OSError) as e:
         print(f"cxlplot: error: {e}", file=sys.stderr)
         return 2
     return 0
