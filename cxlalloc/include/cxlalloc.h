@@ -122,6 +122,9 @@ typedef struct cxl_config {
     /** Non-zero: reserve backing store as the heap grows, so a full /dev/shm is an
      *  out-of-memory error instead of SIGBUS. Default 1. */
     int commit_on_grow;
+    /** Address space for allocations above 512 KiB, in bytes: a multiple of 1 GiB, 0 for
+     *  none. Only address space; each huge allocation commits its own memory. Default 1 TiB. */
+    uint64_t huge_capacity;
 } cxl_config_t;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -200,8 +203,10 @@ void cxl_thread_detach(cxl_thread_t* thread);
 /* Allocation                                                                                   */
 /* ------------------------------------------------------------------------------------------ */
 
-/** Allocates `size` bytes, uninitialized. Returns NULL on failure: size 0 (CXL_EINVAL, errno
- *  EINVAL), size above 512 KiB (CXL_EUNSUPPORTED, errno ENOMEM), heap full (CXL_ENOMEM,
+/** Allocates `size` bytes, uninitialized. Blocks above 512 KiB come from the huge heap: each
+ *  has its own backing object, mapped in other processes on first touch. Returns NULL on
+ *  failure: size 0 (CXL_EINVAL, errno EINVAL), heap or huge address space full (CXL_ENOMEM,
+ *  errno ENOMEM), size above 512 KiB in a heap created with huge_capacity 0 (CXL_EUNSUPPORTED,
  *  errno ENOMEM). */
 void* cxl_malloc(cxl_thread_t* thread, size_t size);
 
@@ -220,7 +225,8 @@ void* cxl_realloc(cxl_thread_t* thread, void* ptr, size_t size);
 /** C11 aligned_alloc: allocates `size` bytes aligned to `alignment`, which must be a power of
  *  two (else NULL with CXL_EINVAL, errno EINVAL). `size` need not be a multiple of
  *  `alignment`. Alignments up to 512 KiB are served without padding (every block of the size
- *  class chosen is aligned); larger ones return NULL with CXL_EUNSUPPORTED, errno ENOMEM. */
+ *  class chosen is aligned); larger ones, up to 1 GiB, come from the huge heap; beyond that
+ *  NULL with CXL_EINVAL, errno EINVAL. */
 void* cxl_aligned_alloc(cxl_thread_t* thread, size_t alignment, size_t size);
 
 /** Frees a block allocated by any thread of any process from this heap. `ptr` NULL is a no-op

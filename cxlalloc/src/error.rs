@@ -98,9 +98,24 @@ pub enum AllocError {
     /// The alignment is not a power of two.
     #[error("alignment {0} is not a power of two")]
     BadAlignment(usize),
-    /// Above the largest slab class; the huge heap will serve these.
-    #[error("{0}-byte allocations need the huge heap, which is not available yet")]
+    /// Above the largest slab class, in a heap created without a huge heap
+    /// ([`crate::Config::huge_capacity`] 0).
+    #[error("{0}-byte allocations need a huge heap, and this heap has none (huge_capacity 0)")]
     Unsupported(usize),
+    /// No run of free huge slots is large enough.
+    #[error("huge address space exhausted")]
+    HugeExhausted,
+    /// Every hazard set is leased and full: too many huge blocks mapped at once.
+    #[error("every hazard set is full (too many huge blocks mapped at once)")]
+    HazardsExhausted,
+    /// Creating, sizing or mapping a huge block's backing object failed (`ENOSPC`: the device
+    /// is full).
+    #[error("huge block backing object: {0}")]
+    Backing(nix::errno::Errno),
+    /// The heap was opened by another process and inherited across `fork`: huge blocks are
+    /// mapped per process, so the child must open the heap itself.
+    #[error("heap handle inherited from another process; open the heap in this process")]
+    ForeignProcess,
     /// The bracket has reached its configured capacity (or its backing store is full).
     #[error("{} heap exhausted", .0.name())]
     OutOfMemory(Bracket),
@@ -127,6 +142,10 @@ pub enum FreeError {
     /// Heap metadata is inconsistent; run the checker.
     #[error("heap metadata corrupt: {0}")]
     Corrupt(&'static str),
+    /// A huge block freed through a heap handle inherited across `fork` (see
+    /// [`AllocError::ForeignProcess`]).
+    #[error("heap handle inherited from another process; open the heap in this process")]
+    ForeignProcess,
 }
 
 /// Why an offset could not be turned into a pointer or back.
@@ -170,7 +189,8 @@ pub enum ErrorCode {
     NotAllocated = 11,
     /// Metadata corrupt.
     Corrupt = 12,
-    /// Request needs a capability not built yet (huge allocations).
+    /// Request needs a capability the heap lacks (a huge allocation in a heap without a huge
+    /// heap).
     Unsupported = 13,
     /// Operating-system error.
     Io = 14,
@@ -193,8 +213,15 @@ impl From<&OpenError> for ErrorCode {
 impl From<&AllocError> for ErrorCode {
     fn from(e: &AllocError) -> Self {
         match e {
-            AllocError::ZeroSize | AllocError::BadAlignment(_) => ErrorCode::InvalidArgument,
-            AllocError::Overflow | AllocError::OutOfMemory(_) => ErrorCode::OutOfMemory,
+            AllocError::ZeroSize | AllocError::BadAlignment(_) | AllocError::ForeignProcess => {
+                ErrorCode::InvalidArgument
+            }
+            AllocError::Overflow
+            | AllocError::OutOfMemory(_)
+            | AllocError::HugeExhausted
+            | AllocError::HazardsExhausted
+            | AllocError::Backing(nix::errno::Errno::ENOSPC | nix::errno::Errno::ENOMEM) => ErrorCode::OutOfMemory,
+            AllocError::Backing(_) => ErrorCode::Io,
             AllocError::Unsupported(_) => ErrorCode::Unsupported,
             AllocError::Corrupt(_) => ErrorCode::Corrupt,
         }
@@ -209,6 +236,7 @@ impl From<&FreeError> for ErrorCode {
             FreeError::NotAllocated => ErrorCode::NotAllocated,
             FreeError::DoubleFree => ErrorCode::DoubleFree,
             FreeError::Corrupt(_) => ErrorCode::Corrupt,
+            FreeError::ForeignProcess => ErrorCode::InvalidArgument,
         }
     }
 }

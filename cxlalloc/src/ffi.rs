@@ -68,14 +68,17 @@ pub struct CxlConfig {
     /// [`Config::commit_on_grow`]; any non-zero value is true. An `int`, not a `bool`, so that no
     /// C value can be an invalid Rust `bool`.
     pub commit_on_grow: c_int,
+    /// [`Config::huge_capacity`].
+    pub huge_capacity: u64,
 }
 
 // Pinned to the header's `cxl_config_t` (the C test asserts the same numbers).
-const _: () = assert!(std::mem::size_of::<CxlConfig>() == 40);
+const _: () = assert!(std::mem::size_of::<CxlConfig>() == 48);
 const _: () = assert!(std::mem::align_of::<CxlConfig>() == 8);
 const _: () = assert!(std::mem::offset_of!(CxlConfig, thread_slots) == 16);
 const _: () = assert!(std::mem::offset_of!(CxlConfig, coherence) == 32);
 const _: () = assert!(std::mem::offset_of!(CxlConfig, commit_on_grow) == 36);
+const _: () = assert!(std::mem::offset_of!(CxlConfig, huge_capacity) == 40);
 
 // C shares one heap handle between threads; the wrappers inherit Send/Sync from the Rust types.
 const _: fn() = || {
@@ -96,6 +99,7 @@ impl From<&Config> for CxlConfig {
             cache_local: c.cache_local,
             coherence: c.coherence as u32,
             commit_on_grow: c_int::from(c.commit_on_grow),
+            huge_capacity: c.huge_capacity,
         }
     }
 }
@@ -113,6 +117,7 @@ impl CxlConfig {
             small_batch: self.small_batch,
             large_batch: self.large_batch,
             cache_local: self.cache_local,
+            huge_capacity: self.huge_capacity,
             coherence,
             commit_on_grow: self.commit_on_grow != 0,
         })
@@ -162,7 +167,9 @@ pub fn code_info(code: ErrorCode) -> (&'static str, &'static CStr) {
         ErrorCode::DoubleFree => ("CXL_EDOUBLE_FREE", c"double free"),
         ErrorCode::NotAllocated => ("CXL_ENOT_ALLOCATED", c"pointer is not an allocated block"),
         ErrorCode::Corrupt => ("CXL_ECORRUPT", c"heap metadata corrupt"),
-        ErrorCode::Unsupported => ("CXL_EUNSUPPORTED", c"request not supported (allocation above 512 KiB)"),
+        ErrorCode::Unsupported => {
+            ("CXL_EUNSUPPORTED", c"request not supported (above 512 KiB in a heap without a huge heap)")
+        }
         ErrorCode::Io => ("CXL_EIO", c"operating-system error"),
     }
 }
@@ -680,8 +687,9 @@ fn alloc_result(func: &str, r: Result<NonNull<u8>, AllocError>) -> *mut c_void {
 }
 
 /// `void* cxl_malloc(cxl_thread_t* thread, size_t size)`: `size` bytes, uninitialized. Null on
-/// failure: `CXL_EINVAL`/`EINVAL` for size 0, `CXL_EUNSUPPORTED`/`ENOMEM` above 512 KiB,
-/// `CXL_ENOMEM`/`ENOMEM` when the heap is full.
+/// failure: `CXL_EINVAL`/`EINVAL` for size 0, `CXL_ENOMEM`/`ENOMEM` when the heap (or its huge
+/// address space) is full, `CXL_EUNSUPPORTED`/`ENOMEM` above 512 KiB in a heap created without a
+/// huge heap.
 ///
 /// # Safety
 ///
@@ -1082,8 +1090,11 @@ mod tests {
             let off = cxl_offset_of(h, p);
             assert_eq!(cxl_pointer(h, off), p);
             assert_eq!(cxl_free(t, p), 0);
-            assert!(cxl_malloc(t, (512 << 10) + 1).is_null());
-            assert_eq!(cxl_last_error(), ErrorCode::Unsupported as c_int);
+            let huge = cxl_malloc(t, (512 << 10) + 1);
+            assert!(!huge.is_null(), "above 512 KiB comes from the huge heap");
+            assert_eq!(cxl_free(t, huge), 0);
+            assert!(cxl_malloc(t, usize::MAX).is_null());
+            assert_eq!(cxl_last_error(), ErrorCode::OutOfMemory as c_int);
             assert_eq!(nix::errno::Errno::last_raw(), libc::ENOMEM);
             let mut problems = usize::MAX;
             assert_eq!(cxl_heap_check(h, &mut problems), 0);

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use crate::backing::anon::AnonBacking;
 use crate::backing::files::{self, FileBacking};
 use crate::error::{AttachError, OffsetError, OpenError};
-use crate::layout::{Config, Header, ROOTS};
+use crate::huge;
+use crate::layout::{Config, Header, Span, ROOTS};
 use crate::mem::HeapMem;
 use crate::offset::Offset;
 use crate::signal::{self, Registration, MAX_HEAPS};
 use crate::sync::AtomicU64;
-use crate::thread::{self, ThreadHandle};
+use crate::thread::{self, identity, ThreadHandle};
 
 #[derive(Debug)]
 struct HeapInner {
@@ -20,6 +21,21 @@ struct HeapInner {
     // LazyMap before the mapping goes away.
     _registration: Option<Registration>,
     mem: HeapMem,
+}
+
+impl Drop for HeapInner {
+    /// Gives up this process's huge mappings and hazards, then reclaims what that made
+    /// reclaimable in slots nobody holds. (Every thread handle is gone: each holds a clone.)
+    fn drop(&mut self) {
+        let Some(view) = self.mem.huge().copied() else { return };
+        if !view.in_own_process() {
+            return;
+        }
+        // Rule 2: unmap first, then retract (here: give back whole hazard sets).
+        let _ = view.unmap(view.span.offset as u64, view.span.size);
+        view.release_sets();
+        huge::ops::sweep_unheld(&self.mem, &view);
+    }
 }
 
 /// A heap mapped into this process. Cheap to clone (shared handle); the mapping lives until the
@@ -81,13 +97,13 @@ impl Heap {
         config.validate()?;
         let header = Header::new(config, random_secret());
         let backing = FileBacking::create(path, &header)?;
-        Self::from_mem(HeapMem::map(header, Box::new(backing))?)
+        Self::from_mem(HeapMem::map(header, Box::new(backing), identity::current().pack())?)
     }
 
     /// Opens the heap in directory `path`.
     pub fn open_at(path: &Path) -> Result<Self, OpenError> {
         let (backing, header) = FileBacking::open(path)?;
-        Self::from_mem(HeapMem::map(header, Box::new(backing))?)
+        Self::from_mem(HeapMem::map(header, Box::new(backing), identity::current().pack())?)
     }
 
     /// Opens the heap in `path`, creating it with `config` if absent; see [`Heap::open_or_create`].
@@ -112,7 +128,7 @@ impl Heap {
     pub fn anonymous(config: &Config) -> Result<Self, OpenError> {
         config.validate()?;
         let header = Header::new(config, random_secret());
-        Self::from_mem(HeapMem::map(header, Box::new(AnonBacking))?)
+        Self::from_mem(HeapMem::map(header, Box::new(AnonBacking), identity::current().pack())?)
     }
 
     pub(crate) fn mem(&self) -> &HeapMem {
@@ -134,6 +150,16 @@ impl Heap {
         thread::attach(self)
     }
 
+    /// Reclaims freed huge blocks of thread slots that no thread holds: blocks whose owner
+    /// detached before another process freed them, or stopped mapping them. Runs by itself when
+    /// a heap closes; call it to reclaim sooner (a tool, a supervisor). Returns nothing: the
+    /// checker's census shows what is left.
+    pub fn sweep_huge(&self) {
+        if let Some(view) = self.mem().huge().filter(|v| v.in_own_process()) {
+            huge::ops::sweep_unheld(self.mem(), view);
+        }
+    }
+
     /// Slots still leased by processes that have died (their recovery is pending).
     pub fn dead_slots(&self) -> Vec<u32> {
         thread::dead_slots(self)
@@ -146,29 +172,37 @@ impl Heap {
         self.mem().base() as usize
     }
 
-    /// The offset of `ptr`, which must point into this heap's slab data.
+    /// The span of data that `off` lies in: a bracket's slab data or the huge span.
+    fn data_span_at(&self, off: usize) -> Option<Span> {
+        let mem = self.mem();
+        match mem.bracket_at(off) {
+            Some((b, _)) => Some(mem.data_span(b)),
+            None => mem.huge().map(|h| h.span).filter(|s| s.contains(off)),
+        }
+    }
+
+    /// The offset of `ptr`, which must point into this heap's slab data or huge span.
     pub fn offset_of<T>(&self, ptr: *const T) -> Result<Offset<T>, OffsetError> {
         if ptr.is_null() {
             return Err(OffsetError::Null);
         }
         let off = (ptr as usize).wrapping_sub(self.mem().base() as usize);
-        self.mem().bracket_at(off).map(|_| Offset::from_raw(off as u64)).ok_or(OffsetError::OutOfBounds)
+        self.data_span_at(off).map(|_| Offset::from_raw(off as u64)).ok_or(OffsetError::OutOfBounds)
     }
 
-    /// The address in this process of `offset`, checked to lie in slab data and to be aligned
-    /// for `T`.
+    /// The address in this process of `offset`, checked to lie in slab data or the huge span
+    /// and to be aligned for `T`.
     pub fn pointer<T>(&self, offset: Offset<T>) -> Result<NonNull<T>, OffsetError> {
         if offset.is_null() {
             return Err(OffsetError::Null);
         }
-        let mem = self.mem();
         let off = usize::try_from(offset.raw()).map_err(|_| OffsetError::OutOfBounds)?;
-        let (b, rel) = mem.bracket_at(off).ok_or(OffsetError::OutOfBounds)?;
-        let fits = rel.checked_add(std::mem::size_of::<T>()).is_some_and(|end| end <= mem.data_span(b).size);
+        let span = self.data_span_at(off).ok_or(OffsetError::OutOfBounds)?;
+        let fits = off.checked_add(std::mem::size_of::<T>()).is_some_and(|end| end <= span.end());
         if !fits || off % std::mem::align_of::<T>() != 0 {
             return Err(OffsetError::OutOfBounds);
         }
-        Ok(mem.block(off).cast())
+        Ok(self.mem().block(off).cast())
     }
 
     /// Application root `index` (< [`ROOTS`]): a 64-bit word in HWcc memory that every process

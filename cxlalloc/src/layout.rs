@@ -3,16 +3,19 @@
 //!
 //! ```text
 //! reservation (one per heap per process; identical offsets in every process = PC-S)
-//! +--------+--------+-------+----------------------+----------------------+-------------------+
-//! | header | shared | owned | remote: small, large | local: small, large  | data: small, large|
-//! +--------+--------+-------+----------------------+----------------------+-------------------+
-//!   R/O      HWcc     SWcc    HWcc                   SWcc                   SWcc (mapped lazily)
+//! +--------+--------+-------+--------+---------------+---------------+---------------+---------+
+//! | header | shared | owned | hazard | remote: s, l  | local: s, l   | data: s, l    | huge    |
+//! +--------+--------+-------+--------+---------------+---------------+---------------+---------+
+//!   R/O      HWcc     SWcc    SWcc     HWcc            SWcc            SWcc (lazy)     1 GiB slots
 //! ```
 //!
 //! Each region is its own file (or device range), mapped `MAP_FIXED | MAP_SHARED` at its offset.
+//! The huge span is not a region: each huge allocation has its own backing object, mapped at its
+//! offset by the allocating process and lazily (on fault) by the others.
 //! Offsets are relative to the reservation base, so offset 0 (the header) never names a block and
-//! can serve as null. Every region starts on a 2 MiB boundary, and the base is 2 MiB aligned, so
-//! slabs are aligned to their own size in every process.
+//! can serve as null. Every region starts on a 2 MiB boundary and the huge span on a 1 GiB one;
+//! the base is aligned to 1 GiB (2 MiB without a huge heap), so slabs are aligned to their own
+//! size, and huge blocks to up to 1 GiB, in every process.
 
 use crate::class::{Bracket, LARGE_CLASSES, SMALL_CLASSES};
 use crate::error::OpenError;
@@ -25,7 +28,15 @@ pub const REGION_ALIGN: usize = 2 << 20;
 /// Size of the header region.
 pub const HEADER_BYTES: usize = 4096;
 /// Version of the on-device layout; bumped on any incompatible change.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
+/// log2 of a huge slot: the unit in which threads claim huge address space.
+pub const HUGE_SLOT_SHIFT: u32 = 30;
+/// Bytes of one huge slot (1 GiB).
+pub const HUGE_SLOT: usize = 1 << HUGE_SLOT_SHIFT;
+/// Most huge slots a heap may have (16 TiB of huge address space).
+pub const MAX_HUGE_SLOTS: u32 = 1 << 14;
+/// Hazard entries per hazard set (each entry is two words: key and length in pages).
+pub const HAZARDS_PER_SET: usize = 32;
 /// Magic bytes at the start of the header.
 pub const MAGIC: [u8; 8] = *b"CXLALLOC";
 /// Number of application roots.
@@ -55,6 +66,9 @@ pub struct Config {
     pub large_batch: u32,
     /// Empty slabs a thread keeps cached before returning extras to the global list (T9).
     pub cache_local: u32,
+    /// Huge address space, bytes (a multiple of 1 GiB; 0 = no huge heap, allocations above
+    /// 512 KiB fail). Only address space: memory is committed per allocation.
+    pub huge_capacity: u64,
     /// Coherence model of the device.
     pub coherence: Coherence,
     /// Reserve backing store when the heap grows (`fallocate`), so a full `/dev/shm` is an
@@ -71,6 +85,7 @@ impl Default for Config {
             small_batch: 8,
             large_batch: 1,
             cache_local: 8,
+            huge_capacity: 1 << 40,
             coherence: Coherence::Full,
             commit_on_grow: true,
         }
@@ -105,6 +120,13 @@ impl Config {
         }
         if self.small_batch == 0 || self.large_batch == 0 {
             return bad("growth batches must be at least one slab".into());
+        }
+        let slots = self.huge_capacity >> HUGE_SLOT_SHIFT;
+        if self.huge_capacity % HUGE_SLOT as u64 != 0 || slots > u64::from(MAX_HUGE_SLOTS) {
+            return bad(format!(
+                "huge_capacity must be a multiple of 1 GiB up to {} GiB, got {} bytes",
+                MAX_HUGE_SLOTS, self.huge_capacity
+            ));
         }
         Ok(())
     }
@@ -146,8 +168,8 @@ pub struct Header {
     pub batch: [u32; 2],
     /// Empty slabs cached per thread.
     pub cache_local: u32,
-    /// Reserved, zero.
-    pub reserved: u32,
+    /// Huge slots (1 GiB each) of the huge span.
+    pub huge_slots: u32,
     /// Random per-heap value mixed into the free-block marks (double-free detection).
     pub secret: u64,
     /// Byte size of each region, in [`RegionId`] order.
@@ -185,7 +207,7 @@ impl Header {
             capacity: Bracket::ALL.map(|b| config.capacity_slabs(b) as u32),
             batch: [config.small_batch, config.large_batch],
             cache_local: config.cache_local,
-            reserved: 0,
+            huge_slots: (config.huge_capacity >> HUGE_SLOT_SHIFT) as u32,
             secret,
             region_bytes: [0; REGIONS],
             checksum: 0,
@@ -264,6 +286,7 @@ impl Header {
             small_batch: self.batch[0],
             large_batch: self.batch[1],
             cache_local: self.cache_local,
+            huge_capacity: u64::from(self.huge_slots) << HUGE_SLOT_SHIFT,
             coherence: Coherence::Full,
             commit_on_grow: self.flags & FLAG_COMMIT != 0,
         }
@@ -272,13 +295,14 @@ impl Header {
     /// Checks that an opener's expected configuration matches this heap.
     pub fn check_matches(&self, config: &Config) -> Result<(), OpenError> {
         let mine = self.config();
-        let pairs: [(&'static str, u64, u64); 7] = [
+        let pairs: [(&'static str, u64, u64); 8] = [
             ("small_capacity", mine.small_capacity, config.capacity_slabs(Bracket::Small) << self.slab_shift[0]),
             ("large_capacity", mine.large_capacity, config.capacity_slabs(Bracket::Large) << self.slab_shift[1]),
             ("thread_slots", mine.thread_slots.into(), config.thread_slots.into()),
             ("small_batch", mine.small_batch.into(), config.small_batch.into()),
             ("large_batch", mine.large_batch.into(), config.large_batch.into()),
             ("cache_local", mine.cache_local.into(), config.cache_local.into()),
+            ("huge_capacity", mine.huge_capacity, config.huge_capacity),
             ("coherence", mine.coherence as u64, config.coherence as u64),
         ];
         for (field, found, expected) in pairs {
@@ -302,7 +326,7 @@ pub fn page_size() -> usize {
 }
 
 /// Number of regions.
-pub const REGIONS: usize = 6;
+pub const REGIONS: usize = 7;
 
 /// The regions of a heap, each its own file / mappable object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -313,18 +337,27 @@ pub enum RegionId {
     Shared = 1,
     /// SWcc per-thread records.
     Owned = 2,
+    /// SWcc hazard sets: which huge allocations each process has mapped.
+    Hazard = 3,
     /// HWcc remote-free counters, one word per slab.
-    Remote = 3,
+    Remote = 4,
     /// SWcc local descriptors, one per slab.
-    Local = 4,
+    Local = 5,
     /// Slab data.
-    Data = 5,
+    Data = 6,
 }
 
 impl RegionId {
     /// All regions in layout order.
-    pub const ALL: [RegionId; REGIONS] =
-        [RegionId::Header, RegionId::Shared, RegionId::Owned, RegionId::Remote, RegionId::Local, RegionId::Data];
+    pub const ALL: [RegionId; REGIONS] = [
+        RegionId::Header,
+        RegionId::Shared,
+        RegionId::Owned,
+        RegionId::Hazard,
+        RegionId::Remote,
+        RegionId::Local,
+        RegionId::Data,
+    ];
 
     /// File name of the region inside a heap directory.
     pub fn file_name(self) -> &'static str {
@@ -332,6 +365,7 @@ impl RegionId {
             RegionId::Header => "header",
             RegionId::Shared => "shared",
             RegionId::Owned => "owned",
+            RegionId::Hazard => "hazard",
             RegionId::Remote => "remote",
             RegionId::Local => "local",
             RegionId::Data => "data",
@@ -348,6 +382,7 @@ impl RegionId {
             RegionId::Header => "header region size",
             RegionId::Shared => "shared region size",
             RegionId::Owned => "owned region size",
+            RegionId::Hazard => "hazard region size",
             RegionId::Remote => "remote region size",
             RegionId::Local => "local region size",
             RegionId::Data => "data region size",
@@ -418,7 +453,8 @@ pub struct SlotLease {
     pub tid: AtomicU64,
 }
 
-/// The fixed part of the shared region; the slot table follows it.
+/// The fixed part of the shared region; the slot table, the huge claim array and the hazard-set
+/// leases follow it.
 ///
 /// Region: shared (HWcc).
 #[repr(C)]
@@ -443,9 +479,22 @@ pub struct Layout {
     pub slot_table: usize,
     /// Thread slots.
     pub slots: u32,
+    /// Offset of the huge claim array (in the shared region): one word per huge slot, 0 = free,
+    /// else the claiming thread slot + 1.
+    pub claims: usize,
+    /// Offset of the hazard-set leases (in the shared region): one packed
+    /// [`crate::word::Holder`] per hazard set, 0 = free.
+    pub hazard_leases: usize,
+    /// Hazard sets (one per thread slot: a process needs one, a big one a few).
+    pub hazard_sets: u32,
+    /// The huge span: `huge_slots` slots of [`HUGE_SLOT`] bytes.
+    pub huge: Span,
     /// Total reservation size.
     pub total: usize,
 }
+
+/// Bytes of one hazard set: [`HAZARDS_PER_SET`] entries of two words.
+pub const HAZARD_SET_BYTES: usize = HAZARDS_PER_SET * 16;
 
 fn align_up(x: usize, a: usize) -> usize {
     x.div_ceil(a) * a
@@ -466,9 +515,13 @@ impl Layout {
         };
         place(RegionId::Header, HEADER_BYTES, &mut regions);
         let slot_table = std::mem::size_of::<SharedHeader>();
-        let shared = slot_table + h.slots as usize * std::mem::size_of::<SlotLease>();
+        let claims = slot_table + h.slots as usize * std::mem::size_of::<SlotLease>();
+        let hazard_leases = claims + h.huge_slots as usize * 8;
+        let hazard_sets = h.slots;
+        let shared = hazard_leases + hazard_sets as usize * 8;
         let shared_off = place(RegionId::Shared, shared, &mut regions);
         place(RegionId::Owned, h.slots as usize * h.record_bytes as usize, &mut regions);
+        place(RegionId::Hazard, hazard_sets as usize * HAZARD_SET_BYTES, &mut regions);
 
         let mut arrays = |id: RegionId, stride: &dyn Fn(usize) -> usize, regions: &mut [Span; REGIONS]| {
             let mut size = 0;
@@ -487,7 +540,33 @@ impl Layout {
         for i in 0..2 {
             brackets[i] = BracketLayout { capacity: h.capacity[i], remote: remote[i], local: local[i], data: data[i] };
         }
-        Layout { regions, brackets, slot_table: shared_off + slot_table, slots: h.slots, total: cursor }
+        let huge_offset = align_up(cursor, HUGE_SLOT);
+        let huge = Span { offset: huge_offset, size: (h.huge_slots as usize) << HUGE_SLOT_SHIFT };
+        Layout {
+            regions,
+            brackets,
+            slot_table: shared_off + slot_table,
+            slots: h.slots,
+            claims: shared_off + claims,
+            hazard_leases: shared_off + hazard_leases,
+            hazard_sets,
+            total: if huge.size == 0 { cursor } else { huge.end() },
+            huge,
+        }
+    }
+
+    /// Alignment of the reservation base: huge blocks aligned to up to one huge slot need it.
+    pub fn base_align(&self) -> usize {
+        if self.huge.size == 0 {
+            REGION_ALIGN
+        } else {
+            HUGE_SLOT
+        }
+    }
+
+    /// Huge slots of the huge span.
+    pub fn huge_slots(&self) -> usize {
+        self.huge.size >> HUGE_SLOT_SHIFT
     }
 
     /// The span of region `r`.

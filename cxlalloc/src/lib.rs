@@ -23,8 +23,9 @@
 //! 2. [`protocol`] — the lock-free CAS protocols, model-checked with loom
 //! 3. [`map`] (mmap) → [`backing`] (region storage) → [`layout`] (header and offsets)
 //! 4. [`mem`] — a mapped heap and its checked accessors (the raw-memory boundary)
-//! 5. [`slab`] (the state machine) and [`thread`] (slots, records, redo log)
-//! 6. [`signal`] (SIGSEGV growth handler), [`check`] and [`stats`]
+//! 5. [`slab`] (the state machine), [`thread`] (slots, records, redo log) and [`huge`] (its
+//!    [`huge::view`] sits at layer 4: the fault handler reaches it through [`mem`])
+//! 6. [`signal`] (SIGSEGV handler for growth and huge blocks), [`check`] and [`stats`]
 //! 7. [`heap`] (public API) → [`ffi`] (C API)
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
@@ -46,6 +47,8 @@ pub mod error;
 pub mod ffi;
 #[cfg(not(loom))]
 pub mod heap;
+#[cfg(not(loom))]
+pub mod huge;
 #[cfg(not(loom))]
 pub mod layout;
 #[cfg(not(loom))]

@@ -12,10 +12,11 @@ use nix::errno::Errno;
 
 use crate::layout::REGION_ALIGN;
 
-/// Reserves `len` bytes of `PROT_NONE` address space aligned to [`REGION_ALIGN`].
+/// Reserves `len` bytes of `PROT_NONE` address space aligned to `align` (a power of two, at
+/// least [`REGION_ALIGN`]).
 #[cfg(not(miri))]
-pub fn reserve(len: usize) -> Result<NonNull<u8>, Errno> {
-    let padded = len.checked_add(REGION_ALIGN).ok_or(Errno::ENOMEM)?;
+pub fn reserve(len: usize, align: usize) -> Result<NonNull<u8>, Errno> {
+    let padded = len.checked_add(align).ok_or(Errno::ENOMEM)?;
     // SAFETY: a fresh anonymous PROT_NONE mapping at a kernel-chosen address affects no existing
     // memory.
     let raw = unsafe {
@@ -32,7 +33,7 @@ pub fn reserve(len: usize) -> Result<NonNull<u8>, Errno> {
         return Err(Errno::last());
     }
     let start = raw as usize;
-    let base = start.next_multiple_of(REGION_ALIGN);
+    let base = start.next_multiple_of(align.max(REGION_ALIGN));
     // SAFETY: both trimmed ranges lie inside the mapping just created and outside [base, base+len),
     // which stays reserved; nothing else can have been placed there yet.
     unsafe {
@@ -69,6 +70,29 @@ pub unsafe fn map_private_fixed(addr: *mut u8, len: usize) -> Result<(), Errno> 
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
     // SAFETY: forwarded from this function's contract.
     unsafe { mmap_fixed(addr, len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) }
+}
+
+/// Replaces whatever is mapped over `[addr, addr + len)` with reserved `PROT_NONE` address
+/// space, exactly like the reservation itself (so the kernel merges it back into one mapping and
+/// a freed huge range never leaves a hole that an unrelated mapping could fill).
+/// Async-signal-safe.
+///
+/// # Safety
+/// Same as [`map_shared_fixed`]; nothing in this process may use the range afterwards.
+#[cfg(not(miri))]
+pub unsafe fn map_none_fixed(addr: *mut u8, len: usize) -> Result<(), Errno> {
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+    // SAFETY: forwarded from this function's contract.
+    unsafe { mmap_fixed(addr, len, libc::PROT_NONE, flags, -1, 0) }
+}
+
+/// Miri: the reservation is plain memory, which stays accessible.
+///
+/// # Safety
+/// Same as the non-miri version.
+#[cfg(miri)]
+pub unsafe fn map_none_fixed(_addr: *mut u8, _len: usize) -> Result<(), Errno> {
+    Ok(())
 }
 
 /// One `mmap(MAP_FIXED)` system call. Async-signal-safe.
@@ -130,9 +154,10 @@ pub unsafe fn populate_write(_addr: *mut u8, _len: usize) -> Result<(), Errno> {
 // that is readable and writable from the start: exactly what the anonymous backend needs, so
 // the allocator's unsafe code can be checked (file backings are unavailable there).
 
-/// Miri: a zeroed allocation stands in for the reservation.
+/// Miri: a zeroed allocation stands in for the reservation (heaps under miri have no huge
+/// span, so the alignment is the region alignment).
 #[cfg(miri)]
-pub fn reserve(len: usize) -> Result<NonNull<u8>, Errno> {
+pub fn reserve(len: usize, _align: usize) -> Result<NonNull<u8>, Errno> {
     let layout = std::alloc::Layout::from_size_align(len, REGION_ALIGN).map_err(|_| Errno::ENOMEM)?;
     // SAFETY: the layout has a non-zero size (a heap has at least a header region).
     NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) }).ok_or(Errno::ENOMEM)

@@ -9,6 +9,7 @@ use nix::errno::Errno;
 use crate::backing::Backing;
 use crate::class::Bracket;
 use crate::error::OpenError;
+use crate::huge::view::{HugeParts, HugeView};
 use crate::layout::{BracketGlobals, Header, Layout, RegionId, SharedHeader, SlotLease, Span, HEADER_BYTES};
 use crate::map;
 use crate::slab::descriptor::{Descriptor, DescriptorHead};
@@ -56,6 +57,8 @@ pub struct LazyMap {
     mapped_bits: [(*const AtomicU64, usize); 2],
     /// Address of each bracket's length word.
     length_word: [usize; 2],
+    /// The huge heap, if the heap has one.
+    huge: Option<HugeView>,
 }
 
 impl LazyMap {
@@ -88,11 +91,22 @@ impl LazyMap {
     }
 
     /// If `addr` is in this heap's slab data at a slab below the current length, maps its
-    /// chunk and returns true. Async-signal-safe: reads atomic words, no allocation.
+    /// chunk and returns true; if it is in a live huge block, maps that (see
+    /// [`HugeView::handle_fault`]). Async-signal-safe: reads atomic words, no allocation.
     pub fn handle_fault(&self, addr: usize) -> bool {
         let off = addr.wrapping_sub(self.base);
         if off >= self.total {
             return false;
+        }
+        if let Some(h) = self.huge.as_ref().filter(|h| h.span.contains(off)) {
+            // Descriptors are read only after their small chunk is mapped here: a nested fault
+            // would push a second signal frame onto an alternate stack that may not hold two.
+            let small = Bracket::Small as usize;
+            let map_descriptor = |desc: u64| {
+                let slab = ((desc as usize - self.data[small].offset) >> self.slab_shift[small]) as u32;
+                self.map_chunk(small, slab).is_ok()
+            };
+            return h.handle_fault(addr, &map_descriptor);
         }
         for b in 0..2 {
             let rel = off.wrapping_sub(self.data[b].offset);
@@ -137,6 +151,10 @@ pub struct HeapMem {
     mapped_chunks: [Box<[AtomicU64]>; 2],
     /// Per bracket: chunks below this index are all mapped (a hint for `ensure_mapped`).
     mapped_prefix: [AtomicU32; 2],
+    /// The huge heap in this process, if the heap has one.
+    huge: Option<HugeView>,
+    /// Which hazard sets this instance leased (read through `huge`).
+    _hazard_sets: Box<[AtomicU64]>,
 }
 
 // SAFETY: HeapMem hands out only shared references to atomics inside the mapping, which stays
@@ -146,11 +164,11 @@ unsafe impl Send for HeapMem {}
 unsafe impl Sync for HeapMem {}
 
 impl HeapMem {
-    /// Maps a heap described by `header` from `backing`. For a fresh anonymous heap, writes the
-    /// header into the mapping.
-    pub fn map(header: Header, backing: Box<dyn Backing>) -> Result<Self, OpenError> {
+    /// Maps a heap described by `header` from `backing`, for the process `holder` (a packed
+    /// [`crate::word::Holder`]). For a fresh anonymous heap, writes the header into the mapping.
+    pub fn map(header: Header, backing: Box<dyn Backing>, holder: u64) -> Result<Self, OpenError> {
         let layout = Layout::from_header(&header);
-        let base = map::reserve(layout.total).map_err(OpenError::Map)?;
+        let base = map::reserve(layout.total, layout.base_align()).map_err(OpenError::Map)?;
         let arrays = Bracket::ALL.map(|b| {
             let bl = layout.bracket(b);
             Arrays {
@@ -163,6 +181,27 @@ impl HeapMem {
             let chunks = layout.bracket(b).capacity.div_ceil(b.spec().chunk_slabs) as usize;
             (0..chunks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect()
         });
+        let hazard_sets: Box<[AtomicU64]> = (0..layout.hazard_sets.div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
+        let huge = (layout.huge.size > 0).then(|| {
+            let at = |off: usize| base.as_ptr() as usize + off;
+            let small = Bracket::Small;
+            let shared = at(layout.region(RegionId::Shared).offset);
+            HugeView::new(HugeParts {
+                base: base.as_ptr() as usize,
+                span: layout.huge,
+                page: header.page_size as usize,
+                claims: at(layout.claims),
+                records: (at(layout.region(RegionId::Owned).offset), std::mem::size_of::<ThreadRecord>()),
+                slots: layout.slots,
+                small: layout.bracket(small).data,
+                // The small bracket's globals come first, and its length word first in them.
+                small_length: (shared + std::mem::offset_of!(SharedHeader, brackets), small.slab_shift()),
+                hazards: (at(layout.hazard_leases), at(layout.region(RegionId::Hazard).offset), layout.hazard_sets),
+                mine: hazard_sets.as_ptr(),
+                holder,
+                dir_fd: backing.huge_dir().unwrap_or(-1),
+            })
+        });
         let mut mem = HeapMem {
             base,
             arrays,
@@ -173,10 +212,13 @@ impl HeapMem {
             known_len: [AtomicU32::new(0), AtomicU32::new(0)],
             mapped_chunks,
             mapped_prefix: [AtomicU32::new(0), AtomicU32::new(0)],
+            huge,
+            _hazard_sets: hazard_sets,
         };
         // If anything below fails, dropping `mem` releases the reservation.
         if mem.backing.fd(RegionId::Header).is_none() {
-            let total = mem.layout.total;
+            // The huge span stays reserved: each huge block maps its own memory.
+            let total = if mem.huge.is_some() { mem.layout.huge.offset } else { mem.layout.total };
             // SAFETY: the whole range is our fresh reservation.
             unsafe { map::map_private_fixed(base.as_ptr(), total) }.map_err(OpenError::Map)?;
             // SAFETY: the header region is mapped writable and at least HEADER_BYTES long.
@@ -185,7 +227,9 @@ impl HeapMem {
             };
             return Ok(mem);
         }
-        for r in [RegionId::Header, RegionId::Shared, RegionId::Owned, RegionId::Remote, RegionId::Local] {
+        for r in
+            [RegionId::Header, RegionId::Shared, RegionId::Owned, RegionId::Hazard, RegionId::Remote, RegionId::Local]
+        {
             mem.map_whole(r)?;
         }
         mem.lazy = Some(mem.lazy_map());
@@ -219,7 +263,18 @@ impl HeapMem {
             slab_shift: Bracket::ALL.map(|b| b.slab_shift()),
             mapped_bits: [0, 1].map(|b| (self.mapped_chunks[b].as_ptr(), self.mapped_chunks[b].len())),
             length_word: Bracket::ALL.map(|b| &self.globals(b).length as *const AtomicU64 as usize),
+            huge: self.huge,
         }
+    }
+
+    /// The huge heap in this process, if the heap has one.
+    pub fn huge(&self) -> Option<&HugeView> {
+        self.huge.as_ref()
+    }
+
+    /// The heap's backing store.
+    pub fn backing(&self) -> &dyn Backing {
+        self.backing.as_ref()
     }
 
     /// The signal-handler view of this heap, if it maps anything lazily.

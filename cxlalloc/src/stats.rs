@@ -1,8 +1,10 @@
 //! Heap statistics: census by state and class, operation counters, HWcc vs SWcc bytes.
 
+use crate::check::huge::HugeCensus;
 use crate::check::{self, BracketCensus};
 use crate::class::Bracket;
 use crate::heap::Heap;
+use crate::protocol::hazard;
 use crate::sync::Ordering;
 use crate::thread::record::ThreadRecord;
 
@@ -32,8 +34,8 @@ pub struct Stats {
     pub brackets: Vec<BracketCensus>,
     /// Operation counters.
     pub counters: OpCounters,
-    /// Bytes of hardware-coherent metadata in use (shared region + remote counters of
-    /// existing slabs).
+    /// Bytes of hardware-coherent metadata in use (shared region — with the huge claim array
+    /// and the hazard-set leases — plus remote counters of existing slabs).
     pub hwcc_bytes: u64,
     /// Bytes of software-coherent metadata in use: the records of slots ever leased and the
     /// descriptors of existing slabs.
@@ -42,6 +44,10 @@ pub struct Stats {
     pub data_bytes: u64,
     /// Leased thread slots.
     pub leased_slots: u32,
+    /// Census of the huge heap: claimed slots, live and freed blocks and bytes, hazards.
+    pub huge: HugeCensus,
+    /// Huge blocks this heap instance has mapped (its published hazards).
+    pub huge_mapped_here: u64,
 }
 
 /// Collects statistics (walks the heap like the checker; see its caveats on concurrency).
@@ -71,5 +77,7 @@ pub fn stats(heap: &Heap) -> Stats {
         leased_slots: report.leased_slots,
         brackets: report.brackets,
         counters,
+        huge: report.huge,
+        huge_mapped_here: mem.huge().map_or(0, |v| v.my_sets().map(|s| hazard::entries(v.set(s)).count() as u64).sum()),
     }
 }

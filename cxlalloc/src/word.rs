@@ -118,6 +118,87 @@ impl Holder {
     }
 }
 
+/// A huge descriptor's status word: the allocation's generation and its state, in one word so
+/// that the Live → Freed CAS names the very allocation it frees (a descriptor block reused for
+/// a newer allocation carries another generation: a late double free cannot free it).
+///
+/// ```text
+///  63                                                      2 1   0
+/// +---------------------------------------------------------+-----+
+/// | generation (62 b)                                       | st  |
+/// +---------------------------------------------------------+-----+
+/// ```
+///
+/// `st`: 0 = being built, 1 = live, 2 = freed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HugeStatus {
+    /// The allocation's generation.
+    pub generation: u64,
+    /// The state bits (see [`crate::huge::descriptor::HugeState`]).
+    pub state: u8,
+}
+
+impl HugeStatus {
+    /// The raw word.
+    #[inline]
+    pub fn pack(self) -> u64 {
+        (self.generation << 2) | u64::from(self.state & 3)
+    }
+
+    /// Decodes a raw word.
+    #[inline]
+    pub fn unpack(word: u64) -> Self {
+        Self { generation: word >> 2, state: (word & 3) as u8 }
+    }
+}
+
+/// A hazard entry's key: which huge allocation a process has mapped.
+///
+/// ```text
+///  63                    36 35                                        0
+/// +------------------------+-------------------------------------------+
+/// | generation (28 b)      | huge offset / 4096 (36 b)                 |
+/// +------------------------+-------------------------------------------+
+/// ```
+///
+/// The generation (low bits of the allocation's [`crate::huge::descriptor::HugeDescriptor`]
+/// generation) tells two allocations at one offset apart, so a stale entry for a freed
+/// allocation never pins a newer one at the same address. 0 means an empty entry (offset 0 is
+/// the header, never a huge block).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HazardKey {
+    /// Heap offset of the allocation (page-aligned).
+    pub offset: u64,
+    /// Low 28 bits of its generation.
+    pub generation: u32,
+}
+
+const HAZARD_PAGE_BITS: u32 = 36;
+const HAZARD_GEN_MASK: u64 = (1 << (64 - HAZARD_PAGE_BITS)) - 1;
+
+impl HazardKey {
+    /// The key of the allocation at `offset` with generation `generation`.
+    #[inline]
+    pub fn new(offset: u64, generation: u64) -> Self {
+        Self { offset: offset & !0xfff, generation: (generation & HAZARD_GEN_MASK) as u32 }
+    }
+
+    /// The raw entry word.
+    #[inline]
+    pub fn pack(self) -> u64 {
+        ((self.offset >> 12) & ((1 << HAZARD_PAGE_BITS) - 1)) | (u64::from(self.generation) << HAZARD_PAGE_BITS)
+    }
+
+    /// Decodes an entry word; `None` for an empty entry.
+    #[inline]
+    pub fn unpack(word: u64) -> Option<Self> {
+        (word != 0).then_some(Self {
+            offset: (word & ((1 << HAZARD_PAGE_BITS) - 1)) << 12,
+            generation: (word >> HAZARD_PAGE_BITS) as u32,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,5 +226,14 @@ mod tests {
         assert_eq!(Holder::unpack(0), None);
         let h = Holder { pid: 77, start: 9 };
         assert_eq!(Holder::unpack(h.pack()), Some(h));
+    }
+
+    #[test]
+    fn hazard_key_round_trips_and_keeps_generations_apart() {
+        let k = HazardKey::new(0xff_ffff_f000, (1 << 40) | 0xabc_def1);
+        assert_eq!(HazardKey::unpack(k.pack()), Some(k));
+        assert_eq!(k.generation, 0xabc_def1);
+        assert_ne!(k.pack(), HazardKey::new(0xff_ffff_f000, 2).pack());
+        assert_eq!(HazardKey::unpack(0), None);
     }
 }

@@ -254,9 +254,10 @@ fn parent(p: &Params, args: &Args) -> Result<(), Error> {
     print!("{report}");
     print_stats(&stats);
     if !report.is_clean() {
-        failures.push(format!("the checker found {} inconsistencies", report.problems.len()));
+        failures
+            .push(format!("the checker found {} inconsistencies", report.problems.len() + report.huge_problems.len()));
     }
-    let live: u64 = report.brackets.iter().map(|b| b.live_blocks()).sum();
+    let live = report.live_blocks();
     if live != 0 {
         failures.push(format!("{live} blocks are still allocated (leak)"));
     }
@@ -371,7 +372,7 @@ fn write_ndjson(
         "total": total,
         "elapsed_ms": elapsed.as_millis() as u64,
         "check_clean": report.is_clean(),
-        "live_blocks": report.brackets.iter().map(|b| b.live_blocks()).sum::<u64>(),
+        "live_blocks": report.live_blocks(),
         "failures": failures,
     });
     writeln!(f, "{line}")?;

@@ -1,10 +1,10 @@
 //! Private anonymous backing: one process, no files.
 
-use std::os::fd::RawFd;
+use std::os::fd::{OwnedFd, RawFd};
 
 use nix::errno::Errno;
 
-use super::Backing;
+use super::{Backing, HugeName};
 use crate::layout::RegionId;
 
 /// Private anonymous memory; the heap is gone when the process drops it.
@@ -22,5 +22,21 @@ impl Backing for AnonBacking {
 
     fn location(&self) -> String {
         "anonymous".into()
+    }
+
+    fn huge_create(&self, _: &HugeName, _: usize, _: bool) -> Result<Option<OwnedFd>, Errno> {
+        Ok(None)
+    }
+
+    fn huge_remove(&self, _: &HugeName) -> Result<(), Errno> {
+        Ok(())
+    }
+
+    fn huge_dir(&self) -> Option<RawFd> {
+        None
+    }
+
+    fn huge_objects(&self) -> Vec<(u64, u64)> {
+        Vec::new()
     }
 }

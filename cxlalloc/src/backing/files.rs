@@ -7,13 +7,15 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::{renameat2, FallocateFlags, RenameFlags, AT_FDCWD};
+use nix::fcntl::{openat, renameat2, FallocateFlags, OFlag, RenameFlags, AT_FDCWD};
+use nix::sys::stat::Mode;
+use nix::unistd::{ftruncate, unlinkat, UnlinkatFlags};
 
-use super::Backing;
+use super::{Backing, HugeName};
 use crate::error::OpenError;
 use crate::layout::{Header, RegionId, REGIONS};
 
@@ -49,11 +51,18 @@ fn remove_abandoned_creations(parent: &Path, prefix: &str) {
     }
 }
 
-/// The region files of one heap directory, kept open for the life of the heap.
+/// The region files of one heap directory, kept open for the life of the heap, and the
+/// directory itself, in which huge allocations' backing objects are created and opened by name.
 #[derive(Debug)]
 pub struct FileBacking {
     dir: PathBuf,
+    dir_fd: OwnedFd,
     files: [File; REGIONS],
+}
+
+fn open_dir(dir: &Path) -> Result<OwnedFd, OpenError> {
+    nix::fcntl::open(dir, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
+        .map_err(|e| io("open directory", dir)(e.into()))
 }
 
 impl FileBacking {
@@ -70,7 +79,7 @@ impl FileBacking {
         let built = Self::populate(&tmp, header);
         let result =
             built.and_then(|files| match renameat2(AT_FDCWD, &tmp, AT_FDCWD, dir, RenameFlags::RENAME_NOREPLACE) {
-                Ok(()) => Ok(FileBacking { dir: dir.to_path_buf(), files }),
+                Ok(()) => Ok(FileBacking { dir: dir.to_path_buf(), dir_fd: open_dir(dir)?, files }),
                 Err(Errno::EEXIST) | Err(Errno::ENOTEMPTY) => Err(OpenError::AlreadyExists(dir.to_path_buf())),
                 Err(e) => Err(OpenError::Io { op: "rename", path: dir.to_path_buf(), source: e.into() }),
             });
@@ -88,9 +97,10 @@ impl FileBacking {
                 OpenOptions::new().read(true).write(true).create_new(true).open(&path).map_err(io("create", &path))?;
             let bytes = header.region_bytes[r as usize];
             f.set_len(bytes).map_err(io("size", &path))?;
-            if matches!(r, RegionId::Header | RegionId::Shared) {
-                // Small, and touched by every process: reserved now, so a full device fails the
-                // creation instead of raising SIGBUS in some process later.
+            if matches!(r, RegionId::Header | RegionId::Shared | RegionId::Hazard) {
+                // Small, and touched by every process (hazards: from the signal handler, which
+                // cannot report ENOSPC): reserved now, so a full device fails the creation
+                // instead of raising SIGBUS in some process later.
                 nix::fcntl::fallocate(&f, FallocateFlags::FALLOC_FL_KEEP_SIZE, 0, bytes as i64)
                     .map_err(|e| io("reserve", &path)(e.into()))?;
             }
@@ -132,7 +142,7 @@ impl FileBacking {
             files.push(f);
         }
         let files = files.try_into().map_err(|_| OpenError::InvalidConfig("region count".into()))?;
-        Ok((FileBacking { dir: dir.to_path_buf(), files }, header))
+        Ok((FileBacking { dir: dir.to_path_buf(), dir_fd: open_dir(dir)?, files }, header))
     }
 
     /// Removes the heap directory at `dir`. Processes that have it open keep their mappings.
@@ -156,5 +166,40 @@ impl Backing for FileBacking {
 
     fn location(&self) -> String {
         self.dir.display().to_string()
+    }
+
+    fn huge_create(&self, name: &HugeName, len: usize, commit: bool) -> Result<Option<OwnedFd>, Errno> {
+        let flags = OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_CLOEXEC;
+        let fd = openat(&self.dir_fd, name.as_cstr(), flags, Mode::from_bits_truncate(0o600))?;
+        let sized = ftruncate(&fd, len as libc::off_t).and_then(|()| {
+            if commit {
+                nix::fcntl::fallocate(&fd, FallocateFlags::FALLOC_FL_KEEP_SIZE, 0, len as libc::off_t).map(|_| ())
+            } else {
+                Ok(())
+            }
+        });
+        match sized {
+            Ok(()) => Ok(Some(fd)),
+            Err(e) => {
+                let _ = self.huge_remove(name);
+                Err(e)
+            }
+        }
+    }
+
+    fn huge_remove(&self, name: &HugeName) -> Result<(), Errno> {
+        match unlinkat(&self.dir_fd, name.as_cstr(), UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn huge_dir(&self) -> Option<RawFd> {
+        Some(self.dir_fd.as_raw_fd())
+    }
+
+    fn huge_objects(&self) -> Vec<(u64, u64)> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return Vec::new() };
+        entries.flatten().filter_map(|e| e.file_name().to_str().and_then(HugeName::parse)).collect()
     }
 }

@@ -8,11 +8,59 @@
 pub mod anon;
 pub mod files;
 
-use std::os::fd::RawFd;
+use std::ffi::CStr;
+use std::os::fd::{OwnedFd, RawFd};
 
 use nix::errno::Errno;
 
 use crate::layout::RegionId;
+
+/// The name of a huge allocation's backing object: `huge-OFFSET-GENERATION` (both 16 hex
+/// digits), NUL-terminated. The generation makes the name unique over the heap's life, so a
+/// stale cleanup of a freed allocation can never remove a newer one at the same offset. Built
+/// without allocating, so the signal handler can open objects by name.
+#[derive(Clone, Copy)]
+pub struct HugeName([u8; 40]);
+
+const HUGE_PREFIX: &[u8; 5] = b"huge-";
+
+impl HugeName {
+    /// The name of the allocation at heap offset `offset` with generation `generation`.
+    pub fn new(offset: u64, generation: u64) -> Self {
+        let mut b = [0u8; 40];
+        b[..5].copy_from_slice(HUGE_PREFIX);
+        let hex = |out: &mut [u8], v: u64| {
+            for (i, o) in out.iter_mut().enumerate() {
+                *o = b"0123456789abcdef"[((v >> (60 - 4 * i)) & 0xf) as usize];
+            }
+        };
+        hex(&mut b[5..21], offset);
+        b[21] = b'-';
+        hex(&mut b[22..38], generation);
+        Self(b)
+    }
+
+    /// The name as a C string.
+    pub fn as_cstr(&self) -> &CStr {
+        // The buffer always holds 38 ASCII characters followed by NULs.
+        CStr::from_bytes_until_nul(&self.0).unwrap_or(c"huge-")
+    }
+
+    /// Decodes a directory entry name into `(offset, generation)`; `None` for anything else.
+    pub fn parse(name: &str) -> Option<(u64, u64)> {
+        let (offset, generation) = name.strip_prefix("huge-")?.split_once('-')?;
+        if offset.len() != 16 || generation.len() != 16 {
+            return None;
+        }
+        Some((u64::from_str_radix(offset, 16).ok()?, u64::from_str_radix(generation, 16).ok()?))
+    }
+}
+
+impl std::fmt::Debug for HugeName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_cstr())
+    }
+}
 
 /// Storage for a heap's regions.
 pub trait Backing: Send + Sync + std::fmt::Debug {
@@ -26,4 +74,34 @@ pub trait Backing: Send + Sync + std::fmt::Debug {
 
     /// Where the heap lives, for messages.
     fn location(&self) -> String;
+
+    /// Creates the backing object of a huge allocation, `len` bytes (reserved up front when
+    /// `commit`, so a full device is an error now rather than a `SIGBUS` later), and returns a
+    /// descriptor to map it. `None` for anonymous memory, which the caller maps privately.
+    fn huge_create(&self, name: &HugeName, len: usize, commit: bool) -> Result<Option<OwnedFd>, Errno>;
+
+    /// Removes a huge allocation's backing object; one already gone is not an error.
+    fn huge_remove(&self, name: &HugeName) -> Result<(), Errno>;
+
+    /// The directory under which huge objects are opened by name (with `openat`, from the
+    /// signal handler); `None` when there are no named objects.
+    fn huge_dir(&self) -> Option<RawFd>;
+
+    /// The huge objects that exist, as `(offset, generation)`.
+    fn huge_objects(&self) -> Vec<(u64, u64)>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn huge_names_round_trip_and_differ_by_generation() {
+        let n = HugeName::new(0x40_0000_0000, 7);
+        let s = n.as_cstr().to_str().unwrap_or_default();
+        assert_eq!(s, "huge-0000004000000000-0000000000000007");
+        assert_eq!(HugeName::parse(s), Some((0x40_0000_0000, 7)));
+        assert_ne!(HugeName::new(0x40_0000_0000, 8).as_cstr(), n.as_cstr());
+        assert_eq!(HugeName::parse("data"), None);
+    }
 }

@@ -82,16 +82,18 @@ fn block0(mem: &HeapMem, b: Bracket, slab: Slab, word: u32, info: &ClassInfo) ->
 }
 
 impl<'a> SlabThread<'a> {
+    /// Writes the redo record before an operation's first store.
     #[inline]
-    fn log(&self, r: Redo) {
+    pub(crate) fn log(&self, r: Redo) {
         // Relaxed store + Release fence: the record is ordered before every later store of the
         // operation, which is all recovery needs (it reads the record after the writer died).
         self.rec.redo.store(r.pack(), Ordering::Relaxed);
         fence(Ordering::Release);
     }
 
+    /// Clears the redo record after an operation's last store.
     #[inline]
-    fn clear_log(&self) {
+    pub(crate) fn clear_log(&self) {
         fence(Ordering::Release);
         self.rec.redo.store(0, Ordering::Relaxed);
     }

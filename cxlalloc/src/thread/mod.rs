@@ -8,13 +8,15 @@ pub mod identity;
 pub mod record;
 pub mod redo;
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 
 use crate::class::{class_aligned, class_of, Bracket, LARGE_MAX, SMALL_MAX};
 use crate::error::{AllocError, AttachError, FreeError};
 use crate::heap::Heap;
+use crate::huge::ops::HugeThread;
+use crate::huge::space::FreeRanges;
 use crate::layout::RegionId;
 use crate::mem::HeapMem;
 use crate::protocol::lease;
@@ -37,6 +39,8 @@ pub struct ThreadHandle {
     ops: SlabThread<'static>,
     heap: Heap,
     holder: u64,
+    /// The slot's free huge ranges in this process, rebuilt at the first huge operation.
+    huge: RefCell<Option<FreeRanges>>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -81,7 +85,13 @@ pub(crate) fn attach(heap: &Heap) -> Result<ThreadHandle, AttachError> {
             // the lifetime of a borrow of the handle.
             let mem: &'static HeapMem = unsafe { &*(mem as *const HeapMem) };
             let ops = SlabThread { mem, slot, rec: mem.record(slot) };
-            return Ok(ThreadHandle { ops, heap: heap.clone(), holder, _not_sync: PhantomData });
+            return Ok(ThreadHandle {
+                ops,
+                heap: heap.clone(),
+                holder,
+                huge: RefCell::new(None),
+                _not_sync: PhantomData,
+            });
         }
     }
     Err(AttachError::SlotsExhausted { slots, dead: dead_slots(heap).len() as u32 })
@@ -130,8 +140,30 @@ impl ThreadHandle {
         match class_of(size) {
             Some((b, class)) => self.ops().alloc(b, class),
             None if size == 0 => Err(AllocError::ZeroSize),
-            None => Err(AllocError::Unsupported(size)),
+            None => self.alloc_huge(size, 1),
         }
+    }
+
+    /// Runs `f` on this slot's huge heap, with its free ranges (rebuilt on first use); `None`
+    /// when the heap has no huge heap.
+    fn with_huge<R>(&self, f: impl FnOnce(&HugeThread<'_>, &mut FreeRanges) -> R) -> Option<R> {
+        let view = self.heap.mem().huge()?;
+        let h = HugeThread { t: self.ops(), view };
+        let mut space = self.huge.borrow_mut();
+        let space = space.get_or_insert_with(|| h.rebuild());
+        Some(f(&h, space))
+    }
+
+    #[cold]
+    fn alloc_huge(&self, size: usize, align: usize) -> Result<NonNull<u8>, AllocError> {
+        self.with_huge(|h, space| h.alloc(space, size, align)).unwrap_or(Err(AllocError::Unsupported(size)))
+    }
+
+    /// The heap offset of `ptr` if it lies in the huge span.
+    fn huge_offset(&self, ptr: NonNull<u8>) -> Option<u64> {
+        let view = self.heap.mem().huge()?;
+        let off = (ptr.as_ptr() as usize).wrapping_sub(view.base);
+        view.span.contains(off).then_some(off as u64)
     }
 
     /// Allocates `size` zeroed bytes.
@@ -158,9 +190,7 @@ impl ThreadHandle {
         }
         match class_aligned(size, align) {
             Some((b, class)) => self.ops().alloc(b, class),
-            None if size > LARGE_MAX || align > Bracket::Large.spec().slab_size() => {
-                Err(AllocError::Unsupported(size.max(align)))
-            }
+            None if size > LARGE_MAX || align > Bracket::Large.spec().slab_size() => self.alloc_huge(size, align),
             None => Err(AllocError::BadAlignment(align)),
         }
     }
@@ -169,24 +199,45 @@ impl ThreadHandle {
     /// foreign and double frees return an error and leave the heap untouched.
     #[inline]
     pub fn free(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
-        self.ops().free(ptr.as_ptr())
+        match self.ops().free(ptr.as_ptr()) {
+            Err(FreeError::ForeignPointer) => self.free_huge(ptr),
+            r => r,
+        }
     }
 
-    /// The usable size of an allocated block (its class size).
+    #[cold]
+    fn free_huge(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
+        let off = self.huge_offset(ptr).ok_or(FreeError::ForeignPointer)?;
+        self.with_huge(|h, space| h.free(Some(space), off)).unwrap_or(Err(FreeError::ForeignPointer))
+    }
+
+    /// The usable size of an allocated block: its class size, or a huge block's length in
+    /// whole pages.
     pub fn usable_size(&self, ptr: NonNull<u8>) -> Result<usize, FreeError> {
-        self.ops().usable_size(ptr.as_ptr())
+        match self.ops().usable_size(ptr.as_ptr()) {
+            Err(FreeError::ForeignPointer) => {
+                let off = self.huge_offset(ptr).ok_or(FreeError::ForeignPointer)?;
+                self.with_huge(|h, _| h.usable_size(off)).unwrap_or(Err(FreeError::ForeignPointer))
+            }
+            r => r,
+        }
     }
 
-    /// Resizes a block: returns it unchanged when its class already fits `new_size`, otherwise
-    /// allocates, copies and frees the old block. The old pointer is validated before anything
-    /// is copied; on error it is untouched.
+    /// Resizes a block: returns it unchanged when its class already fits `new_size` (for a
+    /// huge block: when `new_size` needs at least half of it), otherwise allocates, copies and
+    /// frees the old block, across the slab/huge boundary too. The old pointer is validated
+    /// before anything is copied; on error it is untouched.
     pub fn realloc(&self, ptr: NonNull<u8>, new_size: usize) -> Result<NonNull<u8>, ReallocError> {
         let old = self.usable_size(ptr)?;
         if new_size == 0 {
             return Err(AllocError::ZeroSize.into());
         }
-        let same_class = class_of(new_size).zip(class_of(old)).is_some_and(|(a, b)| a == b);
-        if same_class {
+        let in_place = match (class_of(new_size), class_of(old)) {
+            (Some(a), Some(b)) => a == b,
+            (None, None) => new_size <= old && new_size > old / 2,
+            _ => false,
+        };
+        if in_place {
             return Ok(ptr);
         }
         let new = self.alloc(new_size)?;
@@ -208,6 +259,8 @@ impl Drop for ThreadHandle {
         if Holder::unpack(self.holder).map(|h| h.pid) != Some(std::process::id()) {
             return;
         }
+        // Huge first: reclaiming frees descriptor blocks into this slot's small slabs.
+        self.with_huge(|h, space| h.maintain(space));
         let ops = self.ops();
         for b in Bracket::ALL {
             ops.release_classes(b);

@@ -140,6 +140,23 @@ pub struct Counters {
     pub disowns: AtomicU64,
 }
 
+/// The slot's huge allocations.
+///
+/// Region: owned (SWcc). Written only by the slot's holder (or adopter); read by any thread of
+/// any process that frees or maps one of the slot's huge blocks (the signal handler included).
+#[repr(C)]
+pub struct HugeRecord {
+    /// Heap offset of the first [`crate::huge::descriptor::HugeDescriptor`] of the slot's list
+    /// (singly linked, newest first), 0 = none.
+    pub head: AtomicU64,
+    /// Odd while the holder unlinks a descriptor: a reader that saw it change during its walk
+    /// retries, since the walk may have touched a descriptor block being freed.
+    pub epoch: AtomicU64,
+    /// Huge allocations made under this slot; with the slot index it makes each allocation's
+    /// generation unique over the heap's life.
+    pub allocations: AtomicU64,
+}
+
 /// Everything one thread slot owns.
 ///
 /// Region: owned (SWcc). Written only by the slot's current holder (or adopter); cache-line
@@ -163,6 +180,8 @@ pub struct ThreadRecord {
     pub small: Lists<SMALL_CLASSES>,
     /// Large-bracket lists.
     pub large: Lists<LARGE_CLASSES>,
+    /// Huge allocations.
+    pub huge: HugeRecord,
 }
 
 const _: () = assert!(std::mem::size_of::<ThreadRecord>() % 64 == 0);

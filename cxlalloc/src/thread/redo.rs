@@ -46,6 +46,14 @@ pub enum Op {
     /// A refill found sized `slab` (class in arg) empty, every block back locally or remotely,
     /// and moves it to the unsized list.
     Reclaim = 10,
+    /// Huge allocation: `slab` is the index of its descriptor's 64-byte block in the small
+    /// data (heap offset = small data start + 64 · index). Logged from the descriptor's
+    /// allocation to the return of the mapped block; recovery finishes or undoes it.
+    HugeAlloc = 11,
+    /// Huge free or reclaim of the descriptor in `slab` (as for [`Op::HugeAlloc`]); flag = the
+    /// owner is reclaiming it (removing the backing object, unlinking and freeing the
+    /// descriptor), clear = some thread is unmapping it and marking it Freed.
+    HugeFree = 12,
 }
 
 impl Op {
@@ -61,6 +69,8 @@ impl Op {
             8 => Op::GlobalPush,
             9 => Op::Abandon,
             10 => Op::Reclaim,
+            11 => Op::HugeAlloc,
+            12 => Op::HugeFree,
             _ => return None,
         })
     }
@@ -136,6 +146,8 @@ mod tests {
             Op::GlobalPush,
             Op::Abandon,
             Op::Reclaim,
+            Op::HugeAlloc,
+            Op::HugeFree,
         ] {
             for b in Bracket::ALL {
                 let r = Redo::new(op, b, u32::MAX, (1 << 25) - 1).flagged();

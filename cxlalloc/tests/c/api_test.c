@@ -7,7 +7,8 @@
  * Decisions this test pins down:
  *  - cxl_malloc(t, 0) returns NULL with CXL_EINVAL / errno EINVAL.
  *  - cxl_calloc with an overflowing count * size returns NULL with CXL_ENOMEM / errno ENOMEM.
- *  - sizes above 512 KiB return NULL with CXL_EUNSUPPORTED / errno ENOMEM.
+ *  - sizes and alignments above 512 KiB come from the huge heap; beyond its address space
+ *    NULL with CXL_ENOMEM / errno ENOMEM.
  */
 #define _XOPEN_SOURCE 700
 
@@ -22,10 +23,11 @@
 #include <unistd.h>
 
 /* The Rust side asserts the same layout (src/ffi.rs). */
-_Static_assert(sizeof(cxl_config_t) == 40, "cxl_config_t size");
+_Static_assert(sizeof(cxl_config_t) == 48, "cxl_config_t size");
 _Static_assert(offsetof(cxl_config_t, thread_slots) == 16, "cxl_config_t.thread_slots");
 _Static_assert(offsetof(cxl_config_t, coherence) == 32, "cxl_config_t.coherence");
 _Static_assert(offsetof(cxl_config_t, commit_on_grow) == 36, "cxl_config_t.commit_on_grow");
+_Static_assert(offsetof(cxl_config_t, huge_capacity) == 40, "cxl_config_t.huge_capacity");
 
 static int checks;
 
@@ -160,12 +162,15 @@ static void test_malloc_free_sizes(cxl_thread_t* t) {
     for (int i = 1; i < MANY; i += 2) CHECK(*(int*)many[i] == i && cxl_free(t, many[i]) == CXL_OK);
     free(many);
 
-    /* Size 0 and sizes above 512 KiB. */
+    /* Size 0, and sizes above 512 KiB: the huge heap, up to its address space. */
     CHECK_ERR(cxl_malloc(t, 0), CXL_EINVAL, EINVAL);
-    CHECK_ERR(cxl_malloc(t, 512 * 1024 + 1), CXL_EUNSUPPORTED, ENOMEM);
-    CHECK_ERR(cxl_malloc(t, (size_t)64 << 20), CXL_EUNSUPPORTED, ENOMEM);
-    CHECK_ERR(cxl_malloc(t, SIZE_MAX), CXL_EUNSUPPORTED, ENOMEM);
-    CHECK(cxl_malloc(t, 512 * 1024 + 1) == NULL);
+    void* huge = cxl_malloc(t, (size_t)64 << 20);
+    CHECK(huge != NULL);
+    memset(huge, 0x5a, (size_t)64 << 20);
+    CHECK(cxl_usable_size(t, huge) == (size_t)64 << 20);
+    CHECK(cxl_free(t, huge) == CXL_OK);
+    CHECK(cxl_free(t, huge) != CXL_OK);
+    CHECK_ERR(cxl_malloc(t, SIZE_MAX), CXL_ENOMEM, ENOMEM);
 }
 
 static void test_calloc(cxl_thread_t* t) {
@@ -210,10 +215,15 @@ static void test_realloc(cxl_thread_t* t) {
     /* Within the same size class the block stays put. */
     CHECK(cxl_realloc(t, p, 23) == p);
 
-    /* Failure: p is untouched and still allocated. */
-    CHECK_ERR(cxl_realloc(t, p, 600 * 1024), CXL_EUNSUPPORTED, ENOMEM);
-    CHECK(cxl_realloc(t, p, 600 * 1024) == NULL);
+    /* Failure (more than the huge address space): p is untouched and still allocated. */
+    CHECK_ERR(cxl_realloc(t, p, (size_t)1 << 50), CXL_ENOMEM, ENOMEM);
+    CHECK(cxl_realloc(t, p, (size_t)1 << 50) == NULL);
     CHECK(holds(p, 24, 7));
+    /* Growing into the huge heap and back keeps the prefix. */
+    unsigned char* big = (unsigned char*)cxl_realloc(t, p, 600 * 1024);
+    CHECK(big != NULL && holds(big, 24, 7));
+    p = (unsigned char*)cxl_realloc(t, big, 24);
+    CHECK(p != NULL && holds(p, 24, 7));
     CHECK(cxl_usable_size(t, p) >= 24);
 
     /* A foreign pointer is refused before anything is read through it. */
@@ -257,7 +267,11 @@ static void test_aligned_alloc(cxl_thread_t* t) {
     CHECK_ERR(cxl_aligned_alloc(t, 0, 64), CXL_EINVAL, EINVAL);
     CHECK_ERR(cxl_aligned_alloc(t, 3, 64), CXL_EINVAL, EINVAL);
     CHECK_ERR(cxl_aligned_alloc(t, 64, 0), CXL_EINVAL, EINVAL);
-    CHECK_ERR(cxl_aligned_alloc(t, 64, 600 * 1024), CXL_EUNSUPPORTED, ENOMEM);
+    /* Large alignments (up to 1 GiB) and sizes come from the huge heap. */
+    p = cxl_aligned_alloc(t, (size_t)1 << 30, 600 * 1024);
+    CHECK(p != NULL && ((uintptr_t)p & (((size_t)1 << 30) - 1)) == 0);
+    CHECK(cxl_free(t, p) == CXL_OK);
+    CHECK_ERR(cxl_aligned_alloc(t, (size_t)1 << 31, 64), CXL_EINVAL, EINVAL);
 
     /* Small alignments, and the largest: one whole 512 KiB slab. */
     size_t more[] = {1, 2, 4, 8, 131072, 262144, 524288};
@@ -266,7 +280,9 @@ static void test_aligned_alloc(cxl_thread_t* t) {
         CHECK(p != NULL && ((uintptr_t)p & (more[i] - 1)) == 0);
         CHECK(cxl_free(t, p) == CXL_OK);
     }
-    CHECK_ERR(cxl_aligned_alloc(t, (size_t)1 << 20, 100), CXL_EUNSUPPORTED, ENOMEM);
+    p = cxl_aligned_alloc(t, (size_t)1 << 20, 100);
+    CHECK(p != NULL && ((uintptr_t)p & (((size_t)1 << 20) - 1)) == 0);
+    CHECK(cxl_free(t, p) == CXL_OK);
 }
 
 static void test_bad_frees(cxl_thread_t* t) {

@@ -1,9 +1,12 @@
-//! The heap checker: walks every list, descriptor and counter, reports each inconsistency and a
-//! census of slabs by state. It is the oracle of every test and the `cxlalloc check` command.
+//! The heap checker: walks every list, descriptor and counter — and the huge heap's claims,
+//! descriptors, hazards and backing objects ([`huge`]) — reports each inconsistency and a census
+//! by state. It is the oracle of every test and the `cxlalloc check` command.
 //!
 //! Run it on a quiescent heap: while other threads allocate, slabs move between states and the
 //! report is only advisory. Every walk is bounded by the heap length, so a corrupt link or a
 //! cycle becomes a reported problem, never a hang.
+
+pub mod huge;
 
 use std::fmt;
 
@@ -136,6 +139,10 @@ pub struct Report {
     pub in_flight: Vec<InFlight>,
     /// Leased slots.
     pub leased_slots: u32,
+    /// Census of the huge heap.
+    pub huge: huge::HugeCensus,
+    /// Inconsistencies of the huge heap.
+    pub huge_problems: Vec<String>,
 }
 
 /// Most problems a report lists.
@@ -144,7 +151,14 @@ pub const MAX_PROBLEMS: usize = 1000;
 impl Report {
     /// True when no inconsistency was found.
     pub fn is_clean(&self) -> bool {
-        self.problems.is_empty()
+        self.problems.is_empty() && self.huge_problems.is_empty()
+    }
+
+    /// Blocks the application holds: live small and large blocks (less the small blocks that
+    /// serve as huge descriptors) plus live huge blocks. 0 once every block is freed.
+    pub fn live_blocks(&self) -> u64 {
+        let slab: u64 = self.brackets.iter().map(BracketCensus::live_blocks).sum();
+        slab.saturating_sub(self.huge.descriptors) + self.huge.live
     }
 
     /// Census of `b`.
@@ -163,6 +177,18 @@ impl fmt::Display for Report {
             }
             writeln!(f, "; live blocks {}", c.live_blocks())?;
         }
+        let h = &self.huge;
+        if h.slots > 0 {
+            write!(
+                f,
+                " huge: {}/{} slots claimed; live {} ({} bytes); freed awaiting reclaim {}; hazards {}",
+                h.claimed_slots, h.slots, h.live, h.live_bytes, h.freed, h.hazards
+            )?;
+            if let Some(o) = h.objects {
+                write!(f, "; backing objects {o}")?;
+            }
+            writeln!(f)?;
+        }
         writeln!(f, "leased slots: {}", self.leased_slots)?;
         for i in &self.in_flight {
             writeln!(
@@ -171,10 +197,13 @@ impl fmt::Display for Report {
                 i.slot, i.record, i.holder_alive
             )?;
         }
-        if self.problems.is_empty() {
+        if self.is_clean() {
             writeln!(f, "no inconsistencies")
         } else {
-            writeln!(f, "{} inconsistencies:", self.problems.len())?;
+            writeln!(f, "{} inconsistencies:", self.problems.len() + self.huge_problems.len())?;
+            for p in &self.huge_problems {
+                writeln!(f, "  huge: {p}")?;
+            }
             for p in &self.problems {
                 match p.slab {
                     Some(s) => writeln!(f, "  {} slab {s}: {}", p.bracket.name(), p.what)?,
@@ -269,6 +298,7 @@ pub fn check(heap: &Heap) -> Report {
         let census = check_bracket(mem, b, &mut report.problems);
         report.brackets.push(census);
     }
+    report.huge = huge::check(mem, &mut report.huge_problems);
     report
 }
 

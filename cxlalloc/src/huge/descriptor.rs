@@ -1,0 +1,77 @@
+//! The huge descriptor: one per huge allocation, in a 64-byte block of the small heap.
+
+use crate::sync::AtomicU64;
+
+/// Where a huge allocation lies and whether it is still in use.
+///
+/// Lives in a 64-byte small-heap block allocated by the owning slot (so another process may
+/// find it in a chunk it has not mapped yet: the signal handler's nested fault maps it). Every
+/// field but `state` is written once by the owner before the descriptor is linked into the
+/// owner's list ([`crate::thread::record::HugeRecord`]), and read by any thread of any process;
+/// `status` goes Live → Freed with one CAS by whichever thread frees the block (a second free
+/// loses the CAS: a double free). Only the owner unlinks and frees a descriptor, inside the
+/// list's epoch (see [`crate::huge::view::HugeView::find`]).
+#[repr(C, align(64))]
+pub struct HugeDescriptor {
+    /// Heap offset of the allocation (page-aligned, inside the huge span).
+    pub offset: AtomicU64,
+    /// Mapped length in bytes (a multiple of the page size).
+    pub size: AtomicU64,
+    /// Packed [`crate::word::HugeStatus`]: the generation (unique per allocation over the
+    /// heap's life; it names the backing object) and the [`HugeState`].
+    pub status: AtomicU64,
+    /// Heap offset of the next descriptor of the owner's list, 0 = end.
+    pub next: AtomicU64,
+    _reserved: [u64; 4],
+}
+
+const _: () = assert!(std::mem::size_of::<HugeDescriptor>() == 64);
+
+/// Life cycle of a huge allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u64)]
+pub enum HugeState {
+    /// Allocated and usable.
+    Live = 1,
+    /// Freed; its range and backing object are reclaimed once no process maps it.
+    Freed = 2,
+}
+
+impl HugeState {
+    /// Decodes the state bits of a [`crate::word::HugeStatus`]; `None` for a descriptor being
+    /// built (or garbage).
+    pub fn from_bits(bits: u8) -> Option<Self> {
+        match bits {
+            1 => Some(HugeState::Live),
+            2 => Some(HugeState::Freed),
+            _ => None,
+        }
+    }
+
+    /// The status word of an allocation of generation `generation` in this state.
+    pub fn word(self, generation: u64) -> u64 {
+        crate::word::HugeStatus { generation, state: self as u8 }.pack()
+    }
+}
+
+/// A consistent snapshot of one descriptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HugeBlock {
+    /// Heap offset of the descriptor itself.
+    pub desc: u64,
+    /// Heap offset of the allocation.
+    pub offset: u64,
+    /// Mapped length in bytes.
+    pub size: u64,
+    /// Generation.
+    pub generation: u64,
+    /// State when read.
+    pub state: Option<HugeState>,
+}
+
+impl HugeBlock {
+    /// Whether heap offset `off` lies inside the allocation.
+    pub fn contains(&self, off: u64) -> bool {
+        off.wrapping_sub(self.offset) < self.size
+    }
+}

@@ -1,0 +1,382 @@
+//! Huge allocation, free and reclaim for one thread slot (DESIGN §7.2).
+//!
+//! - **Allocate**: round up to pages; first fit in the slot's free ranges, claiming a run of
+//!   free huge slots (one CAS each) when none fits; fill a descriptor (a small-heap block) and
+//!   link it at the head of the slot's list; publish a hazard; create the backing object and
+//!   map it.
+//! - **Free** (any thread of any process): find the owner through the claim array and the
+//!   descriptor on its list; unmap the range in this process (`PROT_NONE`, never a hole);
+//!   retract this process's hazards; CAS the status Live → Freed.
+//! - **Reclaim** (the owner, at its next huge operation or detach; or whoever sweeps an unheld
+//!   slot): a Freed descriptor that no hazard names loses its backing object, its descriptor and
+//!   its range; huge slots left wholly free are unclaimed.
+//! - **Stale mappings**: each huge operation first drops this process's mappings of blocks that
+//!   are no longer live, so other processes' frees become reclaimable.
+
+use std::os::fd::AsRawFd;
+use std::ptr::NonNull;
+
+use crate::backing::HugeName;
+use crate::class::Bracket;
+use crate::error::{AllocError, FreeError};
+use crate::huge::descriptor::{HugeBlock, HugeState};
+use crate::huge::space::FreeRanges;
+use crate::huge::view::{HugeView, MAX_WALK};
+use crate::layout::{HUGE_SLOT, HUGE_SLOT_SHIFT};
+use crate::mem::HeapMem;
+use crate::protocol::{hazard, lease};
+use crate::slab::ops::SlabThread;
+use crate::sync::{fence, Ordering};
+use crate::thread::identity;
+use crate::thread::record::HugeRecord;
+use crate::thread::redo::{Op, Redo};
+use crate::word::{HazardKey, Holder};
+
+/// Small class of a descriptor block: 64 bytes (classes are multiples of 8).
+const DESCRIPTOR_CLASS: u32 = 64 / 8;
+/// Bits of a generation that hold the slot index (thread slots < 4096).
+const GENERATION_SLOT_BITS: u32 = 12;
+
+/// One thread slot's huge operations.
+pub struct HugeThread<'a> {
+    /// The slot's slab view (its descriptors are small blocks of this slot).
+    pub t: &'a SlabThread<'a>,
+    /// The heap's huge view in this process.
+    pub view: &'a HugeView,
+}
+
+impl HugeThread<'_> {
+    fn mem(&self) -> &HeapMem {
+        self.t.mem
+    }
+
+    fn rec(&self) -> &HugeRecord {
+        &self.t.rec.huge
+    }
+
+    fn me(&self) -> u64 {
+        u64::from(self.t.slot) + 1
+    }
+
+    fn slot_start(&self, i: usize) -> u64 {
+        (self.view.span.offset + (i << HUGE_SLOT_SHIFT)) as u64
+    }
+
+    /// The slot's descriptors, newest first. Owner-side: nobody else edits the list, so no
+    /// epoch is needed.
+    pub fn list(&self) -> Vec<HugeBlock> {
+        let mut out = Vec::new();
+        let mut at = self.rec().head.load(Ordering::Acquire);
+        while at != 0 && out.len() < MAX_WALK {
+            let Some(b) = self.view.read(at) else { break };
+            out.push(b);
+            at = self.view.descriptor(at).map_or(0, |d| d.next.load(Ordering::Relaxed));
+        }
+        out
+    }
+
+    /// Rebuilds the slot's free ranges: its claimed huge slots minus every range a descriptor
+    /// on its list still covers, live or freed (a freed range is reusable only once reclaimed,
+    /// which checks the hazards).
+    pub fn rebuild(&self) -> FreeRanges {
+        let mut space = FreeRanges::default();
+        for i in 0..self.view.slot_count() {
+            if self.view.claim(i).is_some_and(|c| c.load(Ordering::Acquire) == self.me()) {
+                space.insert(self.slot_start(i), HUGE_SLOT as u64);
+            }
+        }
+        for b in self.list() {
+            space.remove(b.offset, b.size);
+        }
+        space
+    }
+
+    /// Allocates `size` bytes aligned to `align` (a power of two up to one huge slot).
+    pub fn alloc(&self, space: &mut FreeRanges, size: usize, align: usize) -> Result<NonNull<u8>, AllocError> {
+        if !self.view.in_own_process() {
+            return Err(AllocError::ForeignProcess);
+        }
+        let page = self.view.page as u64;
+        let len = (size as u64).checked_next_multiple_of(page).ok_or(AllocError::Overflow)?;
+        if align > HUGE_SLOT {
+            return Err(AllocError::BadAlignment(align));
+        }
+        let align = (align as u64).max(page);
+        self.maintain(space);
+        let at = match space.take(len, align) {
+            Some(at) => at,
+            None => {
+                self.claim(space, len)?;
+                space.take(len, align).ok_or(AllocError::HugeExhausted)?
+            }
+        };
+        self.place(at, len).inspect_err(|_| {
+            space.insert(at, len);
+            self.release_empty_claims(space);
+        })
+    }
+
+    /// Claims a run of free huge slots big enough for `len` bytes, one CAS per slot; a run
+    /// that loses a race is given back and the search goes on past it.
+    fn claim(&self, space: &mut FreeRanges, len: u64) -> Result<(), AllocError> {
+        let n = len.div_ceil(HUGE_SLOT as u64) as usize;
+        let slots = self.view.slot_count();
+        let free = |j: usize| self.view.claim(j).is_some_and(|c| c.load(Ordering::Relaxed) == 0);
+        let mut i = 0;
+        while i + n <= slots {
+            if let Some(busy) = (i..i + n).rev().find(|&j| !free(j)) {
+                i = busy + 1;
+                continue;
+            }
+            let won = (i..i + n)
+                .take_while(|&j| {
+                    self.view.claim(j).is_some_and(|c| {
+                        // AcqRel: the claim orders after the previous owner's release of the
+                        // slot (and its unmapping), and before our use of the range.
+                        c.compare_exchange(0, self.me(), Ordering::AcqRel, Ordering::Relaxed).is_ok()
+                    })
+                })
+                .count();
+            if won == n {
+                space.insert(self.slot_start(i), (n * HUGE_SLOT) as u64);
+                return Ok(());
+            }
+            for j in i..i + won {
+                if let Some(c) = self.view.claim(j) {
+                    c.store(0, Ordering::Release);
+                }
+            }
+            i += won + 1;
+        }
+        Err(AllocError::HugeExhausted)
+    }
+
+    /// Gives back the claim of every huge slot the free ranges cover wholly.
+    pub fn release_empty_claims(&self, space: &mut FreeRanges) {
+        for i in 0..self.view.slot_count() {
+            let start = self.slot_start(i);
+            let Some(c) = self.view.claim(i) else { continue };
+            if c.load(Ordering::Relaxed) == self.me() && space.covers(start, HUGE_SLOT as u64) {
+                space.remove(start, HUGE_SLOT as u64);
+                // Release: our last use of the range happens before the next claimer's.
+                c.store(0, Ordering::Release);
+            }
+        }
+    }
+
+    /// Fills and links a descriptor for `[at, at + len)`, then creates and maps the block.
+    fn place(&self, at: u64, len: u64) -> Result<NonNull<u8>, AllocError> {
+        let view = self.view;
+        let block = self.t.alloc(Bracket::Small, DESCRIPTOR_CLASS)?;
+        let desc = (block.as_ptr() as usize - view.base) as u64;
+        let Some(d) = view.descriptor(desc) else {
+            let _ = self.t.free(block.as_ptr());
+            return Err(AllocError::Corrupt("descriptor block outside the small heap"));
+        };
+        let rec = self.rec();
+        let n = rec.allocations.load(Ordering::Relaxed);
+        rec.allocations.store(n + 1, Ordering::Relaxed);
+        let generation = (n << GENERATION_SLOT_BITS) | u64::from(self.t.slot);
+        d.offset.store(at, Ordering::Relaxed);
+        d.size.store(len, Ordering::Relaxed);
+        d.status.store(HugeState::Live.word(generation), Ordering::Relaxed);
+        d.next.store(rec.head.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.t.log(Redo::new(Op::HugeAlloc, Bracket::Small, view.descriptor_index(desc), 0));
+        // Release: the descriptor's fields are visible to whoever reads the new head.
+        rec.head.store(desc, Ordering::Release);
+        let key = HazardKey::new(at, generation);
+        let name = HugeName::new(at, generation);
+        let mapped =
+            view.publish(key, len / view.page as u64).map_err(|_| AllocError::HazardsExhausted).and_then(|()| {
+                let commit = self.mem().header.config().commit_on_grow;
+                let fd = self.mem().backing().huge_create(&name, len as usize, commit).map_err(AllocError::Backing)?;
+                match fd {
+                    Some(fd) => view.map_fd(at, len as usize, fd.as_raw_fd()),
+                    None => view.map_private(at, len as usize),
+                }
+                .map_err(AllocError::Backing)
+            });
+        match mapped {
+            Ok(()) => {
+                self.t.clear_log();
+                Ok(self.mem().block(at as usize))
+            }
+            Err(e) => {
+                let _ = view.unmap(at, len as usize);
+                view.retract(key);
+                let _ = self.mem().backing().huge_remove(&name);
+                self.unlink(desc);
+                self.t.clear_log();
+                let _ = self.t.free(block.as_ptr());
+                self.end_epoch();
+                Err(e)
+            }
+        }
+    }
+
+    /// Unlinks the descriptor at `desc` from the slot's list, inside an odd epoch so that
+    /// concurrent readers retry rather than trust a walk through a block about to be freed.
+    fn unlink(&self, desc: u64) {
+        let rec = self.rec();
+        let e = rec.epoch.load(Ordering::Relaxed);
+        rec.epoch.store(e | 1, Ordering::Relaxed);
+        // Release: readers that see the odd epoch's successor also see it was odd first.
+        fence(Ordering::Release);
+        let next = self.view.descriptor(desc).map_or(0, |d| d.next.load(Ordering::Relaxed));
+        if rec.head.load(Ordering::Relaxed) == desc {
+            rec.head.store(next, Ordering::Release);
+        } else {
+            let mut at = rec.head.load(Ordering::Relaxed);
+            for _ in 0..MAX_WALK {
+                let Some(d) = self.view.descriptor(at) else { break };
+                if d.next.load(Ordering::Relaxed) == desc {
+                    d.next.store(next, Ordering::Release);
+                    break;
+                }
+                at = d.next.load(Ordering::Relaxed);
+            }
+        }
+        // The epoch goes even only after the caller freed the block; see `reclaim_one`.
+    }
+
+    fn end_epoch(&self) {
+        let rec = self.rec();
+        let e = rec.epoch.load(Ordering::Relaxed);
+        // Release: the unlink and the block's free happen before a reader's matching re-read.
+        rec.epoch.store((e | 1) + 1, Ordering::Release);
+    }
+
+    /// Frees the huge block at heap offset `off`. The owner (a thread of the slot that
+    /// allocated it) then reclaims what it can at once.
+    pub fn free(&self, space: Option<&mut FreeRanges>, off: u64) -> Result<(), FreeError> {
+        let view = self.view;
+        if !view.in_own_process() {
+            return Err(FreeError::ForeignProcess);
+        }
+        let owner = view.owner_of(off).ok_or(FreeError::NotAllocated)?;
+        let b = view.find_in(owner, off).ok_or(FreeError::NotAllocated)?;
+        if b.offset != off {
+            return Err(FreeError::InteriorPointer);
+        }
+        if b.state != Some(HugeState::Live) {
+            return Err(FreeError::DoubleFree);
+        }
+        self.t.log(Redo::new(Op::HugeFree, Bracket::Small, view.descriptor_index(b.desc), 0));
+        // Rule 2: unmap, then retract; the block stays Live until both are done, so no
+        // reclaimer can act on it in between.
+        let _ = view.unmap(b.offset, b.size as usize);
+        view.retract(HazardKey::new(b.offset, b.generation));
+        let freed = view.descriptor(b.desc).is_some_and(|d| {
+            let (live, freed) = (HugeState::Live.word(b.generation), HugeState::Freed.word(b.generation));
+            // SeqCst: rule 3's reclaimer reads this before scanning hazards (protocol::hazard).
+            d.status.compare_exchange(live, freed, Ordering::SeqCst, Ordering::Relaxed).is_ok()
+        });
+        self.t.clear_log();
+        if !freed {
+            return Err(FreeError::DoubleFree);
+        }
+        if let Some(space) = space.filter(|_| owner == self.t.slot) {
+            self.maintain(space);
+        }
+        Ok(())
+    }
+
+    /// The usable size of the live huge block at `off`.
+    pub fn usable_size(&self, off: u64) -> Result<usize, FreeError> {
+        let b = self.view.find(off).ok_or(FreeError::NotAllocated)?;
+        if b.offset != off {
+            return Err(FreeError::InteriorPointer);
+        }
+        if b.state != Some(HugeState::Live) {
+            return Err(FreeError::NotAllocated);
+        }
+        Ok(b.size as usize)
+    }
+
+    /// Drops this process's stale mappings, reclaims what is reclaimable and unclaims empty
+    /// huge slots.
+    pub fn maintain(&self, space: &mut FreeRanges) {
+        drop_stale_mappings(self.view);
+        for b in self.list() {
+            if b.state == Some(HugeState::Freed) && !hazard_anywhere(self.view, HazardKey::new(b.offset, b.generation))
+            {
+                self.reclaim_one(&b, space);
+            }
+        }
+        self.release_empty_claims(space);
+    }
+
+    /// Reclaims a Freed, hazard-free block: its backing object, its descriptor, its range.
+    fn reclaim_one(&self, b: &HugeBlock, space: &mut FreeRanges) {
+        let view = self.view;
+        self.t.log(Redo::new(Op::HugeFree, Bracket::Small, view.descriptor_index(b.desc), 0).flagged());
+        // The object goes first: once it is gone nobody can map the block again.
+        let _ = self.mem().backing().huge_remove(&HugeName::new(b.offset, b.generation));
+        self.unlink(b.desc);
+        self.t.clear_log();
+        let _ = self.t.free(self.mem().block(b.desc as usize).as_ptr());
+        self.end_epoch();
+        space.insert(b.offset, b.size);
+    }
+}
+
+/// Drops this process's mappings (and hazards) of huge blocks that are no longer live, so
+/// their owners can reclaim them.
+pub fn drop_stale_mappings(view: &HugeView) {
+    for s in view.my_sets() {
+        let set = view.set(s);
+        for (i, word, pages) in hazard::entries(set) {
+            let Some(key) = HazardKey::unpack(word) else { continue };
+            let live = view.find(key.offset).is_some_and(|b| {
+                b.offset == key.offset
+                    && HazardKey::new(b.offset, b.generation) == key
+                    && b.state == Some(HugeState::Live)
+            });
+            if !live {
+                let _ = view.unmap(key.offset, pages as usize * view.page);
+                hazard::retract(set, i);
+            }
+        }
+    }
+}
+
+/// Whether any live process holds a hazard on `key`. Leased sets are scanned (see
+/// [`HugeView::lease_for_scan`] for why unleased ones may be skipped); sets of dead holders are
+/// cleared and given back on the way.
+pub fn hazard_anywhere(view: &HugeView, key: HazardKey) -> bool {
+    let word = key.pack();
+    for s in 0..view.sets() {
+        let held = view.lease_for_scan(s);
+        let Some(h) = Holder::unpack(held) else { continue };
+        if !hazard::contains(view.set(s), word) {
+            continue;
+        }
+        if identity::is_alive(h) {
+            return true;
+        }
+        hazard::clear(view.set(s));
+        lease::release(view.lease(s), held);
+    }
+    false
+}
+
+/// Reclaims the freed huge blocks of thread slots nobody holds (their last holder detached
+/// before some other process freed or stopped mapping them), leasing each such slot for the
+/// moment it takes. Called when a heap closes, after the process gave up its own hazards.
+pub fn sweep_unheld(mem: &HeapMem, view: &HugeView) {
+    for slot in mem.used_slots().collect::<Vec<_>>() {
+        let rec = mem.record(slot);
+        let l = &mem.lease(slot).holder;
+        if rec.huge.head.load(Ordering::Acquire) == 0 || l.load(Ordering::Relaxed) != 0 {
+            continue;
+        }
+        if !lease::try_claim(l, view.holder) {
+            continue;
+        }
+        let t = SlabThread { mem, slot, rec };
+        let h = HugeThread { t: &t, view };
+        let mut space = h.rebuild();
+        h.maintain(&mut space);
+        lease::release(l, view.holder);
+    }
+}

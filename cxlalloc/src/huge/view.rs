@@ -1,0 +1,410 @@
+//! The huge heap as one process sees it: plain data and raw pointers into the mapped heap, so
+//! that the signal handler can use it (no allocation, no locks, no panics), plus the system
+//! calls that map and unmap huge ranges and the hazard sets this heap instance holds.
+//!
+//! The claim array and the hazard-set leases are HWcc words (shared region); descriptors
+//! (small-heap blocks), list heads (owned records) and hazard entries (hazard region) are SWcc.
+
+use nix::errno::Errno;
+
+use crate::backing::HugeName;
+use crate::huge::descriptor::{HugeBlock, HugeDescriptor, HugeState};
+use crate::layout::{Span, HAZARDS_PER_SET, HAZARD_SET_BYTES, HUGE_SLOT_SHIFT};
+use crate::map;
+use crate::protocol::{hazard, lease};
+use crate::sync::{fence, AtomicU64, Ordering};
+use crate::thread::record::HugeRecord;
+use crate::word::{HazardKey, HugeStatus, Tagged};
+
+/// Makes the descriptor at a heap offset readable in this process; false if it cannot.
+pub type Touch<'a> = &'a dyn Fn(u64) -> bool;
+
+/// Longest descriptor list a walk follows: a cycle (a corrupt list, or a walk racing with the
+/// owner's unlink) ends there.
+pub const MAX_WALK: usize = 1 << 16;
+/// Walks retried after the owner changed the list under them before a lookup gives up.
+const MAX_RETRIES: usize = 1 << 10;
+
+/// Where everything of the huge heap lies in this process. Built once at open; `Copy` so the
+/// signal handler's [`crate::mem::LazyMap`] can hold it by value.
+#[derive(Clone, Copy, Debug)]
+pub struct HugeView {
+    /// Reservation base.
+    pub base: usize,
+    /// The huge span (offsets).
+    pub span: Span,
+    /// System page size.
+    pub page: usize,
+    claims: *const AtomicU64,
+    records: usize,
+    record_stride: usize,
+    slots: u32,
+    /// Small-bracket data span: descriptors must lie in it, below the small heap's length.
+    small: Span,
+    small_length: *const AtomicU64,
+    small_slab_shift: u32,
+    leases: *const AtomicU64,
+    hazards: usize,
+    sets: u32,
+    /// Which hazard sets this heap instance leased (one bit per set), owned by the `HeapMem`.
+    mine: *const AtomicU64,
+    /// Packed [`crate::word::Holder`] of this process.
+    pub holder: u64,
+    /// This process's id: a forked child must open the heap itself (its hazards are its own).
+    pub pid: u32,
+    /// Directory to open backing objects in, or -1 (anonymous heap: nothing is shared).
+    dir_fd: i32,
+}
+
+/// Addresses and sizes a [`HugeView`] is built from (see `HeapMem::map`).
+pub struct HugeParts {
+    /// Reservation base.
+    pub base: usize,
+    /// The huge span.
+    pub span: Span,
+    /// System page size.
+    pub page: usize,
+    /// Address of the claim array.
+    pub claims: usize,
+    /// Address of record 0, and the record size.
+    pub records: (usize, usize),
+    /// Thread slots.
+    pub slots: u32,
+    /// Small-bracket data span.
+    pub small: Span,
+    /// Address of the small bracket's length word, and its slab shift.
+    pub small_length: (usize, u32),
+    /// Address of the hazard leases and of hazard set 0, and the set count.
+    pub hazards: (usize, usize, u32),
+    /// This instance's leased-set bitmap.
+    pub mine: *const AtomicU64,
+    /// This process.
+    pub holder: u64,
+    /// Backing-object directory, or -1.
+    pub dir_fd: i32,
+}
+
+impl HugeView {
+    /// Assembles a view; `parts` must describe a heap mapped for as long as the view is used.
+    pub fn new(parts: HugeParts) -> Self {
+        Self {
+            base: parts.base,
+            span: parts.span,
+            page: parts.page,
+            claims: parts.claims as *const AtomicU64,
+            records: parts.records.0,
+            record_stride: parts.records.1,
+            slots: parts.slots,
+            small: parts.small,
+            small_length: parts.small_length.0 as *const AtomicU64,
+            small_slab_shift: parts.small_length.1,
+            leases: parts.hazards.0 as *const AtomicU64,
+            hazards: parts.hazards.1,
+            sets: parts.hazards.2,
+            mine: parts.mine,
+            holder: parts.holder,
+            pid: crate::word::Holder::unpack(parts.holder).map_or(0, |h| h.pid),
+            dir_fd: parts.dir_fd,
+        }
+    }
+
+    /// Whether the calling process is the one that opened the heap (async-signal-safe).
+    pub fn in_own_process(&self) -> bool {
+        // SAFETY: getpid has no preconditions and cannot fail.
+        (unsafe { libc::getpid() }) as u32 == self.pid
+    }
+
+    /// Number of huge slots.
+    pub fn slot_count(&self) -> usize {
+        self.span.size >> HUGE_SLOT_SHIFT
+    }
+
+    /// Claim word of huge slot `i` (0 = free, else the claiming thread slot + 1).
+    pub fn claim(&self, i: usize) -> Option<&AtomicU64> {
+        // SAFETY: the claim array has `slot_count` words in the shared region, mapped for the
+        // life of the heap (the view's contract), 8-aligned.
+        (i < self.slot_count()).then(|| unsafe { &*self.claims.add(i) })
+    }
+
+    /// The huge slot holding heap offset `off`.
+    pub fn slot_of(&self, off: u64) -> Option<usize> {
+        let rel = (off as usize).wrapping_sub(self.span.offset);
+        (rel < self.span.size).then_some(rel >> HUGE_SLOT_SHIFT)
+    }
+
+    /// The thread slot that claimed the huge slot holding `off`.
+    pub fn owner_of(&self, off: u64) -> Option<u32> {
+        let word = self.claim(self.slot_of(off)?)?.load(Ordering::Acquire);
+        let owner = u32::try_from(word).ok()?.checked_sub(1)?;
+        (owner < self.slots).then_some(owner)
+    }
+
+    /// The huge part of thread slot `slot`'s record.
+    pub fn record(&self, slot: u32) -> Option<&HugeRecord> {
+        let r = self.records + slot as usize * self.record_stride;
+        // SAFETY: records are mapped whole for the life of the heap; slot < slots keeps the
+        // address inside the owned region; ThreadRecord is 64-aligned and all atomics.
+        (slot < self.slots).then(|| unsafe { &(*(r as *const crate::thread::record::ThreadRecord)).huge })
+    }
+
+    /// The descriptor at heap offset `off`, if `off` can hold one: a 64-byte-aligned block of
+    /// small-heap data below the small heap's current length (which every process can map, so
+    /// reading it faults at worst into the small heap's handler: the nested fault).
+    pub fn descriptor(&self, off: u64) -> Option<&HugeDescriptor> {
+        let rel = (off as usize).wrapping_sub(self.small.offset);
+        if rel >= self.small.size || rel % 64 != 0 {
+            return None;
+        }
+        // SAFETY: the length word lives in the mapped shared region, 8-aligned.
+        let len = Tagged::unpack(unsafe { &*self.small_length }.load(Ordering::Acquire)).payload;
+        if (rel >> self.small_slab_shift) as u64 >= u64::from(len) {
+            return None;
+        }
+        // SAFETY: checked above: inside small data below the length, 64-aligned; the memory is
+        // mapped or mapped on fault; HugeDescriptor is all atomics, valid for any bit pattern.
+        Some(unsafe { &*((self.base + off as usize) as *const HugeDescriptor) })
+    }
+
+    /// The redo-record index of the descriptor at heap offset `off` (its 64-byte block number
+    /// in the small data).
+    pub fn descriptor_index(&self, off: u64) -> u32 {
+        ((off as usize).wrapping_sub(self.small.offset) / 64) as u32
+    }
+
+    /// A snapshot of the descriptor at `off`.
+    pub fn read(&self, off: u64) -> Option<HugeBlock> {
+        let d = self.descriptor(off)?;
+        let status = HugeStatus::unpack(d.status.load(Ordering::SeqCst));
+        Some(HugeBlock {
+            desc: off,
+            offset: d.offset.load(Ordering::Relaxed),
+            size: d.size.load(Ordering::Relaxed),
+            generation: status.generation,
+            state: HugeState::from_bits(status.state),
+        })
+    }
+
+    /// Walks `slot`'s descriptor list, calling `f` on each descriptor until it returns false,
+    /// as a seqlock reader of the list's epoch: returns false (retry) if the owner unlinked a
+    /// descriptor meanwhile. `touch` makes each descriptor readable first (the signal handler
+    /// maps its small chunk; elsewhere an ordinary fault does). Async-signal-safe.
+    fn walk_once(&self, rec: &HugeRecord, touch: Touch<'_>, f: &mut dyn FnMut(&HugeBlock) -> bool) -> Option<bool> {
+        let e1 = rec.epoch.load(Ordering::Acquire);
+        if e1 % 2 == 1 {
+            return None;
+        }
+        let mut at = rec.head.load(Ordering::Acquire);
+        for _ in 0..MAX_WALK {
+            if at == 0 {
+                break;
+            }
+            if self.descriptor(at).is_none() || !touch(at) {
+                break;
+            }
+            let Some(b) = self.read(at) else { break };
+            if !f(&b) {
+                break;
+            }
+            at = self.descriptor(at).map_or(0, |d| d.next.load(Ordering::Acquire));
+        }
+        // Acquire: the loads above happen before the re-read of the epoch.
+        fence(Ordering::Acquire);
+        Some(rec.epoch.load(Ordering::Relaxed) == e1)
+    }
+
+    /// The descriptor on `slot`'s list whose allocation contains `off`, read consistently with
+    /// the owner's unlinks; `None` if no descriptor covers it. Async-signal-safe.
+    pub fn find_in(&self, slot: u32, off: u64) -> Option<HugeBlock> {
+        self.find_in_touching(slot, off, &|_| true)
+    }
+
+    fn find_in_touching(&self, slot: u32, off: u64, touch: Touch<'_>) -> Option<HugeBlock> {
+        let rec = self.record(slot)?;
+        for _ in 0..MAX_RETRIES {
+            let mut found = None;
+            let mut f = |b: &HugeBlock| {
+                if b.contains(off) && b.state.is_some() {
+                    found = Some(*b);
+                    return false;
+                }
+                true
+            };
+            if self.walk_once(rec, touch, &mut f) == Some(true) {
+                return found;
+            }
+            std::hint::spin_loop();
+        }
+        None
+    }
+
+    /// The descriptor of the allocation containing heap offset `off`, found through the claim
+    /// array. Async-signal-safe.
+    pub fn find(&self, off: u64) -> Option<HugeBlock> {
+        self.find_touching(off, &|_| true)
+    }
+
+    fn find_touching(&self, off: u64, touch: Touch<'_>) -> Option<HugeBlock> {
+        self.find_in_touching(self.owner_of(off)?, off, touch)
+    }
+
+    /// Hazard set `s` (pairs of words).
+    pub fn set(&self, s: u32) -> &[AtomicU64] {
+        let s = s.min(self.sets.saturating_sub(1));
+        let p = self.hazards + s as usize * HAZARD_SET_BYTES;
+        // SAFETY: the hazard region holds `sets` sets of HAZARD_SET_BYTES, mapped for the life
+        // of the heap, 8-aligned; the index is clamped to the set count (which is ≥ 1).
+        unsafe { std::slice::from_raw_parts(p as *const AtomicU64, 2 * HAZARDS_PER_SET) }
+    }
+
+    /// The lease word of hazard set `s` (packed holder, 0 = free).
+    pub fn lease(&self, s: u32) -> &AtomicU64 {
+        let s = s.min(self.sets.saturating_sub(1));
+        // SAFETY: the leases are `sets` words in the mapped shared region; index clamped.
+        unsafe { &*self.leases.add(s as usize) }
+    }
+
+    /// The lease of hazard set `s` as a reclaimer's scan must read it. A set read as unleased
+    /// can be skipped: its entries are empty, and a publisher that leases it later re-reads the
+    /// block's state after publishing (SeqCst after its SeqCst lease CAS), so it sees Freed.
+    pub fn lease_for_scan(&self, s: u32) -> u64 {
+        self.lease(s).load(Ordering::SeqCst)
+    }
+
+    /// Number of hazard sets.
+    pub fn sets(&self) -> u32 {
+        self.sets
+    }
+
+    fn mine_word(&self, s: u32) -> &AtomicU64 {
+        // SAFETY: the bitmap has sets.div_ceil(64) words, owned by the HeapMem that outlives
+        // the view; s < sets at every caller.
+        unsafe { &*self.mine.add(s as usize / 64) }
+    }
+
+    /// Whether this heap instance leased hazard set `s`.
+    pub fn is_mine(&self, s: u32) -> bool {
+        s < self.sets && self.mine_word(s).load(Ordering::Relaxed) & (1 << (s % 64)) != 0
+    }
+
+    /// The hazard sets this instance leased.
+    pub fn my_sets(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.sets).filter(|&s| self.is_mine(s))
+    }
+
+    /// Publishes a hazard for `key` (a mapping of `pages` pages) in one of this instance's
+    /// sets, leasing a new set when they are full. `EAGAIN` when every set is leased and full.
+    /// Async-signal-safe.
+    pub fn publish(&self, key: HazardKey, pages: u64) -> Result<(), Errno> {
+        let word = key.pack();
+        if self.my_sets().any(|s| hazard::publish(self.set(s), word, pages).is_some()) {
+            return Ok(());
+        }
+        for s in 0..self.sets {
+            let l = self.lease(s);
+            // SeqCst: a reclaimer skips sets it reads unleased; see `lease_for_scan`.
+            if l.load(Ordering::Relaxed) == 0
+                && l.compare_exchange(0, self.holder, Ordering::SeqCst, Ordering::Relaxed).is_ok()
+            {
+                self.mine_word(s).fetch_or(1 << (s % 64), Ordering::Relaxed);
+                if hazard::publish(self.set(s), word, pages).is_some() {
+                    return Ok(());
+                }
+            }
+        }
+        Err(Errno::EAGAIN)
+    }
+
+    /// Retracts every hazard this instance published for `key`. Async-signal-safe.
+    pub fn retract(&self, key: HazardKey) {
+        for s in self.my_sets() {
+            hazard::retract_key(self.set(s), key.pack());
+        }
+    }
+
+    /// Empties and gives back every hazard set this instance leased (its mappings are gone).
+    pub fn release_sets(&self) {
+        for s in 0..self.sets {
+            if self.is_mine(s) {
+                hazard::clear(self.set(s));
+                self.mine_word(s).fetch_and(!(1 << (s % 64)), Ordering::Relaxed);
+                lease::release(self.lease(s), self.holder);
+            }
+        }
+    }
+
+    /// Maps `len` bytes of huge allocation `(off, generation)` from its backing object, opened
+    /// by name. Async-signal-safe.
+    pub fn map_named(&self, off: u64, len: usize, generation: u64) -> Result<(), Errno> {
+        if self.dir_fd < 0 {
+            return Err(Errno::ENOENT);
+        }
+        let name = HugeName::new(off, generation);
+        // SAFETY: openat with a valid directory descriptor and a NUL-terminated name.
+        let fd = unsafe { libc::openat(self.dir_fd, name.as_cstr().as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(Errno::last());
+        }
+        let r = self.map_fd(off, len, fd);
+        // SAFETY: fd was opened above and is not used after this; the mapping keeps the object.
+        unsafe { libc::close(fd) };
+        r
+    }
+
+    fn range(&self, off: u64, len: usize) -> Result<*mut u8, Errno> {
+        let rel = (off as usize).wrapping_sub(self.span.offset);
+        if rel >= self.span.size || len > self.span.size - rel || off as usize % self.page != 0 {
+            return Err(Errno::EINVAL);
+        }
+        Ok((self.base + off as usize) as *mut u8)
+    }
+
+    /// Maps `len` bytes of `fd` at huge offset `off`. Async-signal-safe.
+    pub fn map_fd(&self, off: u64, len: usize, fd: i32) -> Result<(), Errno> {
+        let addr = self.range(off, len)?;
+        // SAFETY: `range` checked that the page-aligned range lies in the huge span of our own
+        // reservation.
+        unsafe { map::map_shared_fixed(addr, len.next_multiple_of(self.page), fd, 0, true) }
+    }
+
+    /// Maps private zeroed memory at huge offset `off` (anonymous heaps: one process).
+    pub fn map_private(&self, off: u64, len: usize) -> Result<(), Errno> {
+        let addr = self.range(off, len)?;
+        // SAFETY: as in `map_fd`.
+        unsafe { map::map_private_fixed(addr, len.next_multiple_of(self.page)) }
+    }
+
+    /// Returns `len` bytes at huge offset `off` to reserved `PROT_NONE` address space in this
+    /// process (never a hole: see [`map::map_none_fixed`]). Async-signal-safe.
+    pub fn unmap(&self, off: u64, len: usize) -> Result<(), Errno> {
+        let addr = self.range(off, len)?;
+        // SAFETY: as in `map_fd`; callers unmap only ranges nothing in this process may use.
+        unsafe { map::map_none_fixed(addr, len.next_multiple_of(self.page)) }
+    }
+
+    /// Maps the live huge allocation containing `addr` on a fault, after publishing a hazard
+    /// for it; false if `addr` is not in a live huge allocation of this heap (the fault is not
+    /// ours). `touch` maps a descriptor's small-heap chunk before it is read, so a descriptor
+    /// this process never mapped costs no nested fault. Async-signal-safe: walks descriptors,
+    /// CASes hazard words, and makes `openat`/`mmap`/`close` calls.
+    pub fn handle_fault(&self, addr: usize, touch: Touch<'_>) -> bool {
+        let off = addr.wrapping_sub(self.base) as u64;
+        if self.slot_of(off).is_none() || !self.in_own_process() {
+            return false;
+        }
+        let Some(b) = self.find_touching(off, touch).filter(|b| b.state == Some(HugeState::Live)) else {
+            return false;
+        };
+        let key = HazardKey::new(b.offset, b.generation);
+        if self.publish(key, b.size / self.page as u64).is_err() {
+            return false;
+        }
+        // Rule 1's re-read (protocol::hazard): the block must still be live now that the hazard
+        // is visible; otherwise its owner may already have reclaimed it.
+        let still = self.find_touching(off, touch).is_some_and(|now| now == b);
+        if still && self.map_named(b.offset, b.size as usize, b.generation).is_ok() {
+            return true;
+        }
+        self.retract(key);
+        false
+    }
+}

@@ -1,0 +1,422 @@
+//! The huge heap (DESIGN §7): blocks above 512 KiB, each with its own backing object, shared
+//! across real processes (`fork`; each child opens the heap by name), freed by any of them,
+//! with hazards keeping a block alive while some process still maps it.
+//!
+//! Blocks are filled with [`common::fill`] patterns sparsely — the first 64 bytes and one word
+//! per page — so every page is touched (and, in another process, faulted in) without spending
+//! seconds writing gigabytes.
+#![cfg(not(miri))]
+
+mod common;
+
+use std::ptr::NonNull;
+use std::sync::atomic::Ordering;
+
+use common::{fork_child, pattern, serial, Ctx, HeapName, Pipe, CHILD_DEADLINE};
+use cxlalloc::{AllocError, Config, FreeError, Heap, ThreadHandle};
+use nix::sys::signal::{kill, Signal};
+
+const PAGE: usize = 4096;
+const MIB: usize = 1 << 20;
+const GIB: usize = 1 << 30;
+
+macro_rules! ensure {
+    ($cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            return Err(format!($($msg)+));
+        }
+    };
+}
+
+/// Writes the pattern of `salt` into the first 64 bytes and the first word of every page of
+/// the `len`-byte block at `p` (heap offset `off`).
+///
+/// # Safety
+/// The block is ours to write and at least `len` bytes.
+unsafe fn stamp(p: NonNull<u8>, len: usize, off: u64, salt: u64) {
+    let words = p.as_ptr().cast::<u64>();
+    for i in (0..8).chain((PAGE / 8..len / 8).step_by(PAGE / 8)) {
+        // SAFETY: inside the block, 8-aligned.
+        unsafe { words.add(i).write_volatile(pattern(off + i as u64 * 8, salt)) };
+    }
+}
+
+/// Checks what [`stamp`] wrote.
+///
+/// # Safety
+/// The block is readable and at least `len` bytes.
+unsafe fn check_stamp(p: NonNull<u8>, len: usize, off: u64, salt: u64) -> Result<(), String> {
+    let words = p.as_ptr().cast::<u64>();
+    for i in (0..8).chain((PAGE / 8..len / 8).step_by(PAGE / 8)) {
+        // SAFETY: inside the block, 8-aligned.
+        let got = unsafe { words.add(i).read_volatile() };
+        ensure!(got == pattern(off + i as u64 * 8, salt), "huge block {off:#x}: word {i} is {got:#x}");
+    }
+    Ok(())
+}
+
+/// Backing objects of huge blocks in the heap's directory.
+fn objects(name: &HeapName) -> usize {
+    let dir = Heap::path_of(name.as_str()).unwrap();
+    std::fs::read_dir(dir).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("huge-")).count()
+}
+
+fn create(name: &HeapName, config: &Config) -> (Heap, ThreadHandle) {
+    let heap = Heap::create(name.as_str(), config).unwrap();
+    let t = heap.attach().unwrap();
+    (heap, t)
+}
+
+fn small_config() -> Config {
+    Config { huge_capacity: 16 << 30, ..Config::with_capacity(64 << 20) }
+}
+
+fn offset(heap: &Heap, p: NonNull<u8>) -> u64 {
+    heap.offset_of(p.as_ptr()).unwrap().raw()
+}
+
+fn at(heap: &Heap, off: u64) -> Result<NonNull<u8>, String> {
+    heap.pointer(cxlalloc::Offset::<u8>::from_raw(off)).map_err(|e| format!("pointer({off:#x}): {e}"))
+}
+
+fn open_attached(name: &str) -> Result<(Heap, ThreadHandle), String> {
+    let heap = Heap::open(name).ctx("open")?;
+    let t = heap.attach().ctx("attach")?;
+    Ok((heap, t))
+}
+
+fn assert_clean(heap: &Heap) -> cxlalloc::Report {
+    let r = heap.check();
+    assert!(r.is_clean(), "{r}");
+    r
+}
+
+#[test]
+fn a_huge_block_is_usable_and_its_free_leaves_no_object_behind() {
+    let _serial = serial();
+    let name = HeapName::new("huge-basic");
+    let (heap, t) = create(&name, &small_config());
+    let p = t.alloc(3 * MIB + 5).unwrap();
+    assert_eq!(p.as_ptr() as usize % PAGE, 0);
+    assert_eq!(t.usable_size(p), Ok(3 * MIB + PAGE));
+    let off = offset(&heap, p);
+    // SAFETY: our fresh block of 3 MiB + 1 page.
+    unsafe { stamp(p, 3 * MIB, off, 1) };
+    // SAFETY: as above.
+    unsafe { check_stamp(p, 3 * MIB, off, 1) }.unwrap();
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.live, r.huge.objects, r.live_blocks()), (1, Some(1), 1), "{r}");
+    t.free(p).unwrap();
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.live, r.huge.freed, r.huge.claimed_slots, r.live_blocks()), (0, 0, 0, 0), "{r}");
+    assert_eq!(objects(&name), 0);
+}
+
+#[test]
+fn one_gib_written_in_one_process_is_read_and_freed_in_another() {
+    let _serial = serial();
+    let name = HeapName::new("huge-1g");
+    let (heap, t) = create(&name, &small_config());
+    let p = t.alloc(GIB).unwrap();
+    let off = offset(&heap, p);
+    // SAFETY: our fresh 1 GiB block.
+    unsafe { stamp(p, GIB, off, 7) };
+    heap.root(0).unwrap().store(off, Ordering::SeqCst);
+    fork_child("reader", || {
+        let (heap, t) = open_attached(name.as_str())?;
+        let off = heap.root(0).ok_or("root")?.load(Ordering::SeqCst);
+        let q = at(&heap, off)?;
+        // SAFETY: the parent allocated and stamped 1 GiB there and waits for us.
+        unsafe { check_stamp(q, GIB, off, 7)? };
+        ensure!(t.usable_size(q) == Ok(GIB), "usable size {:?}", t.usable_size(q));
+        t.free(q).ctx("free")?;
+        ensure!(t.free(q) == Err(FreeError::DoubleFree), "second free accepted");
+        Ok(())
+    })
+    .succeeds();
+    // The parent still maps the block (a stale mapping): freed, not reclaimed yet.
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.live, r.huge.freed), (0, 1), "{r}");
+    drop(t);
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.freed, r.live_blocks(), r.huge.hazards), (0, 0, 0), "{r}");
+    assert_eq!(objects(&name), 0);
+}
+
+#[test]
+fn an_eight_gib_block_spans_several_huge_slots_in_every_process() {
+    let _serial = serial();
+    let name = HeapName::new("huge-8g");
+    // Not committed up front: only the touched pages take memory.
+    let config = Config { commit_on_grow: false, ..small_config() };
+    let (heap, t) = create(&name, &config);
+    let len = 8 * GIB + PAGE;
+    let p = t.alloc(len).unwrap();
+    let off = offset(&heap, p);
+    let r = assert_clean(&heap);
+    assert_eq!(r.huge.claimed_slots, 9, "{r}");
+    let probes: Vec<usize> = (0..9).map(|g| (g * GIB).min(len - 8)).collect();
+    for &i in &probes {
+        // SAFETY: inside our block.
+        unsafe { p.as_ptr().add(i).cast::<u64>().write_volatile(pattern(off + i as u64, 8)) };
+    }
+    heap.root(0).unwrap().store(off, Ordering::SeqCst);
+    fork_child("reader", || {
+        let (heap, t) = open_attached(name.as_str())?;
+        let off = heap.root(0).ok_or("root")?.load(Ordering::SeqCst);
+        let q = at(&heap, off)?;
+        for &i in &probes {
+            // SAFETY: inside the parent's block, which it keeps until we exit.
+            let got = unsafe { q.as_ptr().add(i).cast::<u64>().read_volatile() };
+            ensure!(got == pattern(off + i as u64, 8), "word at +{i:#x} is {got:#x}");
+        }
+        t.free(q).ctx("free")
+    })
+    .succeeds();
+    drop(t);
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.claimed_slots, r.live_blocks()), (0, 0), "{r}");
+    assert_eq!(objects(&name), 0);
+}
+
+#[test]
+fn a_descriptor_in_small_memory_the_reader_never_mapped_is_mapped_by_the_fault_handler() {
+    let _serial = serial();
+    let name = HeapName::new("huge-nested");
+    let heap = Heap::create(name.as_str(), &small_config()).unwrap();
+    let (ready, go) = (Pipe::new(), Pipe::new());
+    // The reader opens the heap while the small heap is still empty: it maps no small data at
+    // open, and never allocates, so the descriptor's chunk is unmapped when it first reads it.
+    let mut child = fork_child("reader", || {
+        let heap = Heap::open(name.as_str()).ctx("open")?;
+        ready.send_u64(1);
+        let off = go.recv_u64(CHILD_DEADLINE).ok_or("no offset")?;
+        let q = at(&heap, off)?;
+        // SAFETY: the parent stamped 4 MiB there and waits for us.
+        unsafe { check_stamp(q, 4 * MIB, off, 9) }
+    });
+    ready.recv_u64(CHILD_DEADLINE).expect("reader ready");
+    let t = heap.attach().unwrap();
+    let p = t.alloc(4 * MIB).unwrap();
+    let off = offset(&heap, p);
+    // SAFETY: our fresh 4 MiB block.
+    unsafe { stamp(p, 4 * MIB, off, 9) };
+    go.send_u64(off);
+    child.succeeds();
+    t.free(p).unwrap();
+    assert_clean(&heap);
+}
+
+#[test]
+fn hazards_keep_a_freed_block_alive_while_a_third_process_maps_it() {
+    let _serial = serial();
+    let name = HeapName::new("huge-hazard");
+    let (heap, t) = create(&name, &small_config());
+    let p = t.alloc(2 * MIB).unwrap();
+    let off = offset(&heap, p);
+    // SAFETY: our fresh block.
+    unsafe { stamp(p, 2 * MIB, off, 3) };
+    heap.root(0).unwrap().store(off, Ordering::SeqCst);
+    let (mapped, release) = (Pipe::new(), Pipe::new());
+    let mut holder = fork_child("holder", || {
+        let heap = Heap::open(name.as_str()).ctx("open")?;
+        let q = at(&heap, off)?;
+        // SAFETY: the block is live until the freer runs, which waits for this.
+        unsafe { check_stamp(q, 2 * MIB, off, 3)? };
+        mapped.send_u64(1);
+        release.recv_u64(CHILD_DEADLINE).ok_or("no release")?;
+        // Still mapped here, though freed elsewhere: the hazard kept the pages.
+        // SAFETY: our mapping of the block is intact until we drop the heap.
+        unsafe { check_stamp(q, 2 * MIB, off, 3) }
+    });
+    mapped.recv_u64(CHILD_DEADLINE).expect("holder mapped the block");
+    fork_child("freer", || {
+        let (heap, t) = open_attached(name.as_str())?;
+        t.free(at(&heap, off)?).ctx("free")
+    })
+    .succeeds();
+    // The owner's next huge work drops its own stale mapping, but the holder's hazard stays.
+    let other = t.alloc(MIB).unwrap();
+    t.free(other).unwrap();
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.freed, r.huge.hazards), (1, 1), "{r}");
+    assert_eq!(objects(&name), 1, "the freed block's object must survive while mapped");
+    release.send_u64(1);
+    holder.succeeds();
+    // The holder closed the heap: its hazard is gone, so the block is reclaimed.
+    let other = t.alloc(MIB).unwrap();
+    t.free(other).unwrap();
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.freed, r.huge.hazards, r.live_blocks()), (0, 0, 0), "{r}");
+    assert_eq!(objects(&name), 0);
+}
+
+#[test]
+fn a_killed_process_hazards_do_not_pin_memory() {
+    let _serial = serial();
+    let name = HeapName::new("huge-dead");
+    let (heap, t) = create(&name, &small_config());
+    let p = t.alloc(2 * MIB).unwrap();
+    let off = offset(&heap, p);
+    let mapped = Pipe::new();
+    let mut child = fork_child("victim", || {
+        let heap = Heap::open(name.as_str()).ctx("open")?;
+        // SAFETY: a live block; touching it maps it here and publishes our hazard.
+        let _ = unsafe { at(&heap, off)?.as_ptr().read_volatile() };
+        mapped.send_u64(1);
+        std::thread::sleep(CHILD_DEADLINE);
+        Ok(())
+    });
+    mapped.recv_u64(CHILD_DEADLINE).expect("victim mapped the block");
+    kill(child.pid, Signal::SIGKILL).unwrap();
+    assert_eq!(child.killed_by(), Signal::SIGKILL);
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.hazards, r.huge.dead_hazard_sets), (2, 1), "{r}");
+    t.free(p).unwrap();
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.freed, r.huge.hazards, r.huge.dead_hazard_sets), (0, 0, 0), "{r}");
+    assert_eq!(objects(&name), 0);
+}
+
+/// Lines of /proc/self/maps and open descriptors of this process.
+fn footprint() -> (usize, usize) {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap().lines().count();
+    let fds = std::fs::read_dir("/proc/self/fd").unwrap().count();
+    (maps, fds)
+}
+
+#[test]
+fn thousands_of_cross_process_cycles_leak_no_objects_mappings_or_descriptors() {
+    let _serial = serial();
+    let name = HeapName::new("huge-cycles");
+    let (heap, t) = create(&name, &small_config());
+    const CYCLES: u64 = 2000;
+    let (to_child, to_parent) = (Pipe::new(), Pipe::new());
+    let mut child = fork_child("freer", || {
+        let (heap, t) = open_attached(name.as_str())?;
+        for i in 0..CYCLES {
+            let off = to_child.recv_u64(CHILD_DEADLINE).ok_or("no block")?;
+            let q = at(&heap, off)?;
+            // SAFETY: the parent stamped the block and waits for our answer.
+            unsafe { check_stamp(q, MIB, off, i)? };
+            t.free(q).ctx("free")?;
+            to_parent.send_u64(i);
+        }
+        Ok(())
+    });
+    let mut baseline = None;
+    for i in 0..CYCLES {
+        let size = MIB + (i as usize % 3) * PAGE;
+        let p = t.alloc(size).unwrap();
+        let off = offset(&heap, p);
+        // SAFETY: our fresh block.
+        unsafe { stamp(p, MIB, off, i) };
+        to_child.send_u64(off);
+        assert_eq!(to_parent.recv_u64(CHILD_DEADLINE), Some(i));
+        if i == 100 {
+            baseline = Some(footprint());
+        }
+    }
+    child.succeeds();
+    let (maps, fds) = footprint();
+    let (maps0, fds0) = baseline.unwrap();
+    assert!(maps <= maps0 + 2, "mappings grew from {maps0} to {maps}");
+    assert_eq!(fds, fds0, "descriptors leaked");
+    drop(t);
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.freed, r.huge.claimed_slots, r.live_blocks()), (0, 0, 0), "{r}");
+    assert_eq!(objects(&name), 0);
+}
+
+#[test]
+fn double_free_interior_free_and_freed_addresses_are_refused() {
+    let _serial = serial();
+    let name = HeapName::new("huge-bad");
+    let (heap, t) = create(&name, &small_config());
+    let p = t.alloc(MIB).unwrap();
+    // SAFETY: one page into our 1 MiB block.
+    let interior = unsafe { NonNull::new_unchecked(p.as_ptr().add(PAGE)) };
+    assert_eq!(t.free(interior), Err(FreeError::InteriorPointer));
+    assert_eq!(t.usable_size(interior), Err(FreeError::InteriorPointer));
+    t.free(p).unwrap();
+    assert_eq!(t.free(p), Err(FreeError::NotAllocated), "reclaimed at once: no block there any more");
+    let beyond = at(&heap, offset(&heap, p) + 64 * MIB as u64).unwrap();
+    assert_eq!(t.free(beyond), Err(FreeError::NotAllocated));
+    assert_clean(&heap);
+}
+
+#[test]
+fn realloc_moves_blocks_across_the_large_huge_boundary_keeping_contents() {
+    let _serial = serial();
+    let name = HeapName::new("huge-realloc");
+    let (heap, t) = create(&name, &small_config());
+    let p = t.alloc(256 << 10).unwrap();
+    let off = offset(&heap, p);
+    // SAFETY: our fresh 256 KiB block.
+    unsafe { common::fill(p.as_ptr(), 256 << 10, off, 5) };
+    let q = t.realloc(p, 2 * MIB).unwrap();
+    // SAFETY: realloc kept the first 256 KiB.
+    unsafe { common::verify(q.as_ptr(), 256 << 10, off, 5) }.unwrap();
+    assert_eq!(t.usable_size(q), Ok(2 * MIB));
+    assert_eq!(t.realloc(q, 2 * MIB - 100).map(|r| r == q), Ok(true), "shrinking a little stays in place");
+    let r = t.realloc(q, 100 << 10).unwrap();
+    // SAFETY: the first 100 KiB came along.
+    unsafe { common::verify(r.as_ptr(), 100 << 10, off, 5) }.unwrap();
+    t.free(r).unwrap();
+    let rep = assert_clean(&heap);
+    assert_eq!(rep.live_blocks(), 0, "{rep}");
+}
+
+#[test]
+fn aligned_allocations_beyond_the_slab_size_come_from_the_huge_heap() {
+    let _serial = serial();
+    let name = HeapName::new("huge-align");
+    let (heap, t) = create(&name, &small_config());
+    for align in [MIB, 64 * MIB, GIB] {
+        let p = t.alloc_aligned(4096, align).unwrap();
+        assert_eq!(p.as_ptr() as usize % align, 0, "alignment {align}");
+        t.free(p).unwrap();
+    }
+    assert_eq!(t.alloc_aligned(4096, 2 * GIB), Err(AllocError::BadAlignment(2 * GIB)));
+    assert_clean(&heap);
+}
+
+#[test]
+fn exhausted_huge_space_and_a_heap_without_one_give_errors() {
+    let _serial = serial();
+    let heap = Heap::anonymous(&Config { huge_capacity: 2 << 30, ..Config::with_capacity(64 << 20) }).unwrap();
+    let t = heap.attach().unwrap();
+    assert_eq!(t.alloc(3 * GIB), Err(AllocError::HugeExhausted));
+    let p = t.alloc(GIB + 1).unwrap();
+    assert_eq!(t.alloc(GIB), Err(AllocError::HugeExhausted), "1 GiB less a page is left");
+    t.free(p).unwrap();
+    let p = t.alloc(MIB).unwrap();
+    t.free(p).unwrap();
+    let none = Heap::anonymous(&Config { huge_capacity: 0, ..Config::with_capacity(64 << 20) }).unwrap();
+    let t = none.attach().unwrap();
+    assert_eq!(t.alloc(MIB), Err(AllocError::Unsupported(MIB)));
+}
+
+#[test]
+fn an_anonymous_heap_serves_huge_blocks_to_its_threads() {
+    let heap = Heap::anonymous(&small_config()).unwrap();
+    let p = {
+        let t = heap.attach().unwrap();
+        let p = t.alloc(5 * MIB).unwrap();
+        // SAFETY: our fresh block.
+        unsafe { stamp(p, 5 * MIB, 1, 2) };
+        p.as_ptr() as usize
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let t = heap.attach().unwrap();
+            let p = NonNull::new(p as *mut u8).unwrap();
+            // SAFETY: the block is live; threads of one process share the mapping.
+            unsafe { check_stamp(p, 5 * MIB, 1, 2) }.unwrap();
+            t.free(p).unwrap();
+        });
+    });
+    let r = heap.check();
+    assert!(r.is_clean(), "{r}");
+    assert_eq!(r.live_blocks(), 0, "{r}");
+}
