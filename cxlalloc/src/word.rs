@@ -129,7 +129,7 @@ impl Holder {
 /// +---------------------------------------------------------+-----+
 /// ```
 ///
-/// `st`: 0 = being built, 1 = live, 2 = freed.
+/// `st`: 0 = being built, 1 = live, 2 = freed, 3 = being reclaimed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HugeStatus {
     /// The allocation's generation.

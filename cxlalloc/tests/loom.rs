@@ -1,7 +1,7 @@
 //! `loom` models of the lock-free protocols in `cxlalloc::protocol` (DESIGN §4, §5, §13).
 //!
 //! Every model drives the *real* protocol functions (`global_list`, `length`, `remote`, `lease`,
-//! `cached_word`), which `cxlalloc::sync` compiles against loom's atomics under `--cfg loom`. The
+//! `cached_word`, `hazard`), which `cxlalloc::sync` compiles against loom's atomics under `--cfg loom`. The
 //! SWcc parts the protocols take as closures (list links, owner fields, bitset counts) are
 //! modelled here with loom atomics, or with `loom::cell::UnsafeCell` where the design says
 //! "written only by the owner": loom then also reports any access to that data which the
@@ -30,6 +30,10 @@
 //! | lease_load_then_store_claim_is_caught (−)      | 3   | 3     | fails      | <0.1 s |
 //! | cached_word_never_pairs_bits_with_another_id   | 2   | none  | 884,640    | 22 s   |
 //! | cached_word_without_clearing_bits_is_caught (−)| 2   | none  | fails      | <0.1 s |
+//! | hazard_owner_frees_and_reclaims_while_a_process_maps | 2 | none | 167     | <0.1 s |
+//! | hazard_another_thread_frees_while_a_process_maps | 3 | none  | 2,674      | 0.13 s |
+//! | hazard_publish_without_fence_is_caught (−)     | 2   | none  | fails      | <0.1 s |
+//! | hazard_reclaim_without_fence_is_caught (−)     | 2   | none  | fails      | <0.1 s |
 //!
 //! Costlier settings measured and not taken: global_list_three_threads unbounded > 600 s;
 //! length unbounded 5,295,890 executions / 199 s; remote_three_blocks unbounded 1,678,988 / 67 s;
@@ -989,4 +993,123 @@ fn cached_word_without_clearing_bits_is_caught() {
         bits.store(new_bits, Ordering::Release);
     }
     check("cached_word_without_clearing_bits_is_caught", None, || cached_word_model(&Seen::default(), 2, broken));
+}
+
+// ------------------------------------------------------------------------------------------------
+// (f) Huge-heap hazards (§7): publish before map, reclaim only when freed and hazard-free
+// ------------------------------------------------------------------------------------------------
+
+const LIVE: u64 = 1;
+const FREED: u64 = 2;
+const RECLAIMING: u64 = 3;
+const KEY: u64 = 0x5eed;
+
+/// One huge block: its status word, one process's hazard set (two entries), and its pages,
+/// which a mapper reads once it has mapped the block and a reclaimer rewrites when it reuses
+/// them. Loom reports a race on `pages` unless every read is ordered before the reuse.
+struct HugeBlock {
+    status: AtomicU64,
+    set: [AtomicU64; 4],
+    pages: UnsafeCell<u64>,
+}
+
+type Publish = fn(&[AtomicU64], u64, u64) -> Option<usize>;
+type BeginReclaim = fn(&AtomicU64, u64, u64) -> bool;
+
+/// A mapper (a process faulting on the block), a freer and the reclaiming owner; with
+/// `owner_frees` the owner frees the block itself before reclaiming (two threads).
+fn hazard_model(seen: &Seen, owner_frees: bool, publish: Publish, begin_reclaim: BeginReclaim) {
+    let b = Arc::new(HugeBlock {
+        status: AtomicU64::new(LIVE),
+        set: std::array::from_fn(|_| AtomicU64::new(0)),
+        pages: UnsafeCell::new(7),
+    });
+    let mapper = {
+        let (b, seen) = (b.clone(), seen.clone());
+        thread::spawn(move || {
+            let Some(i) = publish(&b.set, KEY, 1) else { return };
+            if b.status.load(Ordering::Acquire) == LIVE {
+                // SAFETY (model): the hazard is published and the block was live after it.
+                let v = b.pages.with(|p| unsafe { *p });
+                assert_eq!(v, 7, "mapped a block whose pages were reused");
+                seen.mark("mapped");
+            } else {
+                seen.mark("backed off");
+            }
+            cxlalloc::protocol::hazard::retract(&b.set, i);
+        })
+    };
+    let freer = (!owner_frees).then(|| {
+        let b = b.clone();
+        thread::spawn(move || {
+            let _ = b.status.compare_exchange(LIVE, FREED, Ordering::Release, Ordering::Relaxed);
+        })
+    });
+    if owner_frees {
+        let _ = b.status.compare_exchange(LIVE, FREED, Ordering::Release, Ordering::Relaxed);
+    }
+    if begin_reclaim(&b.status, FREED, RECLAIMING) {
+        if cxlalloc::protocol::hazard::contains(&b.set, KEY) {
+            b.status.store(FREED, Ordering::Relaxed);
+            seen.mark("blocked by a hazard");
+        } else {
+            b.pages.with_mut(|p| unsafe { *p = 0 });
+            seen.mark("reclaimed");
+        }
+    } else {
+        seen.mark("not freed yet");
+    }
+    mapper.join().unwrap();
+    if let Some(f) = freer {
+        f.join().unwrap();
+    }
+}
+
+#[test]
+fn hazard_owner_frees_and_reclaims_while_a_process_maps() {
+    use cxlalloc::protocol::hazard;
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("hazard_owner_frees_and_reclaims_while_a_process_maps", None, move || {
+        hazard_model(&s, true, hazard::publish, hazard::begin_reclaim)
+    });
+    seen.require(&["mapped", "backed off", "blocked by a hazard", "reclaimed"]);
+}
+
+#[test]
+fn hazard_another_thread_frees_while_a_process_maps() {
+    use cxlalloc::protocol::hazard;
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("hazard_another_thread_frees_while_a_process_maps", None, move || {
+        hazard_model(&s, false, hazard::publish, hazard::begin_reclaim)
+    });
+    seen.require(&["mapped", "backed off", "blocked by a hazard", "reclaimed", "not freed yet"]);
+}
+
+/// Negative control: a publisher without the fence after its CAS. Its re-read of the status may
+/// then see Live although the reclaimer's scan missed the entry: the reuse races the read.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn hazard_publish_without_fence_is_caught() {
+    fn broken(set: &[AtomicU64], key: u64, pages: u64) -> Option<usize> {
+        let ok = set[0].compare_exchange(0, key, Ordering::Relaxed, Ordering::Relaxed).is_ok();
+        set[1].store(pages, Ordering::Relaxed);
+        ok.then_some(0)
+    }
+    check("hazard_publish_without_fence_is_caught", None, || {
+        hazard_model(&Seen::default(), true, broken, cxlalloc::protocol::hazard::begin_reclaim)
+    });
+}
+
+/// Negative control: a reclaimer that claims the block without the fence before its scan.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn hazard_reclaim_without_fence_is_caught() {
+    fn broken(status: &AtomicU64, freed: u64, reclaiming: u64) -> bool {
+        status.compare_exchange(freed, reclaiming, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
+    check("hazard_reclaim_without_fence_is_caught", None, || {
+        hazard_model(&Seen::default(), true, cxlalloc::protocol::hazard::publish, broken)
+    });
 }

@@ -109,7 +109,7 @@ fn walk_list(
                 census.live += 1;
                 census.live_bytes += b.size;
             }
-            Some(HugeState::Freed) => census.freed += 1,
+            Some(HugeState::Freed | HugeState::Reclaiming) => census.freed += 1,
             None => problems.push(format!("slot {slot}: huge descriptor {at:#x} has no valid state")),
         }
         let end = b.offset.checked_add(b.size);

@@ -35,6 +35,9 @@ pub enum HugeState {
     Live = 1,
     /// Freed; its range and backing object are reclaimed once no process maps it.
     Freed = 2,
+    /// Its owner is checking the hazards before reclaiming it (back to Freed if some process
+    /// still maps it).
+    Reclaiming = 3,
 }
 
 impl HugeState {
@@ -44,6 +47,7 @@ impl HugeState {
         match bits {
             1 => Some(HugeState::Live),
             2 => Some(HugeState::Freed),
+            3 => Some(HugeState::Reclaiming),
             _ => None,
         }
     }

@@ -268,8 +268,8 @@ impl HugeThread<'_> {
         view.retract(HazardKey::new(b.offset, b.generation));
         let freed = view.descriptor(b.desc).is_some_and(|d| {
             let (live, freed) = (HugeState::Live.word(b.generation), HugeState::Freed.word(b.generation));
-            // SeqCst: rule 3's reclaimer reads this before scanning hazards (protocol::hazard).
-            d.status.compare_exchange(live, freed, Ordering::SeqCst, Ordering::Relaxed).is_ok()
+            // Release: this process's unmapping happens before the owner's reclaim.
+            d.status.compare_exchange(live, freed, Ordering::Release, Ordering::Relaxed).is_ok()
         });
         self.t.clear_log();
         if !freed {
@@ -298,12 +298,30 @@ impl HugeThread<'_> {
     pub fn maintain(&self, space: &mut FreeRanges) {
         drop_stale_mappings(self.view);
         for b in self.list() {
-            if b.state == Some(HugeState::Freed) && !hazard_anywhere(self.view, HazardKey::new(b.offset, b.generation))
-            {
+            if matches!(b.state, Some(HugeState::Freed | HugeState::Reclaiming)) && self.try_reclaim(&b) {
                 self.reclaim_one(&b, space);
             }
         }
         self.release_empty_claims(space);
+    }
+
+    /// Rule 3: whether the freed block `b` may be reclaimed now. A block left Reclaiming by a
+    /// holder of this slot that died mid-check counts as Freed.
+    fn try_reclaim(&self, b: &HugeBlock) -> bool {
+        let Some(d) = self.view.descriptor(b.desc) else { return false };
+        let freed = HugeState::Freed.word(b.generation);
+        let reclaiming = HugeState::Reclaiming.word(b.generation);
+        if b.state == Some(HugeState::Reclaiming) {
+            d.status.store(freed, Ordering::Relaxed);
+        }
+        if !hazard::begin_reclaim(&d.status, freed, reclaiming) {
+            return false;
+        }
+        if hazard_anywhere(self.view, HazardKey::new(b.offset, b.generation)) {
+            d.status.store(freed, Ordering::Relaxed);
+            return false;
+        }
+        true
     }
 
     /// Reclaims a Freed, hazard-free block: its backing object, its descriptor, its range.
@@ -340,13 +358,13 @@ pub fn drop_stale_mappings(view: &HugeView) {
     }
 }
 
-/// Whether any live process holds a hazard on `key`. Leased sets are scanned (see
-/// [`HugeView::lease_for_scan`] for why unleased ones may be skipped); sets of dead holders are
-/// cleared and given back on the way.
-pub fn hazard_anywhere(view: &HugeView, key: HazardKey) -> bool {
+/// Whether any live process holds a hazard on `key` (after [`hazard::begin_reclaim`]). Sets
+/// read as unleased are skipped: a publisher leases its set before its fence (see
+/// [`crate::protocol::hazard`]). Sets of dead holders are cleared and given back on the way.
+fn hazard_anywhere(view: &HugeView, key: HazardKey) -> bool {
     let word = key.pack();
     for s in 0..view.sets() {
-        let held = view.lease_for_scan(s);
+        let held = view.lease(s).load(Ordering::Acquire);
         let Some(h) = Holder::unpack(held) else { continue };
         if !hazard::contains(view.set(s), word) {
             continue;

@@ -174,7 +174,8 @@ impl HugeView {
     /// A snapshot of the descriptor at `off`.
     pub fn read(&self, off: u64) -> Option<HugeBlock> {
         let d = self.descriptor(off)?;
-        let status = HugeStatus::unpack(d.status.load(Ordering::SeqCst));
+        // Acquire: pairs with the CASes on the status (free, reclaim) of other processes.
+        let status = HugeStatus::unpack(d.status.load(Ordering::Acquire));
         Some(HugeBlock {
             desc: off,
             offset: d.offset.load(Ordering::Relaxed),
@@ -263,13 +264,6 @@ impl HugeView {
         unsafe { &*self.leases.add(s as usize) }
     }
 
-    /// The lease of hazard set `s` as a reclaimer's scan must read it. A set read as unleased
-    /// can be skipped: its entries are empty, and a publisher that leases it later re-reads the
-    /// block's state after publishing (SeqCst after its SeqCst lease CAS), so it sees Freed.
-    pub fn lease_for_scan(&self, s: u32) -> u64 {
-        self.lease(s).load(Ordering::SeqCst)
-    }
-
     /// Number of hazard sets.
     pub fn sets(&self) -> u32 {
         self.sets
@@ -301,10 +295,9 @@ impl HugeView {
         }
         for s in 0..self.sets {
             let l = self.lease(s);
-            // SeqCst: a reclaimer skips sets it reads unleased; see `lease_for_scan`.
-            if l.load(Ordering::Relaxed) == 0
-                && l.compare_exchange(0, self.holder, Ordering::SeqCst, Ordering::Relaxed).is_ok()
-            {
+            // The lease, like the entry, precedes publish's fence: a reclaimer that reads the
+            // set unleased after its own fence is one whose reclaim this publisher will see.
+            if l.load(Ordering::Relaxed) == 0 && lease::try_claim(l, self.holder) {
                 self.mine_word(s).fetch_or(1 << (s % 64), Ordering::Relaxed);
                 if hazard::publish(self.set(s), word, pages).is_some() {
                     return Ok(());

@@ -8,17 +8,21 @@
 //! by looking at the wrong index while the set is rearranged.
 //!
 //! The three rules of the huge heap, and the orderings that make them hold:
-//! 1. **Publish before map**: [`publish`] (a SeqCst CAS) precedes the mapping; afterwards the
-//!    publisher re-reads the allocation's state (SeqCst) and backs off unless it is still live.
+//! 1. **Publish before map**: [`publish`] (a CAS, then a SeqCst fence) precedes the mapping;
+//!    afterwards the publisher re-reads the allocation's status and backs off unless it is
+//!    still live.
 //! 2. **Remove after unmap**: [`retract`] follows the unmapping.
-//! 3. **Reclaim only when freed and hazard-free**: a reclaimer reads the state Freed (it was
-//!    stored SeqCst by the freer), then [`contains`] scans every set with SeqCst loads.
+//! 3. **Reclaim only when freed and hazard-free**: the reclaimer moves the status Freed →
+//!    Reclaiming with one CAS and a SeqCst fence ([`begin_reclaim`]), then [`contains`] scans
+//!    the sets; it moves the status back to Freed if some set names the block.
 //!
-//! In the single total order of SeqCst operations, either the publisher's CAS precedes the
-//! reclaimer's scan (which then sees the entry), or the freer's state store precedes the
-//! publisher's re-read (which then sees Freed and does not map): never both "not seen".
+//! This is the store-buffering pattern with a fence on each side: in the fences' total order,
+//! either the publisher's fence comes first (the scan then sees the entry) or the reclaimer's
+//! does (the re-read then sees Reclaiming, not Live): never both "not seen". The reclaimer's
+//! own RMW on the status is what makes this hold whoever freed the block. Model-checked in
+//! `tests/loom.rs`, which also shows that dropping either fence breaks it.
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{fence, AtomicU64, Ordering};
 
 /// Entries of `set` (pairs of words), as `(index, key word, pages word)`.
 fn pairs(set: &[AtomicU64]) -> impl Iterator<Item = (usize, &AtomicU64, &AtomicU64)> {
@@ -30,15 +34,27 @@ fn pairs(set: &[AtomicU64]) -> impl Iterator<Item = (usize, &AtomicU64, &AtomicU
 pub fn publish(set: &[AtomicU64], key: u64, pages: u64) -> Option<usize> {
     debug_assert_ne!(key, 0);
     for (i, k, p) in pairs(set) {
-        // SeqCst: rule 1 (see the module docs); the entry is the publisher's from here on.
-        if k.load(Ordering::Relaxed) == 0 && k.compare_exchange(0, key, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
+        if k.load(Ordering::Relaxed) == 0 && k.compare_exchange(0, key, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
             // Relaxed: only this process reads `pages`, after reading `key` in program order
             // or through the same thread's retract.
             p.store(pages, Ordering::Relaxed);
+            // Rule 1: the caller's re-read of the block's status comes after this fence.
+            fence(Ordering::SeqCst);
             return Some(i);
         }
     }
     None
+}
+
+/// Rule 3's first half: moves a block's `status` from `freed` to `reclaiming` (so that no
+/// second reclaimer and no late publisher can take it for live) and fences; the caller then
+/// scans the hazard sets. False if the status was not `freed`.
+pub fn begin_reclaim(status: &AtomicU64, freed: u64, reclaiming: u64) -> bool {
+    let won = status.compare_exchange(freed, reclaiming, Ordering::Relaxed, Ordering::Relaxed).is_ok();
+    if won {
+        fence(Ordering::SeqCst);
+    }
+    won
 }
 
 /// Empties entry `index` of `set` (after its range is unmapped). Async-signal-safe.
@@ -62,10 +78,10 @@ pub fn retract_key(set: &[AtomicU64], key: u64) -> usize {
     n
 }
 
-/// Whether some entry of `set` holds `key` (rule 3's scan).
+/// Whether some entry of `set` holds `key` (rule 3's scan, after [`begin_reclaim`]).
 pub fn contains(set: &[AtomicU64], key: u64) -> bool {
-    // SeqCst: rule 3 (see the module docs).
-    pairs(set).any(|(_, k, _)| k.load(Ordering::SeqCst) == key)
+    // Acquire: a retracted entry's unmapping happens before the reclaim that follows.
+    pairs(set).any(|(_, k, _)| k.load(Ordering::Acquire) == key)
 }
 
 /// The published entries of `set`, as `(index, key, pages)`; entries still being published
