@@ -50,9 +50,6 @@ volatile std::sig_atomic_t stop_requested = 0;
 
 void on_signal(int) { stop_requested = 1; }
 
-// A signal must not leave a half-written answer, so the drain after a stop is bounded in cycles,
-// not in time: far more than one CAS per slot needs, even with a long memory latency.
-constexpr uint64_t DRAIN_CYCLES_PER_SLOT = 1000;
 // Spins over the doorbells before sleeping when idle: long enough to catch a client's next request
 // without a sleep in between, short enough not to burn a core that the clients need.
 constexpr int IDLE_SPINS = 2000;
@@ -195,7 +192,10 @@ class Harness {
         nanosleep(&ts, nullptr);
       }
     }
-    uint64_t limit = stats_.cycles + DRAIN_CYCLES_PER_SLOT * w_.slots;
+    // Requests in flight are still answered, so no client waits forever for a server that has
+    // gone. They are served one after another, each within 2 memory latencies and a few cycles;
+    // the bound (twice that) only matters if the RTL stopped answering.
+    uint64_t limit = stats_.cycles + 2 * (2 * uint64_t{latency_} + 8) * w_.slots;
     while (busy() && stats_.cycles < limit) cycle();
     if (busy()) std::fprintf(stderr, "mcas-cosim: requests still in flight after the drain\n");
   }

@@ -203,9 +203,6 @@ module mcas_unit
         S_IDLE:
         if (sprd_fire) begin
           rsp_id <= req_id;
-          cur_word <= op_word[sprd_idx];
-          cur_expected <= op_expected[sprd_idx];
-          cur_swap <= op_swap[sprd_idx];
           ans_prev <= '0;
           ans_success <= 1'b0;
           ans_error <= MCAS_ERR_NONE;
@@ -222,6 +219,9 @@ module mcas_unit
             ans_prev <= fail_value[sprd_idx];
             state <= S_ANSWER;
           end else begin
+            cur_word <= op_word[sprd_idx];
+            cur_expected <= op_expected[sprd_idx];
+            cur_swap <= op_swap[sprd_idx];
             state <= S_RD_REQ;
           end
         end
