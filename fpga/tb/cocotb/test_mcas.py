@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import random
 from collections import Counter, deque
+from collections.abc import Generator
 from dataclasses import dataclass
 
 import cocotb
@@ -66,12 +67,15 @@ class Wait:
     cycles: int
 
 
+Script = Generator[Spwr | Sprd | Wait, Answer | None, None]
+
+
 @dataclass
 class _Agent:
     """A simulated requester: a generator that yields Spwr / Sprd / Wait and receives the answer of
     each Sprd."""
 
-    script: object
+    script: Script
     request: Spwr | Sprd | None = None
     resume_at: int = 0
     awaiting_answer: bool = False
@@ -113,7 +117,7 @@ class Bench:
         self.errors.append(f"cycle {self.cycle}: {message}")
         self.dut._log.error("cycle %d: %s", self.cycle, message)
 
-    def add_agent(self, script) -> None:
+    def add_agent(self, script: Script) -> None:
         agent = _Agent(script)
         self._agents.append(agent)
         self._advance(agent, None)
