@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # All tests: formatting, lints, API docs (no broken links), unit/property/integration tests (plus the `validate` feature),
-# the loom models, miri over the unsafe code, the Nix dev shell's syntax, the plot/ Python tests, and the
+# the loom models, miri over the unsafe code, the Nix dev shell's syntax, the plot/ Python tests, the fpga/
+# RTL testbenches and co-simulation (script/fpga.sh), and the
 # main job end to end on workloads/mini.toml.
 #
 # Usage: script/test.sh
@@ -84,6 +85,10 @@ if ensure_venv; then
 else
   skip plot "the Python venv for plot/ could not be set up"
 fi
+
+# The mCAS unit's RTL: lint, Icarus and cocotb testbenches, the Figure 6 waveform, and the
+# Verilator co-simulation behind a shared-memory window (about 45 s on a fresh machine).
+step fpga script/fpga.sh
 
 step main-job script/run.sh workloads/mini.toml
 

@@ -1,16 +1,21 @@
-//! The SIGSEGV handler that gives pointer consistency in time (PC-T) for growth.
+//! The SIGSEGV handler that gives pointer consistency in time (PC-T) for growth and huge blocks.
 //!
 //! When another process extends a heap, this process learns of it only by touching the new
 //! memory: the access faults in the `PROT_NONE` reservation, the handler finds the heap whose
 //! lazily mapped array holds the address, checks the slab against the current length, maps the
-//! covering chunk and returns so the instruction re-executes. Any other fault goes to the handler
-//! that was installed before ours (or the default action), so real bugs still crash.
+//! covering chunk and returns so the instruction re-executes. A fault in the huge span maps the
+//! live huge block there after publishing a hazard for it ([`crate::huge::view::HugeView`]).
+//! Any other fault goes to the handler that was installed before ours (or the default action),
+//! so real bugs still crash.
 //!
 //! Async-signal-safety: the handler reads a fixed static array of atomic pointers, plain-data
-//! [`LazyMap`]s and one atomic length word, and makes `mmap`/`sigaction` system calls. It never
-//! allocates, locks, formats or panics, and works on threads that never attached to a heap. It
-//! is installed with `SA_NODEFER` so a nested fault inside it is handled too, and `SA_ONSTACK`
-//! so it runs on the alternate stack where one exists (Rust's stack-overflow detection).
+//! [`LazyMap`]s, atomic words and huge descriptors, and makes `mmap`/`openat`/`close`/
+//! `sigaction` system calls. It never allocates, locks, formats or panics, and works on threads
+//! that never attached to a heap. It is installed with `SA_NODEFER` so a nested fault inside it
+//! is handled too, and `SA_ONSTACK` so it runs on the alternate stack where one exists (Rust's
+//! stack-overflow detection). That stack may not hold two signal frames (each carries the CPU's
+//! extended state): a nested fault there killed the process in testing. So the huge path never
+//! relies on one: it maps a descriptor's small-heap chunk before it reads the descriptor.
 
 use std::sync::{Once, OnceLock};
 

@@ -420,3 +420,30 @@ fn an_anonymous_heap_serves_huge_blocks_to_its_threads() {
     assert!(r.is_clean(), "{r}");
     assert_eq!(r.live_blocks(), 0, "{r}");
 }
+
+#[test]
+fn a_reattached_slot_rebuilds_its_free_space_around_live_blocks() {
+    let _serial = serial();
+    let name = HeapName::new("huge-reattach");
+    let heap = Heap::create(name.as_str(), &small_config()).unwrap();
+    let (x, slot) = {
+        let t = heap.attach().unwrap();
+        let x = t.alloc(3 * MIB).unwrap();
+        // SAFETY: our fresh block.
+        unsafe { stamp(x, 3 * MIB, offset(&heap, x), 11) };
+        (x, t.slot())
+    };
+    // The block outlives its handle: it belongs to the slot, whose next holder inherits it.
+    let t = heap.attach().unwrap();
+    assert_eq!(t.slot(), slot, "the same thread gets its slot back");
+    let y = t.alloc(3 * MIB).unwrap();
+    let (xo, yo) = (offset(&heap, x), offset(&heap, y));
+    assert!(yo >= xo + 3 * MIB as u64 || yo + 3 * MIB as u64 <= xo, "the rebuilt free space overlaps a live block");
+    // SAFETY: both blocks are live; y was just allocated.
+    unsafe { check_stamp(x, 3 * MIB, xo, 11) }.unwrap();
+    t.free(x).unwrap();
+    t.free(y).unwrap();
+    let r = assert_clean(&heap);
+    assert_eq!((r.live_blocks(), r.huge.claimed_slots), (0, 0), "{r}");
+    assert_eq!(objects(&name), 0);
+}

@@ -79,6 +79,11 @@ impl HugeThread<'_> {
     /// on its list still covers, live or freed (a freed range is reusable only once reclaimed,
     /// which checks the hazards).
     pub fn rebuild(&self) -> FreeRanges {
+        // A holder that died inside an unlink left the epoch odd, which makes every reader
+        // retry until it gives up; the list itself is consistent (the unlink is one store).
+        if self.rec().epoch.load(Ordering::Relaxed) % 2 == 1 {
+            self.end_epoch();
+        }
         let mut space = FreeRanges::default();
         for i in 0..self.view.slot_count() {
             if self.view.claim(i).is_some_and(|c| c.load(Ordering::Acquire) == self.me()) {
@@ -194,7 +199,13 @@ impl HugeThread<'_> {
                     Some(fd) => view.map_fd(at, len as usize, fd.as_raw_fd()),
                     None => view.map_private(at, len as usize),
                 }
-                .map_err(AllocError::Backing)
+                .map_err(AllocError::Backing)?;
+                if commit {
+                    // The memory is reserved already; entering it in the page tables with one
+                    // call spares the allocating process a fault per page.
+                    let _ = view.populate(at, len as usize);
+                }
+                Ok(())
             });
         match mapped {
             Ok(()) => {

@@ -30,6 +30,9 @@ enum Command {
         /// Thread slots (most threads attached at once over all processes).
         #[arg(long)]
         slots: Option<u32>,
+        /// Huge address space for blocks above 512 KiB (a multiple of 1G; 0 = none).
+        #[arg(long, value_parser = parse_bytes)]
+        huge_capacity: Option<u64>,
     },
     /// Print a heap's configuration and a census of its slabs.
     Inspect {
@@ -85,6 +88,11 @@ fn print_stats(heap: &Heap, per_class: bool) {
     println!("SWcc metadata bytes:   {}", s.swcc_metadata_bytes);
     println!("leased thread slots:   {}", s.leased_slots);
     println!("counters:              {:?}", s.counters);
+    let h = &s.huge;
+    println!(
+        "huge:                  {}/{} slots claimed, {} live ({} bytes), {} freed awaiting reclaim, {} hazards, {} mapped here",
+        h.claimed_slots, h.slots, h.live, h.live_bytes, h.freed, h.hazards, s.huge_mapped_here
+    );
     for b in Bracket::ALL {
         let c = &s.brackets[b as usize];
         let states: Vec<String> = SlabState::ALL.iter().map(|&st| format!("{} {}", st.name(), c.slabs(st))).collect();
@@ -114,12 +122,13 @@ fn print_stats(heap: &Heap, per_class: bool) {
 
 fn run(cli: Cli) -> Result<ExitCode, OpenError> {
     match cli.command {
-        Command::Create { heap, small_capacity, large_capacity, slots } => {
+        Command::Create { heap, small_capacity, large_capacity, slots, huge_capacity } => {
             let d = Config::default();
             let config = Config {
                 small_capacity: small_capacity.unwrap_or(d.small_capacity),
                 large_capacity: large_capacity.unwrap_or(d.large_capacity),
                 thread_slots: slots.unwrap_or(d.thread_slots),
+                huge_capacity: huge_capacity.unwrap_or(d.huge_capacity),
                 ..d
             };
             let h = if is_path(&heap) {
