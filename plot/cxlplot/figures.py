@@ -44,9 +44,13 @@ def series_name(df: pd.DataFrame) -> pd.Series:
 
 
 def _colors(names) -> dict[str, str]:
-    """A stable colour per series name, so one allocator keeps its colour across panels."""
+    """A stable colour per series name, so one allocator keeps its colour across panels; more
+    series than the default cycle's ten take the 20-colour palette, so no two share a colour."""
+    names = sorted(names)
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    return {name: cycle[i % len(cycle)] for i, name in enumerate(sorted(names))}
+    if len(names) > len(cycle):
+        cycle = [matplotlib.colors.to_hex(c) for c in plt.get_cmap("tab20").colors]
+    return {name: cycle[i % len(cycle)] for i, name in enumerate(names)}
 
 
 def _scale(ax, values) -> None:
