@@ -221,7 +221,7 @@ pub fn parse_smaps(text: &str) -> Result<Vec<Mapping>, Error> {
 /// Which memory a mapping is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Class {
-    /// A heap region file whose [`RegionId::is_hwcc`] is true (`shared`, `remote`).
+    /// A heap region file whose [`RegionId::is_hwcc`] is true (`shared`, `claims`, `remote`).
     Hwcc(RegionId),
     /// Any other heap region file (`header`, `owned`, `local`, `data`).
     Swcc(RegionId),

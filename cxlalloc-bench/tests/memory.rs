@@ -155,7 +155,7 @@ fn region_table_takes_names_and_classes_from_the_library() {
         assert_eq!(table.region_of(&format!("{path} (deleted)")), Some(r), "{path} (deleted)");
     }
     let hwcc: Vec<_> = RegionId::ALL.into_iter().filter(|r| r.is_hwcc()).collect();
-    assert_eq!(hwcc, [RegionId::Shared, RegionId::Remote]);
+    assert_eq!(hwcc, [RegionId::Shared, RegionId::Claims, RegionId::Remote]);
 }
 
 #[test]

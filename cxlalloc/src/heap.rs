@@ -31,10 +31,16 @@ impl Drop for HeapInner {
         if !view.in_own_process() {
             return;
         }
+        // Only a process that used huge blocks (it leased a hazard set to map one) can be the
+        // last to pin one; the others leave the slot table alone (reading it all would put
+        // every page of it in the page cache, and then in every process's footprint).
+        let used_huge = view.my_sets().next().is_some();
         // Rule 2: unmap first, then retract (here: give back whole hazard sets).
         let _ = view.unmap(view.span.offset as u64, view.span.size);
         view.release_sets();
-        huge::ops::sweep_unheld(&self.mem, &view);
+        if used_huge {
+            huge::ops::sweep_unheld(&self.mem, &view);
+        }
     }
 }
 

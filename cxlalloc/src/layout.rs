@@ -3,10 +3,17 @@
 //!
 //! ```text
 //! reservation (one per heap per process; identical offsets in every process = PC-S)
-//! +--------+--------+-------+--------+---------------+---------------+---------------+---------+
-//! | header | shared | owned | hazard | remote: s, l  | local: s, l   | data: s, l    | huge    |
-//! +--------+--------+-------+--------+---------------+---------------+---------------+---------+
-//!   R/O      HWcc     SWcc    SWcc     HWcc            SWcc            SWcc (lazy)     1 GiB slots
+//! +--------+--------+--------+-------+--------+-------------+-------------+-------------+-------+
+//! | header | shared | claims | owned | hazard | remote: s,l | local: s,l  | data: s,l   | huge  |
+//! +--------+--------+--------+-------+--------+-------------+-------------+-------------+-------+
+//!   R/O      HWcc     HWcc     SWcc    SWcc     HWcc          SWcc          SWcc (lazy)   1 GiB
+//! ```
+//!
+//! The huge heap's HWcc words (claims, hazard-set leases) have a region of their own, so that a
+//! process that never uses huge blocks never maps their pages (the kernel's fault-around maps
+//! the neighbours of a touched page, within one mapping).
+//!
+//! ```text
 //! ```
 //!
 //! Each region is its own file (or device range), mapped `MAP_FIXED | MAP_SHARED` at its offset.
@@ -326,7 +333,7 @@ pub fn page_size() -> usize {
 }
 
 /// Number of regions.
-pub const REGIONS: usize = 7;
+pub const REGIONS: usize = 8;
 
 /// The regions of a heap, each its own file / mappable object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -335,16 +342,18 @@ pub enum RegionId {
     Header = 0,
     /// HWcc global words, slot table, roots.
     Shared = 1,
+    /// HWcc huge claim array and hazard-set leases.
+    Claims = 2,
     /// SWcc per-thread records.
-    Owned = 2,
+    Owned = 3,
     /// SWcc hazard sets: which huge allocations each process has mapped.
-    Hazard = 3,
+    Hazard = 4,
     /// HWcc remote-free counters, one word per slab.
-    Remote = 4,
+    Remote = 5,
     /// SWcc local descriptors, one per slab.
-    Local = 5,
+    Local = 6,
     /// Slab data.
-    Data = 6,
+    Data = 7,
 }
 
 impl RegionId {
@@ -352,6 +361,7 @@ impl RegionId {
     pub const ALL: [RegionId; REGIONS] = [
         RegionId::Header,
         RegionId::Shared,
+        RegionId::Claims,
         RegionId::Owned,
         RegionId::Hazard,
         RegionId::Remote,
@@ -364,6 +374,7 @@ impl RegionId {
         match self {
             RegionId::Header => "header",
             RegionId::Shared => "shared",
+            RegionId::Claims => "claims",
             RegionId::Owned => "owned",
             RegionId::Hazard => "hazard",
             RegionId::Remote => "remote",
@@ -374,13 +385,14 @@ impl RegionId {
 
     /// Whether the region must live in hardware-coherent memory.
     pub fn is_hwcc(self) -> bool {
-        matches!(self, RegionId::Shared | RegionId::Remote)
+        matches!(self, RegionId::Shared | RegionId::Claims | RegionId::Remote)
     }
 
     fn size_field(self) -> &'static str {
         match self {
             RegionId::Header => "header region size",
             RegionId::Shared => "shared region size",
+            RegionId::Claims => "claims region size",
             RegionId::Owned => "owned region size",
             RegionId::Hazard => "hazard region size",
             RegionId::Remote => "remote region size",
@@ -453,8 +465,7 @@ pub struct SlotLease {
     pub tid: AtomicU64,
 }
 
-/// The fixed part of the shared region; the slot table, the huge claim array and the hazard-set
-/// leases follow it.
+/// The fixed part of the shared region; the slot table follows it.
 ///
 /// Region: shared (HWcc).
 #[repr(C)]
@@ -479,11 +490,11 @@ pub struct Layout {
     pub slot_table: usize,
     /// Thread slots.
     pub slots: u32,
-    /// Offset of the huge claim array (in the shared region): one word per huge slot, 0 = free,
+    /// Offset of the huge claim array (in the claims region): one word per huge slot, 0 = free,
     /// else the claiming thread slot + 1.
     pub claims: usize,
-    /// Offset of the hazard-set leases (in the shared region): one packed
-    /// [`crate::word::Holder`] per hazard set, 0 = free.
+    /// Offset of the hazard-set leases (in the claims region, after the claim array): one
+    /// packed [`crate::word::Holder`] per hazard set, 0 = free.
     pub hazard_leases: usize,
     /// Hazard sets (one per thread slot: a process needs one, a big one a few).
     pub hazard_sets: u32,
@@ -515,11 +526,11 @@ impl Layout {
         };
         place(RegionId::Header, HEADER_BYTES, &mut regions);
         let slot_table = std::mem::size_of::<SharedHeader>();
-        let claims = slot_table + h.slots as usize * std::mem::size_of::<SlotLease>();
-        let hazard_leases = claims + h.huge_slots as usize * 8;
-        let hazard_sets = h.slots;
-        let shared = hazard_leases + hazard_sets as usize * 8;
+        let shared = slot_table + h.slots as usize * std::mem::size_of::<SlotLease>();
         let shared_off = place(RegionId::Shared, shared, &mut regions);
+        let hazard_sets = h.slots;
+        let claims = h.huge_slots as usize * 8;
+        let claims_off = place(RegionId::Claims, claims + hazard_sets as usize * 8, &mut regions);
         place(RegionId::Owned, h.slots as usize * h.record_bytes as usize, &mut regions);
         place(RegionId::Hazard, hazard_sets as usize * HAZARD_SET_BYTES, &mut regions);
 
@@ -547,8 +558,8 @@ impl Layout {
             brackets,
             slot_table: shared_off + slot_table,
             slots: h.slots,
-            claims: shared_off + claims,
-            hazard_leases: shared_off + hazard_leases,
+            claims: claims_off,
+            hazard_leases: claims_off + claims,
             hazard_sets,
             total: if huge.size == 0 { cursor } else { huge.end() },
             huge,
@@ -580,10 +591,11 @@ impl Layout {
         &self.brackets[b as usize]
     }
 
-    /// Bytes of HWcc regions (shared + remote) that the heap's current lengths use.
+    /// Bytes of HWcc regions (shared, claims, and the remote counters the heap's current
+    /// lengths use).
     pub fn hwcc_bytes(&self, lengths: [u32; 2]) -> u64 {
         let remote: usize = lengths.iter().map(|&l| l as usize * 8).sum();
-        (self.region(RegionId::Shared).size + remote) as u64
+        (self.region(RegionId::Shared).size + self.region(RegionId::Claims).size + remote) as u64
     }
 }
 

@@ -227,9 +227,15 @@ impl HeapMem {
             };
             return Ok(mem);
         }
-        for r in
-            [RegionId::Header, RegionId::Shared, RegionId::Owned, RegionId::Hazard, RegionId::Remote, RegionId::Local]
-        {
+        for r in [
+            RegionId::Header,
+            RegionId::Shared,
+            RegionId::Claims,
+            RegionId::Owned,
+            RegionId::Hazard,
+            RegionId::Remote,
+            RegionId::Local,
+        ] {
             mem.map_whole(r)?;
         }
         mem.lazy = Some(mem.lazy_map());

@@ -34,8 +34,8 @@ pub struct Stats {
     pub brackets: Vec<BracketCensus>,
     /// Operation counters.
     pub counters: OpCounters,
-    /// Bytes of hardware-coherent metadata in use (shared region — with the huge claim array
-    /// and the hazard-set leases — plus remote counters of existing slabs).
+    /// Bytes of hardware-coherent metadata in use (shared and claims regions, plus remote
+    /// counters of existing slabs).
     pub hwcc_bytes: u64,
     /// Bytes of software-coherent metadata in use: the records of slots ever leased and the
     /// descriptors of existing slabs.

@@ -97,7 +97,7 @@ impl FileBacking {
                 OpenOptions::new().read(true).write(true).create_new(true).open(&path).map_err(io("create", &path))?;
             let bytes = header.region_bytes[r as usize];
             f.set_len(bytes).map_err(io("size", &path))?;
-            if matches!(r, RegionId::Header | RegionId::Shared | RegionId::Hazard) {
+            if matches!(r, RegionId::Header | RegionId::Shared | RegionId::Claims | RegionId::Hazard) {
                 // Small, and touched by every process (hazards: from the signal handler, which
                 // cannot report ENOSPC): reserved now, so a full device fails the creation
                 // instead of raising SIGBUS in some process later.

@@ -2,7 +2,7 @@
 //! that the signal handler can use it (no allocation, no locks, no panics), plus the system
 //! calls that map and unmap huge ranges and the hazard sets this heap instance holds.
 //!
-//! The claim array and the hazard-set leases are HWcc words (shared region); descriptors
+//! The claim array and the hazard-set leases are HWcc words (claims region); descriptors
 //! (small-heap blocks), list heads (owned records) and hazard entries (hazard region) are SWcc.
 
 use nix::errno::Errno;

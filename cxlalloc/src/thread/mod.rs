@@ -259,8 +259,12 @@ impl Drop for ThreadHandle {
         if Holder::unpack(self.holder).map(|h| h.pid) != Some(std::process::id()) {
             return;
         }
-        // Huge first: reclaiming frees descriptor blocks into this slot's small slabs.
-        self.with_huge(|h, space| h.maintain(space));
+        // Huge first: reclaiming frees descriptor blocks into this slot's small slabs. A slot
+        // that never held a huge block skips it (and so never touches the claim array).
+        let huge_used = self.huge.borrow().is_some() || self.ops.rec.huge.head.load(Ordering::Relaxed) != 0;
+        if huge_used {
+            self.with_huge(|h, space| h.maintain(space));
+        }
         let ops = self.ops();
         for b in Bracket::ALL {
             ops.release_classes(b);
