@@ -447,3 +447,21 @@ fn a_reattached_slot_rebuilds_its_free_space_around_live_blocks() {
     assert_eq!((r.live_blocks(), r.huge.claimed_slots), (0, 0), "{r}");
     assert_eq!(objects(&name), 0);
 }
+
+#[test]
+fn the_checker_reports_a_backing_object_no_block_names() {
+    let _serial = serial();
+    let name = HeapName::new("huge-leak");
+    let (heap, t) = create(&name, &small_config());
+    let p = t.alloc(MIB).unwrap();
+    let r = assert_clean(&heap);
+    assert_eq!(r.huge.objects, Some(1), "{r}");
+    let stray = Heap::path_of(name.as_str()).unwrap().join("huge-00000fff00000000-0000000000000001");
+    std::fs::write(&stray, b"").unwrap();
+    let r = heap.check();
+    assert!(!r.is_clean(), "a stray object must be reported: {r}");
+    assert!(r.huge_problems.iter().any(|p| p.contains("leaked backing object")), "{r}");
+    std::fs::remove_file(stray).unwrap();
+    t.free(p).unwrap();
+    assert_clean(&heap);
+}
