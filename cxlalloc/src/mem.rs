@@ -9,7 +9,7 @@ use nix::errno::Errno;
 use crate::backing::Backing;
 use crate::class::Bracket;
 use crate::error::OpenError;
-use crate::huge::view::{HugeParts, HugeView};
+use crate::huge::view::HugeView;
 use crate::layout::{BracketGlobals, Header, Layout, RegionId, SharedHeader, SlotLease, Span, HEADER_BYTES};
 use crate::map;
 use crate::slab::descriptor::{Descriptor, DescriptorHead};
@@ -183,24 +183,9 @@ impl HeapMem {
         });
         let hazard_sets: Box<[AtomicU64]> = (0..layout.hazard_sets.div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
         let huge = (layout.huge.size > 0).then(|| {
-            let at = |off: usize| base.as_ptr() as usize + off;
-            let small = Bracket::Small;
-            let shared = at(layout.region(RegionId::Shared).offset);
-            HugeView::new(HugeParts {
-                base: base.as_ptr() as usize,
-                span: layout.huge,
-                page: header.page_size as usize,
-                claims: at(layout.claims),
-                records: (at(layout.region(RegionId::Owned).offset), std::mem::size_of::<ThreadRecord>()),
-                slots: layout.slots,
-                small: layout.bracket(small).data,
-                // The small bracket's globals come first, and its length word first in them.
-                small_length: (shared + std::mem::offset_of!(SharedHeader, brackets), small.slab_shift()),
-                hazards: (at(layout.hazard_leases), at(layout.region(RegionId::Hazard).offset), layout.hazard_sets),
-                mine: hazard_sets.as_ptr(),
-                holder,
-                dir_fd: backing.huge_dir().unwrap_or(-1),
-            })
+            let dir_fd = backing.huge_dir().unwrap_or(-1);
+            let page = header.page_size as usize;
+            HugeView::new(&layout, base.as_ptr() as usize, page, hazard_sets.as_ptr(), holder, dir_fd)
         });
         let mut mem = HeapMem {
             base,

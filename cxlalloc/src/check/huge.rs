@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::huge::descriptor::HugeState;
+use crate::huge::descriptor::{HugeBlock, HugeState};
 use crate::huge::view::{HugeView, MAX_WALK};
 use crate::mem::HeapMem;
 use crate::protocol::hazard;
@@ -33,13 +33,6 @@ pub struct HugeCensus {
     pub objects: Option<u64>,
 }
 
-struct Block {
-    slot: u32,
-    offset: u64,
-    size: u64,
-    generation: u64,
-}
-
 /// Checks the huge heap of `mem`, appending problems to `problems`.
 pub fn check(mem: &HeapMem, problems: &mut Vec<String>) -> HugeCensus {
     let Some(view) = mem.huge() else { return HugeCensus::default() };
@@ -57,21 +50,20 @@ pub fn check(mem: &HeapMem, problems: &mut Vec<String>) -> HugeCensus {
     for slot in mem.used_slots() {
         walk_list(view, slot, &claims, &mut census, &mut blocks, problems);
     }
-    blocks.sort_by_key(|b| b.offset);
+    blocks.sort_by_key(|(_, b)| b.offset);
     for w in blocks.windows(2) {
-        if w[0].offset + w[0].size > w[1].offset {
-            problems.push(format!(
-                "huge blocks at {:#x} (slot {}) and {:#x} (slot {}) overlap",
-                w[0].offset, w[0].slot, w[1].offset, w[1].slot
-            ));
+        let ((s0, b0), (s1, b1)) = (&w[0], &w[1]);
+        if b0.offset + b0.size > b1.offset {
+            problems
+                .push(format!("huge blocks at {:#x} (slot {s0}) and {:#x} (slot {s1}) overlap", b0.offset, b1.offset));
         }
     }
     check_hazards(view, &mut census, problems);
     if mem.backing().huge_dir().is_some() {
         let objects: HashSet<(u64, u64)> = mem.backing().huge_objects().into_iter().collect();
         census.objects = Some(objects.len() as u64);
-        let named: HashSet<(u64, u64)> = blocks.iter().map(|b| (b.offset, b.generation)).collect();
-        for b in &blocks {
+        let named: HashSet<(u64, u64)> = blocks.iter().map(|(_, b)| (b.offset, b.generation)).collect();
+        for (_, b) in &blocks {
             if !objects.contains(&(b.offset, b.generation)) {
                 problems.push(format!("huge block at {:#x} has no backing object", b.offset));
             }
@@ -88,21 +80,25 @@ fn walk_list(
     slot: u32,
     claims: &[u64],
     census: &mut HugeCensus,
-    blocks: &mut Vec<Block>,
+    blocks: &mut Vec<(u32, HugeBlock)>,
     problems: &mut Vec<String>,
 ) {
     let Some(rec) = view.record(slot) else { return };
-    let mut at = rec.head.load(Ordering::Acquire);
     let mut seen = HashSet::new();
-    while at != 0 {
-        if !seen.insert(at) || seen.len() > MAX_WALK {
-            problems.push(format!("slot {slot}: huge descriptor list has a cycle at {at:#x}"));
+    let mut next = 0;
+    for item in view.chain(rec.head.load(Ordering::Acquire), &|_| true) {
+        let b = match item {
+            Ok(b) => b,
+            Err(link) => {
+                problems.push(format!("slot {slot}: huge descriptor link {link:#x} outside the small heap"));
+                return;
+            }
+        };
+        if !seen.insert(b.desc) {
+            problems.push(format!("slot {slot}: huge descriptor list has a cycle at {:#x}", b.desc));
             return;
         }
-        let (Some(b), Some(d)) = (view.read(at), view.descriptor(at)) else {
-            problems.push(format!("slot {slot}: huge descriptor link {at:#x} outside the small heap"));
-            return;
-        };
+        next = b.next;
         census.descriptors += 1;
         match b.state {
             Some(HugeState::Live) => {
@@ -110,7 +106,7 @@ fn walk_list(
                 census.live_bytes += b.size;
             }
             Some(HugeState::Freed | HugeState::Reclaiming) => census.freed += 1,
-            None => problems.push(format!("slot {slot}: huge descriptor {at:#x} has no valid state")),
+            None => problems.push(format!("slot {slot}: huge descriptor {:#x} has no valid state", b.desc)),
         }
         let end = b.offset.checked_add(b.size);
         let inside = view.slot_of(b.offset).is_some() && end.is_some_and(|e| view.slot_of(e - 1).is_some());
@@ -122,9 +118,11 @@ fn walk_list(
             if (first..=last).any(|i| claims[i] != u64::from(slot) + 1) {
                 problems.push(format!("slot {slot}: huge block at {:#x} lies in slots it has not claimed", b.offset));
             }
-            blocks.push(Block { slot, offset: b.offset, size: b.size, generation: b.generation });
+            blocks.push((slot, b));
         }
-        at = d.next.load(Ordering::Acquire);
+    }
+    if seen.len() >= MAX_WALK && next != 0 {
+        problems.push(format!("slot {slot}: huge descriptor list longer than {MAX_WALK}"));
     }
 }
 

@@ -71,6 +71,8 @@ pub struct HugeBlock {
     pub generation: u64,
     /// State when read.
     pub state: Option<HugeState>,
+    /// Heap offset of the next descriptor on the owner's list, 0 = end.
+    pub next: u64,
 }
 
 impl HugeBlock {

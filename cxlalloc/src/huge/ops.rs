@@ -21,7 +21,7 @@ use crate::class::Bracket;
 use crate::error::{AllocError, FreeError};
 use crate::huge::descriptor::{HugeBlock, HugeState};
 use crate::huge::space::FreeRanges;
-use crate::huge::view::{HugeView, MAX_WALK};
+use crate::huge::view::HugeView;
 use crate::layout::{HUGE_SLOT, HUGE_SLOT_SHIFT};
 use crate::mem::HeapMem;
 use crate::protocol::{hazard, lease};
@@ -65,14 +65,7 @@ impl HugeThread<'_> {
     /// The slot's descriptors, newest first. Owner-side: nobody else edits the list, so no
     /// epoch is needed.
     pub fn list(&self) -> Vec<HugeBlock> {
-        let mut out = Vec::new();
-        let mut at = self.rec().head.load(Ordering::Acquire);
-        while at != 0 && out.len() < MAX_WALK {
-            let Some(b) = self.view.read(at) else { break };
-            out.push(b);
-            at = self.view.descriptor(at).map_or(0, |d| d.next.load(Ordering::Relaxed));
-        }
-        out
+        self.view.chain(self.rec().head.load(Ordering::Acquire), &|_| true).map_while(Result::ok).collect()
     }
 
     /// Rebuilds the slot's free ranges: its claimed huge slots minus every range a descriptor
@@ -215,39 +208,34 @@ impl HugeThread<'_> {
             Err(e) => {
                 let _ = view.unmap(at, len as usize);
                 view.retract(key);
-                let _ = self.mem().backing().huge_remove(&name);
-                self.unlink(desc);
-                self.t.clear_log();
-                let _ = self.t.free(block.as_ptr());
-                self.end_epoch();
+                self.discard(desc, &name);
                 Err(e)
             }
         }
     }
 
-    /// Unlinks the descriptor at `desc` from the slot's list, inside an odd epoch so that
-    /// concurrent readers retry rather than trust a walk through a block about to be freed.
-    fn unlink(&self, desc: u64) {
+    /// Removes a block's backing object, then takes its descriptor `desc` off the slot's list
+    /// and frees it, all inside an odd epoch: readers walking the list meanwhile retry rather
+    /// than trust a walk through a block being freed. The object goes first: once it is gone,
+    /// nobody can map the block again. Clears the redo record (the operation's last step).
+    fn discard(&self, desc: u64, name: &HugeName) {
+        let _ = self.mem().backing().huge_remove(name);
         let rec = self.rec();
-        let e = rec.epoch.load(Ordering::Relaxed);
-        rec.epoch.store(e | 1, Ordering::Relaxed);
-        // Release: readers that see the odd epoch's successor also see it was odd first.
+        let e = rec.epoch.load(Ordering::Relaxed) | 1;
+        rec.epoch.store(e, Ordering::Relaxed);
+        // Release: readers that see the even successor also see it was odd first.
         fence(Ordering::Release);
-        let next = self.view.descriptor(desc).map_or(0, |d| d.next.load(Ordering::Relaxed));
+        let next = self.view.read(desc).map_or(0, |b| b.next);
         if rec.head.load(Ordering::Relaxed) == desc {
             rec.head.store(next, Ordering::Release);
-        } else {
-            let mut at = rec.head.load(Ordering::Relaxed);
-            for _ in 0..MAX_WALK {
-                let Some(d) = self.view.descriptor(at) else { break };
-                if d.next.load(Ordering::Relaxed) == desc {
-                    d.next.store(next, Ordering::Release);
-                    break;
-                }
-                at = d.next.load(Ordering::Relaxed);
+        } else if let Some(prev) = self.list().iter().find(|b| b.next == desc) {
+            if let Some(d) = self.view.descriptor(prev.desc) {
+                d.next.store(next, Ordering::Release);
             }
         }
-        // The epoch goes even only after the caller freed the block; see `reclaim_one`.
+        self.t.clear_log();
+        let _ = self.t.free(self.mem().block(desc as usize).as_ptr());
+        self.end_epoch();
     }
 
     fn end_epoch(&self) {
@@ -339,12 +327,7 @@ impl HugeThread<'_> {
     fn reclaim_one(&self, b: &HugeBlock, space: &mut FreeRanges) {
         let view = self.view;
         self.t.log(Redo::new(Op::HugeFree, Bracket::Small, view.descriptor_index(b.desc), 0).flagged());
-        // The object goes first: once it is gone nobody can map the block again.
-        let _ = self.mem().backing().huge_remove(&HugeName::new(b.offset, b.generation));
-        self.unlink(b.desc);
-        self.t.clear_log();
-        let _ = self.t.free(self.mem().block(b.desc as usize).as_ptr());
-        self.end_epoch();
+        self.discard(b.desc, &HugeName::new(b.offset, b.generation));
         space.insert(b.offset, b.size);
     }
 }
@@ -383,8 +366,7 @@ fn hazard_anywhere(view: &HugeView, key: HazardKey) -> bool {
         if identity::is_alive(h) {
             return true;
         }
-        hazard::clear(view.set(s));
-        lease::release(view.lease(s), held);
+        view.give_back_set(s, held);
     }
     false
 }

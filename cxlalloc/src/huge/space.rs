@@ -34,14 +34,11 @@ impl FreeRanges {
     /// Takes the first (lowest) `len` bytes aligned to `align` (a power of two) that fit;
     /// the leftovers on either side stay free.
     pub fn take(&mut self, len: u64, align: u64) -> Option<u64> {
-        let (s, l, at) = self.ranges.iter().find_map(|(&s, &l)| {
+        let at = self.ranges.iter().find_map(|(&s, &l)| {
             let at = s.checked_next_multiple_of(align)?;
-            (at.checked_add(len)? <= s + l).then_some((s, l, at))
+            (at.checked_add(len)? <= s + l).then_some(at)
         })?;
-        self.ranges.remove(&s);
-        self.insert(s, at - s);
-        self.insert(at + len, s + l - (at + len));
-        Some(at)
+        self.remove(at, len).then_some(at)
     }
 
     /// Whether `[start, start + len)` is wholly free.

@@ -8,12 +8,13 @@
 use nix::errno::Errno;
 
 use crate::backing::HugeName;
+use crate::class::Bracket;
 use crate::huge::descriptor::{HugeBlock, HugeDescriptor, HugeState};
-use crate::layout::{Span, HAZARDS_PER_SET, HAZARD_SET_BYTES, HUGE_SLOT_SHIFT};
+use crate::layout::{Layout, RegionId, SharedHeader, Span, HAZARDS_PER_SET, HAZARD_SET_BYTES, HUGE_SLOT_SHIFT};
 use crate::map;
 use crate::protocol::{hazard, lease};
 use crate::sync::{fence, AtomicU64, Ordering};
-use crate::thread::record::HugeRecord;
+use crate::thread::record::{HugeRecord, ThreadRecord};
 use crate::word::{HazardKey, HugeStatus, Tagged};
 
 /// Makes the descriptor at a heap offset readable in this process; false if it cannot.
@@ -56,55 +57,31 @@ pub struct HugeView {
     dir_fd: i32,
 }
 
-/// Addresses and sizes a [`HugeView`] is built from (see `HeapMem::map`).
-pub struct HugeParts {
-    /// Reservation base.
-    pub base: usize,
-    /// The huge span.
-    pub span: Span,
-    /// System page size.
-    pub page: usize,
-    /// Address of the claim array.
-    pub claims: usize,
-    /// Address of record 0, and the record size.
-    pub records: (usize, usize),
-    /// Thread slots.
-    pub slots: u32,
-    /// Small-bracket data span.
-    pub small: Span,
-    /// Address of the small bracket's length word, and its slab shift.
-    pub small_length: (usize, u32),
-    /// Address of the hazard leases and of hazard set 0, and the set count.
-    pub hazards: (usize, usize, u32),
-    /// This instance's leased-set bitmap.
-    pub mine: *const AtomicU64,
-    /// This process.
-    pub holder: u64,
-    /// Backing-object directory, or -1.
-    pub dir_fd: i32,
-}
-
 impl HugeView {
-    /// Assembles a view; `parts` must describe a heap mapped for as long as the view is used.
-    pub fn new(parts: HugeParts) -> Self {
+    /// The view of the heap laid out as `layout` and reserved at `base` in this process. The
+    /// heap must stay mapped, and `mine` (one bit per hazard set, zeroed) alive, for as long as
+    /// the view is used.
+    pub fn new(layout: &Layout, base: usize, page: usize, mine: *const AtomicU64, holder: u64, dir_fd: i32) -> Self {
+        let shared = base + layout.region(RegionId::Shared).offset;
         Self {
-            base: parts.base,
-            span: parts.span,
-            page: parts.page,
-            claims: parts.claims as *const AtomicU64,
-            records: parts.records.0,
-            record_stride: parts.records.1,
-            slots: parts.slots,
-            small: parts.small,
-            small_length: parts.small_length.0 as *const AtomicU64,
-            small_slab_shift: parts.small_length.1,
-            leases: parts.hazards.0 as *const AtomicU64,
-            hazards: parts.hazards.1,
-            sets: parts.hazards.2,
-            mine: parts.mine,
-            holder: parts.holder,
-            pid: crate::word::Holder::unpack(parts.holder).map_or(0, |h| h.pid),
-            dir_fd: parts.dir_fd,
+            base,
+            span: layout.huge,
+            page,
+            claims: (base + layout.claims) as *const AtomicU64,
+            records: base + layout.region(RegionId::Owned).offset,
+            record_stride: std::mem::size_of::<ThreadRecord>(),
+            slots: layout.slots,
+            small: layout.bracket(Bracket::Small).data,
+            // The small bracket's globals come first, and its length word first in them.
+            small_length: (shared + std::mem::offset_of!(SharedHeader, brackets)) as *const AtomicU64,
+            small_slab_shift: Bracket::Small.slab_shift(),
+            leases: (base + layout.hazard_leases) as *const AtomicU64,
+            hazards: base + layout.region(RegionId::Hazard).offset,
+            sets: layout.hazard_sets,
+            mine,
+            holder,
+            pid: crate::word::Holder::unpack(holder).map_or(0, |h| h.pid),
+            dir_fd,
         }
     }
 
@@ -144,7 +121,7 @@ impl HugeView {
         let r = self.records + slot as usize * self.record_stride;
         // SAFETY: records are mapped whole for the life of the heap; slot < slots keeps the
         // address inside the owned region; ThreadRecord is 64-aligned and all atomics.
-        (slot < self.slots).then(|| unsafe { &(*(r as *const crate::thread::record::ThreadRecord)).huge })
+        (slot < self.slots).then(|| unsafe { &(*(r as *const ThreadRecord)).huge })
     }
 
     /// The descriptor at heap offset `off`, if `off` can hold one: a 64-byte-aligned block of
@@ -182,35 +159,29 @@ impl HugeView {
             size: d.size.load(Ordering::Relaxed),
             generation: status.generation,
             state: HugeState::from_bits(status.state),
+            next: d.next.load(Ordering::Acquire),
         })
     }
 
-    /// Walks `slot`'s descriptor list, calling `f` on each descriptor until it returns false,
-    /// as a seqlock reader of the list's epoch: returns false (retry) if the owner unlinked a
-    /// descriptor meanwhile. `touch` makes each descriptor readable first (the signal handler
-    /// maps its small chunk; elsewhere an ordinary fault does). Async-signal-safe.
-    fn walk_once(&self, rec: &HugeRecord, touch: Touch<'_>, f: &mut dyn FnMut(&HugeBlock) -> bool) -> Option<bool> {
-        let e1 = rec.epoch.load(Ordering::Acquire);
-        if e1 % 2 == 1 {
-            return None;
-        }
-        let mut at = rec.head.load(Ordering::Acquire);
-        for _ in 0..MAX_WALK {
+    /// The descriptors of the list starting at `head`, in order: `Ok` for each, then `Err(link)`
+    /// if the list ends at a link that cannot be a descriptor (or that `touch` cannot make
+    /// readable). At most [`MAX_WALK`] items, so a cycle ends too. Async-signal-safe.
+    pub fn chain<'s>(&'s self, head: u64, touch: Touch<'s>) -> impl Iterator<Item = Result<HugeBlock, u64>> + 's {
+        let mut at = head;
+        std::iter::from_fn(move || {
             if at == 0 {
-                break;
+                return None;
             }
-            if self.descriptor(at).is_none() || !touch(at) {
-                break;
+            let link = std::mem::take(&mut at);
+            match self.descriptor(link).filter(|_| touch(link)).and_then(|_| self.read(link)) {
+                Some(b) => {
+                    at = b.next;
+                    Some(Ok(b))
+                }
+                None => Some(Err(link)),
             }
-            let Some(b) = self.read(at) else { break };
-            if !f(&b) {
-                break;
-            }
-            at = self.descriptor(at).map_or(0, |d| d.next.load(Ordering::Acquire));
-        }
-        // Acquire: the loads above happen before the re-read of the epoch.
-        fence(Ordering::Acquire);
-        Some(rec.epoch.load(Ordering::Relaxed) == e1)
+        })
+        .take(MAX_WALK)
     }
 
     /// The descriptor on `slot`'s list whose allocation contains `off`, read consistently with
@@ -221,17 +192,20 @@ impl HugeView {
 
     fn find_in_touching(&self, slot: u32, off: u64, touch: Touch<'_>) -> Option<HugeBlock> {
         let rec = self.record(slot)?;
+        // A seqlock reader of the list's epoch: a walk during which the owner unlinked (and
+        // freed) a descriptor may have read garbage, so it is retried.
         for _ in 0..MAX_RETRIES {
-            let mut found = None;
-            let mut f = |b: &HugeBlock| {
-                if b.contains(off) && b.state.is_some() {
-                    found = Some(*b);
-                    return false;
+            let e1 = rec.epoch.load(Ordering::Acquire);
+            if e1 % 2 == 0 {
+                let found = self
+                    .chain(rec.head.load(Ordering::Acquire), touch)
+                    .map_while(Result::ok)
+                    .find(|b| b.contains(off) && b.state.is_some());
+                // Acquire: the walk's loads happen before the re-read of the epoch.
+                fence(Ordering::Acquire);
+                if rec.epoch.load(Ordering::Relaxed) == e1 {
+                    return found;
                 }
-                true
-            };
-            if self.walk_once(rec, touch, &mut f) == Some(true) {
-                return found;
             }
             std::hint::spin_loop();
         }
@@ -318,11 +292,17 @@ impl HugeView {
     pub fn release_sets(&self) {
         for s in 0..self.sets {
             if self.is_mine(s) {
-                hazard::clear(self.set(s));
                 self.mine_word(s).fetch_and(!(1 << (s % 64)), Ordering::Relaxed);
-                lease::release(self.lease(s), self.holder);
+                self.give_back_set(s, self.holder);
             }
         }
+    }
+
+    /// Empties hazard set `s` and releases its lease, if `holder` (packed) still holds it:
+    /// this instance giving its sets back, or a reclaimer clearing a dead process's.
+    pub fn give_back_set(&self, s: u32, holder: u64) {
+        hazard::clear(self.set(s));
+        lease::release(self.lease(s), holder);
     }
 
     /// Maps `len` bytes of huge allocation `(off, generation)` from its backing object, opened
