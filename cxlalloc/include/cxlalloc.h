@@ -125,6 +125,9 @@ typedef struct cxl_config {
     /** Address space for allocations above 512 KiB, in bytes: a multiple of 1 GiB, 0 for
      *  none. Only address space; each huge allocation commits its own memory. Default 1 TiB. */
     uint64_t huge_capacity;
+    /** Non-zero: crash recovery (threads log their metadata transitions, so a live process can
+     *  adopt and repair the slot of a dead one). Zero only to measure its cost. Default 1. */
+    int recovery;
 } cxl_config_t;
 
 /* ------------------------------------------------------------------------------------------ */

@@ -70,10 +70,13 @@ pub struct CxlConfig {
     pub commit_on_grow: c_int,
     /// [`Config::huge_capacity`].
     pub huge_capacity: u64,
+    /// [`Config::recovery`]; any non-zero value is true.
+    pub recovery: c_int,
 }
 
 // Pinned to the header's `cxl_config_t` (the C test asserts the same numbers).
-const _: () = assert!(std::mem::size_of::<CxlConfig>() == 48);
+const _: () = assert!(std::mem::size_of::<CxlConfig>() == 56);
+const _: () = assert!(std::mem::offset_of!(CxlConfig, recovery) == 48);
 const _: () = assert!(std::mem::align_of::<CxlConfig>() == 8);
 const _: () = assert!(std::mem::offset_of!(CxlConfig, thread_slots) == 16);
 const _: () = assert!(std::mem::offset_of!(CxlConfig, coherence) == 32);
@@ -100,6 +103,7 @@ impl From<&Config> for CxlConfig {
             coherence: c.coherence as u32,
             commit_on_grow: c_int::from(c.commit_on_grow),
             huge_capacity: c.huge_capacity,
+            recovery: c_int::from(c.recovery),
         }
     }
 }
@@ -120,6 +124,7 @@ impl CxlConfig {
             huge_capacity: self.huge_capacity,
             coherence,
             commit_on_grow: self.commit_on_grow != 0,
+            recovery: self.recovery != 0,
         })
     }
 }

@@ -35,7 +35,7 @@ pub const REGION_ALIGN: usize = 2 << 20;
 /// Size of the header region.
 pub const HEADER_BYTES: usize = 4096;
 /// Version of the on-device layout; bumped on any incompatible change.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 /// log2 of a huge slot: the unit in which threads claim huge address space.
 pub const HUGE_SLOT_SHIFT: u32 = 30;
 /// Bytes of one huge slot (1 GiB).
@@ -81,6 +81,10 @@ pub struct Config {
     /// Reserve backing store when the heap grows (`fallocate`), so a full `/dev/shm` is an
     /// out-of-memory error instead of a `SIGBUS` on first touch.
     pub commit_on_grow: bool,
+    /// Crash recovery (DESIGN §8): threads log every metadata transition and help each
+    /// other's detectable CASes, so that a dead slot can be adopted and repaired. Off only to
+    /// measure what recovery costs: a slot whose holder died is then lost with its memory.
+    pub recovery: bool,
 }
 
 impl Default for Config {
@@ -95,6 +99,7 @@ impl Default for Config {
             huge_capacity: 1 << 40,
             coherence: Coherence::Full,
             commit_on_grow: true,
+            recovery: true,
         }
     }
 }
@@ -167,7 +172,7 @@ pub struct Header {
     pub classes: [u32; 2],
     /// Size of one per-thread record.
     pub record_bytes: u32,
-    /// Bit 0: commit on grow.
+    /// Bit 0: commit on grow; bit 1: recovery.
     pub flags: u32,
     /// Capacity of each bracket, slabs.
     pub capacity: [u32; 2],
@@ -189,6 +194,7 @@ const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_BYTES);
 const _: () = assert!(std::mem::size_of::<Header>() % 8 == 0);
 
 const FLAG_COMMIT: u32 = 1;
+const FLAG_RECOVERY: u32 = 2;
 
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
@@ -210,7 +216,8 @@ impl Header {
             descriptor_bytes: Bracket::ALL.map(|b| spec(b).descriptor_size() as u32),
             classes: [SMALL_CLASSES as u32, LARGE_CLASSES as u32],
             record_bytes: std::mem::size_of::<ThreadRecord>() as u32,
-            flags: if config.commit_on_grow { FLAG_COMMIT } else { 0 },
+            flags: if config.commit_on_grow { FLAG_COMMIT } else { 0 }
+                | if config.recovery { FLAG_RECOVERY } else { 0 },
             capacity: Bracket::ALL.map(|b| config.capacity_slabs(b) as u32),
             batch: [config.small_batch, config.large_batch],
             cache_local: config.cache_local,
@@ -296,13 +303,14 @@ impl Header {
             huge_capacity: u64::from(self.huge_slots) << HUGE_SLOT_SHIFT,
             coherence: Coherence::Full,
             commit_on_grow: self.flags & FLAG_COMMIT != 0,
+            recovery: self.flags & FLAG_RECOVERY != 0,
         }
     }
 
     /// Checks that an opener's expected configuration matches this heap.
     pub fn check_matches(&self, config: &Config) -> Result<(), OpenError> {
         let mine = self.config();
-        let pairs: [(&'static str, u64, u64); 8] = [
+        let pairs: [(&'static str, u64, u64); 9] = [
             ("small_capacity", mine.small_capacity, config.capacity_slabs(Bracket::Small) << self.slab_shift[0]),
             ("large_capacity", mine.large_capacity, config.capacity_slabs(Bracket::Large) << self.slab_shift[1]),
             ("thread_slots", mine.thread_slots.into(), config.thread_slots.into()),
@@ -311,6 +319,7 @@ impl Header {
             ("cache_local", mine.cache_local.into(), config.cache_local.into()),
             ("huge_capacity", mine.huge_capacity, config.huge_capacity),
             ("coherence", mine.coherence as u64, config.coherence as u64),
+            ("recovery", mine.recovery.into(), config.recovery.into()),
         ];
         for (field, found, expected) in pairs {
             if found != expected {
@@ -488,6 +497,9 @@ pub struct Layout {
     pub brackets: [BracketLayout; 2],
     /// Offset of the slot table (in the shared region).
     pub slot_table: usize,
+    /// Offset of the detectable-CAS help words (in the shared region, after the slot table):
+    /// one per slot, see [`crate::protocol::detectable`].
+    pub help_table: usize,
     /// Thread slots.
     pub slots: u32,
     /// Offset of the huge claim array (in the claims region): one word per huge slot, 0 = free,
@@ -526,7 +538,8 @@ impl Layout {
         };
         place(RegionId::Header, HEADER_BYTES, &mut regions);
         let slot_table = std::mem::size_of::<SharedHeader>();
-        let shared = slot_table + h.slots as usize * std::mem::size_of::<SlotLease>();
+        let help_table = slot_table + h.slots as usize * std::mem::size_of::<SlotLease>();
+        let shared = help_table + h.slots as usize * 8;
         let shared_off = place(RegionId::Shared, shared, &mut regions);
         let hazard_sets = h.slots;
         let claims = h.huge_slots as usize * 8;
@@ -557,6 +570,7 @@ impl Layout {
             regions,
             brackets,
             slot_table: shared_off + slot_table,
+            help_table: shared_off + help_table,
             slots: h.slots,
             claims: claims_off,
             hazard_leases: claims_off + claims,

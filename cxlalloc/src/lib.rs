@@ -24,8 +24,10 @@
 //! 3. [`map`] (mmap) → [`backing`] (region storage) → [`layout`] (header and offsets)
 //! 4. [`mem`] — a mapped heap and its checked accessors (the raw-memory boundary)
 //! 5. [`slab`] (the state machine), [`thread`] (slots, records, redo log) and [`huge`] (its
-//!    [`huge::view`] sits at layer 4: the fault handler reaches it through [`mem`])
-//! 6. [`signal`] (SIGSEGV handler for growth and huge blocks), [`check`] and [`stats`]
+//!    [`huge::view`] sits at layer 4: the fault handler reaches it through [`mem`]); [`crash`]
+//!    marks their crash points
+//! 6. [`signal`] (SIGSEGV handler for growth and huge blocks), [`check`] and [`stats`];
+//!    [`recovery`] (adoption and repair of a dead slot)
 //! 7. [`heap`] (public API) → [`ffi`] (C API)
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
@@ -41,6 +43,8 @@ pub mod backing;
 pub mod check;
 #[cfg(not(loom))]
 pub mod class;
+#[cfg(not(loom))]
+pub mod crash;
 #[cfg(not(loom))]
 pub mod error;
 #[cfg(not(loom))]
@@ -61,6 +65,8 @@ pub mod offset;
 pub mod signal;
 #[cfg(not(loom))]
 pub mod slab;
+#[cfg(not(loom))]
+pub mod recovery;
 #[cfg(not(loom))]
 pub mod stats;
 #[cfg(not(loom))]

@@ -364,6 +364,21 @@ impl HeapMem {
         unsafe { &*(self.addr(self.layout.slot_table) as *const SlotLease).add(slot as usize) }
     }
 
+    /// The detectable-CAS help word of slot `slot`; `None` for an index a corrupt word could
+    /// name beyond the slot count.
+    pub fn help(&self, slot: u32) -> Option<&AtomicU64> {
+        (slot < self.layout.slots).then(|| {
+            // SAFETY: the help table lies in the mapped shared region, 8-byte aligned, with
+            // `slots` words, and the index was checked; AtomicU64 is valid for any bits.
+            unsafe { &*(self.addr(self.layout.help_table) as *const AtomicU64).add(slot as usize) }
+        })
+    }
+
+    /// Whether the heap runs with crash recovery (logging and detectable-CAS help).
+    pub fn recoverable(&self) -> bool {
+        self.header.config().recovery
+    }
+
     /// Slots that have ever been leased, in index order. The others' records are still all zero
     /// (an empty slot), and readers skip them: touching a never-used record could allocate
     /// backing store on a full device, which for a mapping means SIGBUS.

@@ -49,9 +49,10 @@ impl Tag {
         Self { writer: (bits >> VERSION_BITS) as u16, version: bits & VERSION_MASK }
     }
 
-    /// The next operation version after `version`, wrapping inside the tag's width.
+    /// The next operation version after `version`, wrapping inside the tag's width and
+    /// skipping 0 (which a help word uses for "never helped").
     pub fn next_version(version: u32) -> u32 {
-        version.wrapping_add(1) & VERSION_MASK
+        (version & VERSION_MASK) % VERSION_MASK + 1
     }
 }
 
@@ -217,7 +218,9 @@ mod tests {
 
     #[test]
     fn version_wraps_inside_its_width() {
-        assert_eq!(Tag::next_version(VERSION_MASK), 0);
+        assert_eq!(Tag::next_version(VERSION_MASK), 1);
+        assert_eq!(Tag::next_version(0), 1);
+        assert_eq!(Tag::next_version(VERSION_MASK - 1), VERSION_MASK);
         assert_eq!(Tag::new(0, VERSION_MASK + 5).version, 4);
     }
 

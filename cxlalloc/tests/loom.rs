@@ -176,6 +176,7 @@ impl List {
                 }
             },
             |link| announced.push(link),
+            |_| {},
         )
         .unwrap_or_else(|link| panic!("global list reached corrupt link {link}"));
         if let Some(link) = popped {
@@ -200,7 +201,7 @@ impl List {
         assert_eq!(owner, tags.slot + 1, "slot {} pushes slab {link} owned by {owner}", tags.slot);
         self.owner[i].store(0, Ordering::Relaxed);
         let tag = self.tag(tags);
-        global_list::push(&self.head, tag, link, |next| self.next[i].store(next, Ordering::Relaxed));
+        global_list::push(&self.head, tag, link, |next| self.next[i].store(next, Ordering::Relaxed), |_| {});
     }
 
     /// After every thread has joined: the list is acyclic, and each slab is on it exactly once
@@ -358,7 +359,7 @@ fn run_bumps(
             } else {
                 Ok(())
             }
-        });
+        }, |_| {});
         match got {
             Err(_) => {
                 assert!(fail, "bump failed without a failing `before`");
@@ -539,7 +540,7 @@ impl RemoteSlab {
             l.free = self.blocks;
             l.state = State::Sized;
         });
-        remote::reset(&self.counter, self.blocks, tags.next());
+        remote::reset(&self.counter, self.blocks, tags.next(), |_| {});
     }
 
     /// The owner allocates one block from the Sized slab; taking the last one runs T4/T5 (as
@@ -720,7 +721,7 @@ fn remote_two_blocks_owner_keeps_one() {
     const SCRIPT: &[Act] = &[Act::Give(1), Act::Keep, Act::FreeKept];
     let seen = Seen::default();
     let s = seen.clone();
-    check("remote_two_blocks_owner_keeps_one", None, move || remote_model(&s, 2, SCRIPT, remote::decrement));
+    check("remote_two_blocks_owner_keeps_one", None, move || remote_model(&s, 2, SCRIPT, |w, t| remote::decrement(w, t, |_| {})));
     seen.require(&[
         "detach",
         "disown",
@@ -738,7 +739,7 @@ fn remote_two_blocks_both_remote() {
     const SCRIPT: &[Act] = &[Act::Give(1), Act::Give(2)];
     let seen = Seen::default();
     let s = seen.clone();
-    check("remote_two_blocks_both_remote", None, move || remote_model(&s, 2, SCRIPT, remote::decrement));
+    check("remote_two_blocks_both_remote", None, move || remote_model(&s, 2, SCRIPT, |w, t| remote::decrement(w, t, |_| {})));
     seen.require(&[
         "detach",
         "disown",
@@ -756,7 +757,7 @@ fn remote_three_blocks() {
     const SCRIPT: &[Act] = &[Act::Give(1), Act::Give(2), Act::Keep, Act::FreeKept];
     let seen = Seen::default();
     let s = seen.clone();
-    check("remote_three_blocks", Some(6), move || remote_model(&s, 3, SCRIPT, remote::decrement));
+    check("remote_three_blocks", Some(6), move || remote_model(&s, 3, SCRIPT, |w, t| remote::decrement(w, t, |_| {})));
     seen.require(&[
         "detach",
         "disown",
@@ -777,7 +778,7 @@ fn remote_reuse_after_reattach() {
     const SCRIPT: &[Act] = &[Act::Give(1), Act::Keep, Act::FreeKept, Act::Give(2)];
     let seen = Seen::default();
     let s = seen.clone();
-    check("remote_reuse_after_reattach", None, move || remote_model(&s, 2, SCRIPT, remote::decrement));
+    check("remote_reuse_after_reattach", None, move || remote_model(&s, 2, SCRIPT, |w, t| remote::decrement(w, t, |_| {})));
     seen.require(&[
         "retired twice",
         "allocation skipped",

@@ -29,7 +29,8 @@ use crate::slab::ops::SlabThread;
 use crate::sync::{fence, Ordering};
 use crate::thread::identity;
 use crate::thread::record::HugeRecord;
-use crate::thread::redo::{Op, Redo};
+use crate::crash::crash_point;
+use crate::thread::redo::{Pending, PendingKind};
 use crate::word::{HazardKey, Holder};
 
 /// Small class of a descriptor block: 64 bytes (classes are multiples of 8).
@@ -89,8 +90,17 @@ impl HugeThread<'_> {
         space
     }
 
-    /// Allocates `size` bytes aligned to `align` (a power of two up to one huge slot).
-    pub fn alloc(&self, space: &mut FreeRanges, size: usize, align: usize) -> Result<NonNull<u8>, AllocError> {
+    /// Allocates `size` bytes aligned to `align` (a power of two up to one huge slot). With a
+    /// `dest` (the heap offset of the caller's word, 0 = none) the allocation ends with the
+    /// slot's pending record naming the block for that word, which the caller then stores and
+    /// settles (a detectable allocation).
+    pub fn alloc(
+        &self,
+        space: &mut FreeRanges,
+        size: usize,
+        align: usize,
+        dest: u64,
+    ) -> Result<NonNull<u8>, AllocError> {
         if !self.view.in_own_process() {
             return Err(AllocError::ForeignProcess);
         }
@@ -108,7 +118,7 @@ impl HugeThread<'_> {
                 space.take(len, align).ok_or(AllocError::HugeExhausted)?
             }
         };
-        self.place(at, len).inspect_err(|_| {
+        self.place(at, len, dest).inspect_err(|_| {
             space.insert(at, len);
             self.release_empty_claims(space);
         })
@@ -163,12 +173,19 @@ impl HugeThread<'_> {
     }
 
     /// Fills and links a descriptor for `[at, at + len)`, then creates and maps the block.
-    fn place(&self, at: u64, len: u64) -> Result<NonNull<u8>, AllocError> {
+    /// Announced as [`PendingKind::HugePlace`] from before the descriptor block is taken, so
+    /// that recovery can undo every step.
+    fn place(&self, at: u64, len: u64, dest: u64) -> Result<NonNull<u8>, AllocError> {
         let view = self.view;
-        let block = self.t.alloc(Bracket::Small, DESCRIPTOR_CLASS)?;
+        let announce = |off: usize| {
+            self.t.announce(Pending::new(PendingKind::HugePlace, 0), at, dest, (off - view.base) as u64);
+            crash_point!(HugeAnnounced);
+        };
+        let block = self.t.alloc_with(Bracket::Small, DESCRIPTOR_CLASS, |off| announce(off + view.base)).inspect_err(|_| self.t.settle())?;
         let desc = (block.as_ptr() as usize - view.base) as u64;
         let Some(d) = view.descriptor(desc) else {
             let _ = self.t.free(block.as_ptr());
+            self.t.settle();
             return Err(AllocError::Corrupt("descriptor block outside the small heap"));
         };
         let rec = self.rec();
@@ -179,9 +196,9 @@ impl HugeThread<'_> {
         d.size.store(len, Ordering::Relaxed);
         d.status.store(HugeState::Live.word(generation), Ordering::Relaxed);
         d.next.store(rec.head.load(Ordering::Relaxed), Ordering::Relaxed);
-        self.t.log(Redo::new(Op::HugeAlloc, Bracket::Small, view.descriptor_index(desc), 0));
         // Release: the descriptor's fields are visible to whoever reads the new head.
         rec.head.store(desc, Ordering::Release);
+        crash_point!(HugeLinked);
         let key = HazardKey::new(at, generation);
         let name = HugeName::new(at, generation);
         let mapped =
@@ -202,24 +219,34 @@ impl HugeThread<'_> {
             });
         match mapped {
             Ok(()) => {
-                self.t.clear_log();
+                crash_point!(HugeBacked);
+                if dest != 0 {
+                    // The block is whole: from here recovery hands it to `dest` instead of
+                    // undoing it.
+                    self.t.announce(Pending::new(PendingKind::Alloc, 0), at, dest, desc);
+                } else {
+                    self.t.settle();
+                }
                 Ok(self.mem().block(at as usize))
             }
             Err(e) => {
                 let _ = view.unmap(at, len as usize);
                 view.retract(key);
                 self.discard(desc, &name);
+                self.t.settle();
                 Err(e)
             }
         }
     }
 
     /// Removes a block's backing object, then takes its descriptor `desc` off the slot's list
-    /// and frees it, all inside an odd epoch: readers walking the list meanwhile retry rather
-    /// than trust a walk through a block being freed. The object goes first: once it is gone,
-    /// nobody can map the block again. Clears the redo record (the operation's last step).
-    fn discard(&self, desc: u64, name: &HugeName) {
+    /// (if linked) and frees it, all inside an odd epoch: readers walking the list meanwhile
+    /// retry rather than trust a walk through a block being freed. The object goes first: once
+    /// it is gone, nobody can map the block again. Idempotent, for recovery: a missing object,
+    /// an unlinked or already freed descriptor are skipped.
+    pub(crate) fn discard(&self, desc: u64, name: &HugeName) {
         let _ = self.mem().backing().huge_remove(name);
+        crash_point!(HugeObjectRemoved);
         let rec = self.rec();
         let e = rec.epoch.load(Ordering::Relaxed) | 1;
         rec.epoch.store(e, Ordering::Relaxed);
@@ -233,12 +260,13 @@ impl HugeThread<'_> {
                 d.next.store(next, Ordering::Release);
             }
         }
-        self.t.clear_log();
+        crash_point!(HugeUnlinked);
         let _ = self.t.free(self.mem().block(desc as usize).as_ptr());
         self.end_epoch();
     }
 
-    fn end_epoch(&self) {
+    /// Ends an odd epoch (a no-op on an even one).
+    pub(crate) fn end_epoch(&self) {
         let rec = self.rec();
         let e = rec.epoch.load(Ordering::Relaxed);
         // Release: the unlink and the block's free happen before a reader's matching re-read.
@@ -260,17 +288,15 @@ impl HugeThread<'_> {
         if b.state != Some(HugeState::Live) {
             return Err(FreeError::DoubleFree);
         }
-        self.t.log(Redo::new(Op::HugeFree, Bracket::Small, view.descriptor_index(b.desc), 0));
+        self.t.announce(Pending::new(PendingKind::HugeFree, b.generation), b.offset, 0, b.desc);
+        crash_point!(HugeFreeAnnounced);
         // Rule 2: unmap, then retract; the block stays Live until both are done, so no
         // reclaimer can act on it in between.
         let _ = view.unmap(b.offset, b.size as usize);
         view.retract(HazardKey::new(b.offset, b.generation));
-        let freed = view.descriptor(b.desc).is_some_and(|d| {
-            let (live, freed) = (HugeState::Live.word(b.generation), HugeState::Freed.word(b.generation));
-            // Release: this process's unmapping happens before the owner's reclaim.
-            d.status.compare_exchange(live, freed, Ordering::Release, Ordering::Relaxed).is_ok()
-        });
-        self.t.clear_log();
+        let freed = mark_freed(view, &b);
+        crash_point!(HugeFreeMarked);
+        self.t.settle();
         if !freed {
             return Err(FreeError::DoubleFree);
         }
@@ -325,11 +351,22 @@ impl HugeThread<'_> {
 
     /// Reclaims a Freed, hazard-free block: its backing object, its descriptor, its range.
     fn reclaim_one(&self, b: &HugeBlock, space: &mut FreeRanges) {
-        let view = self.view;
-        self.t.log(Redo::new(Op::HugeFree, Bracket::Small, view.descriptor_index(b.desc), 0).flagged());
+        self.t.announce(Pending::new(PendingKind::HugeReclaim, b.generation), b.offset, 0, b.desc);
+        crash_point!(HugeReclaimAnnounced);
         self.discard(b.desc, &HugeName::new(b.offset, b.generation));
+        self.t.settle();
         space.insert(b.offset, b.size);
     }
+}
+
+/// The Live → Freed CAS of block `b`'s allocation (its generation is in the status word, so a
+/// reused descriptor is never freed by mistake); false if it was not that live allocation.
+pub fn mark_freed(view: &HugeView, b: &HugeBlock) -> bool {
+    view.descriptor(b.desc).is_some_and(|d| {
+        let (live, freed) = (HugeState::Live.word(b.generation), HugeState::Freed.word(b.generation));
+        // Release: this process's unmapping happens before the owner's reclaim.
+        d.status.compare_exchange(live, freed, Ordering::Release, Ordering::Relaxed).is_ok()
+    })
 }
 
 /// Drops this process's mappings (and hazards) of huge blocks that are no longer live, so
@@ -384,7 +421,7 @@ pub fn sweep_unheld(mem: &HeapMem, view: &HugeView) {
         if !lease::try_claim(l, view.holder) {
             continue;
         }
-        let t = SlabThread { mem, slot, rec };
+        let t = SlabThread::new(mem, slot);
         let h = HugeThread { t: &t, view };
         let mut space = h.rebuild();
         h.maintain(&mut space);

@@ -142,12 +142,6 @@ impl HugeView {
         Some(unsafe { &*((self.base + off as usize) as *const HugeDescriptor) })
     }
 
-    /// The redo-record index of the descriptor at heap offset `off` (its 64-byte block number
-    /// in the small data).
-    pub fn descriptor_index(&self, off: u64) -> u32 {
-        ((off as usize).wrapping_sub(self.small.offset) / 64) as u32
-    }
-
     /// A snapshot of the descriptor at `off`.
     pub fn read(&self, off: u64) -> Option<HugeBlock> {
         let d = self.descriptor(off)?;

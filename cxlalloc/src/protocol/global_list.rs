@@ -8,12 +8,15 @@ use crate::sync::{AtomicU64, Ordering};
 use crate::word::{Tag, Tagged};
 
 /// Pushes slab `link` (index + 1). `set_next` writes the slab's `next` link to the current head
-/// before each CAS attempt; the CAS publishes it.
-pub fn push(head: &AtomicU64, tag: Tag, link: u32, mut set_next: impl FnMut(u32)) {
+/// before each CAS attempt; the CAS publishes it. `help(seen)` runs before each attempt with the
+/// word about to be overwritten (the detectable-CAS help step,
+/// [`crate::protocol::detectable::help`]).
+pub fn push(head: &AtomicU64, tag: Tag, link: u32, mut set_next: impl FnMut(u32), help: impl Fn(u64)) {
     debug_assert_ne!(link, 0);
     let mut cur = head.load(Ordering::Relaxed);
     loop {
         set_next(Tagged::unpack(cur).payload);
+        help(cur);
         // Release: publishes the slab's `next` link and cleared owner to the popper's Acquire.
         match head.compare_exchange_weak(cur, Tagged::new(link, tag).pack(), Ordering::Release, Ordering::Relaxed) {
             Ok(_) => return,
@@ -27,11 +30,13 @@ pub fn push(head: &AtomicU64, tag: Tag, link: u32, mut set_next: impl FnMut(u32)
 /// `announce(link)` is called before each CAS attempt with the slab about to be taken (the
 /// caller logs it in its redo record); `next_of(link)` reads that slab's `next` link, and may
 /// fail when the link is corrupt. A stale `next` read is harmless: the CAS then fails on the tag.
+/// `help` as for [`push`].
 pub fn pop<E>(
     head: &AtomicU64,
     tag: Tag,
     mut next_of: impl FnMut(u32) -> Result<u32, E>,
     mut announce: impl FnMut(u32),
+    help: impl Fn(u64),
 ) -> Result<Option<u32>, E> {
     // Acquire: pairs with the Release CAS of the push that installed this head.
     let mut cur = head.load(Ordering::Acquire);
@@ -42,6 +47,7 @@ pub fn pop<E>(
         }
         let next = next_of(top)?;
         announce(top);
+        help(cur);
         // AcqRel: Acquire as above for the next iteration's link read; Release so our tag is
         // ordered after the record write that announced it.
         match head.compare_exchange_weak(cur, Tagged::new(next, tag).pack(), Ordering::AcqRel, Ordering::Acquire) {

@@ -8,13 +8,15 @@ use crate::word::{Tag, Tagged};
 /// now owned by the caller, or `None` when the heap is full.
 ///
 /// `before(from, to)` runs before each CAS attempt (log the range, reserve backing store); an
-/// error from it aborts the bump with the length untouched.
+/// error from it aborts the bump with the length untouched. `help(seen)` runs before each CAS
+/// attempt with the word about to be overwritten ([`crate::protocol::detectable::help`]).
 pub fn bump<E>(
     word: &AtomicU64,
     tag: Tag,
     batch: u32,
     capacity: u32,
     mut before: impl FnMut(u32, u32) -> Result<(), E>,
+    help: impl Fn(u64),
 ) -> Result<Option<(u32, u32)>, E> {
     let mut cur = word.load(Ordering::Acquire);
     loop {
@@ -24,6 +26,7 @@ pub fn bump<E>(
         }
         let to = from.saturating_add(batch).min(capacity);
         before(from, to)?;
+        help(cur);
         // AcqRel: Release orders the logged record before the new length; Acquire keeps our
         // view of the length monotone on retry.
         match word.compare_exchange_weak(cur, Tagged::new(to, tag).pack(), Ordering::AcqRel, Ordering::Acquire) {

@@ -5,6 +5,7 @@
 //! SWcc descriptors (list links) and for writing the redo record before each CAS attempt.
 
 pub mod cached_word;
+pub mod detectable;
 pub mod global_list;
 pub mod hazard;
 pub mod lease;

@@ -21,8 +21,10 @@ pub enum Decrement {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Underflow;
 
-/// Sets the counter when the owner gives the slab a class (T3).
-pub fn reset(word: &AtomicU64, blocks: u32, tag: Tag) {
+/// Sets the counter when the owner gives the slab a class (T3). `help` as for [`subtract`]:
+/// a plain store overwrites a tagged word too.
+pub fn reset(word: &AtomicU64, blocks: u32, tag: Tag, help: impl Fn(u64)) {
+    help(word.load(Ordering::Acquire));
     // Release: a remote freer that later decrements sees the owner's prior descriptor writes.
     word.store(Tagged::new(blocks, tag).pack(), Ordering::Release);
 }
@@ -34,20 +36,23 @@ pub fn count(word: &AtomicU64) -> u32 {
 }
 
 /// Subtracts one remote free.
-pub fn decrement(word: &AtomicU64, tag: Tag) -> Result<Decrement, Underflow> {
-    subtract(word, 1, tag)
+pub fn decrement(word: &AtomicU64, tag: Tag, help: impl Fn(u64)) -> Result<Decrement, Underflow> {
+    subtract(word, 1, tag, help)
 }
 
 /// Subtracts `k` blocks at once: a batch of remote frees, or the free blocks of a slab its owner
 /// abandons (their bits stay set as tombstones, so they can never be counted twice). `Claimed`
 /// when this takes the counter to 0; `Underflow` (and no change) when the counter is below `k`.
-pub fn subtract(word: &AtomicU64, k: u32, tag: Tag) -> Result<Decrement, Underflow> {
+/// `help(seen)` runs before each CAS attempt with the word about to be overwritten
+/// ([`crate::protocol::detectable::help`]).
+pub fn subtract(word: &AtomicU64, k: u32, tag: Tag, help: impl Fn(u64)) -> Result<Decrement, Underflow> {
     let mut cur = word.load(Ordering::Acquire);
     loop {
         let n = Tagged::unpack(cur).payload;
         if n < k || k == 0 {
             return Err(Underflow);
         }
+        help(cur);
         // AcqRel: the claimer (→ 0) must see every earlier freer's writes to the slab's blocks
         // before it reuses them; Release publishes ours.
         match word.compare_exchange_weak(cur, Tagged::new(n - k, tag).pack(), Ordering::AcqRel, Ordering::Acquire) {

@@ -18,11 +18,12 @@ use std::ptr::NonNull;
 use crate::class::{Bracket, ClassInfo};
 use crate::error::{AllocError, FreeError};
 use crate::mem::{HeapMem, Slab};
-use crate::protocol::{global_list, length, remote};
+use crate::crash::crash_point;
+use crate::protocol::{detectable, global_list, length, remote};
 use crate::slab::descriptor::Descriptor;
 use crate::sync::{fence, AtomicU64, Ordering};
 use crate::thread::record::{Current, ThreadRecord};
-use crate::thread::redo::{Op, Redo};
+use crate::thread::redo::{Op, Pending, Redo};
 use crate::word::{Tag, Tagged};
 
 /// A block located from a pointer and validated against its slab's descriptor.
@@ -54,6 +55,8 @@ pub struct SlabThread<'a> {
     pub slot: u32,
     /// This slot's record.
     pub rec: &'a ThreadRecord,
+    /// The heap's recovery setting, read once: whether to log and help.
+    pub recoverable: bool,
 }
 
 /// A fresh free-block mark for a slab being sized: unpredictable (salted by the heap secret)
@@ -82,20 +85,81 @@ fn block0(mem: &HeapMem, b: Bracket, slab: Slab, word: u32, info: &ClassInfo) ->
 }
 
 impl<'a> SlabThread<'a> {
+    /// The view of slot `slot` (leased by the caller).
+    pub fn new(mem: &'a HeapMem, slot: u32) -> Self {
+        Self { mem, slot, rec: mem.record(slot), recoverable: mem.recoverable() }
+    }
+
     /// Writes the redo record before an operation's first store.
     #[inline]
     pub(crate) fn log(&self, r: Redo) {
-        // Relaxed store + Release fence: the record is ordered before every later store of the
-        // operation, which is all recovery needs (it reads the record after the writer died).
-        self.rec.redo.store(r.pack(), Ordering::Relaxed);
-        fence(Ordering::Release);
+        if self.recoverable {
+            // Relaxed store + Release fence: the record is ordered before every later store of
+            // the operation, which is all recovery needs (it reads the record after the writer
+            // died).
+            self.rec.redo.store(r.pack(), Ordering::Relaxed);
+            fence(Ordering::Release);
+        }
+        crash_point!(Logged, r.op.name(), r.flag);
     }
 
     /// Clears the redo record after an operation's last store.
     #[inline]
     pub(crate) fn clear_log(&self) {
-        fence(Ordering::Release);
-        self.rec.redo.store(0, Ordering::Relaxed);
+        #[cfg(feature = "crash-points")]
+        if let Some(r) = Redo::unpack(self.rec.redo.load(Ordering::Relaxed)) {
+            crash_point!(BeforeClear, r.op.name(), r.flag);
+        }
+        if self.recoverable {
+            fence(Ordering::Release);
+            self.rec.redo.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Starts an outer operation (see [`crate::thread::redo::PendingRecord`]): fields first, then the word that
+    /// names them. Nothing when recovery is off.
+    pub(crate) fn announce(&self, p: Pending, block: u64, dest: u64, desc: u64) {
+        if self.recoverable {
+            let r = &self.rec.pending;
+            r.block.store(block, Ordering::Relaxed);
+            r.dest.store(dest, Ordering::Relaxed);
+            r.desc.store(desc, Ordering::Relaxed);
+            // Release: the fields are ordered before the word (recovery reads them after it).
+            fence(Ordering::Release);
+            r.word.store(p.pack(), Ordering::Relaxed);
+            fence(Ordering::Release);
+        }
+    }
+
+    /// Ends the outer operation in flight.
+    pub(crate) fn settle(&self) {
+        if self.recoverable {
+            fence(Ordering::Release);
+            self.rec.pending.word.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The detectable-CAS help step for a CAS by this slot with `tag`: records the version of
+    /// the word's last writer before we overwrite it (nothing when recovery is off).
+    pub(crate) fn helper(&self, tag: Tag) -> impl Fn(u64) + '_ {
+        move |seen| {
+            if self.recoverable {
+                detectable::help(seen, tag, |s| self.mem.help(s));
+            }
+        }
+    }
+
+    /// Starts a detectable-CAS operation: its fresh version. Every
+    /// [`detectable::REFRESH_PERIOD`] versions the slot moves its own help word up to the
+    /// version it just finished, so that the entry never falls half the version space behind.
+    pub(crate) fn next_version(&self) -> u32 {
+        let v = self.rec.next_version();
+        if self.recoverable && v % detectable::REFRESH_PERIOD == 0 {
+            if let Some(h) = self.mem.help(self.slot) {
+                detectable::refresh(h, v - 1);
+            }
+        }
+        v
     }
 
     #[inline]
@@ -110,6 +174,14 @@ impl<'a> SlabThread<'a> {
     /// Allocates one block of class `class` (1-based) of bracket `b`.
     #[inline]
     pub fn alloc(&self, b: Bracket, class: u32) -> Result<NonNull<u8>, AllocError> {
+        self.alloc_with(b, class, |_| {})
+    }
+
+    /// Allocates like [`SlabThread::alloc`], calling `announce(offset)` with the block's heap
+    /// offset just before the block leaves the free state (the store that takes it): an outer
+    /// record written there names the block whichever side of that store a crash falls.
+    #[inline(always)]
+    pub fn alloc_with(&self, b: Bracket, class: u32, announce: impl FnOnce(usize)) -> Result<NonNull<u8>, AllocError> {
         let info = b.class(class).ok_or(AllocError::Corrupt("class id out of range"))?;
         let cur = &self.rec.lists(b).current[class as usize - 1];
         let mut bits = cur.bits.load(Ordering::Relaxed);
@@ -121,8 +193,9 @@ impl<'a> SlabThread<'a> {
             }
         }
         let rest = bits & bits.wrapping_sub(1);
-        cur.bits.store(rest, Ordering::Relaxed);
         let offset = cur.block0.load(Ordering::Relaxed) as usize + bits.trailing_zeros() as usize * info.size as usize;
+        announce(offset);
+        cur.bits.store(rest, Ordering::Relaxed);
         if rest == 0 {
             // We still hold the block just taken, which T4/T5 rely on.
             self.word_emptied(b, class, info, cur)?;
@@ -193,8 +266,8 @@ impl<'a> SlabThread<'a> {
         d.head.generation.store(generation, Ordering::Relaxed);
         d.head.mark.store(new_mark(self.mem.header.secret, b, slab, generation), Ordering::Relaxed);
         d.fill(info.blocks);
-        let version = self.rec.next_version();
-        remote::reset(self.mem.remote(b, slab), info.blocks, self.tag(version));
+        let version = self.next_version();
+        remote::reset(self.mem.remote(b, slab), info.blocks, self.tag(version), self.helper(self.tag(version)));
         self.take_word(b, slab, d, 0, info, cur);
         Ok(())
     }
@@ -406,15 +479,19 @@ impl<'a> SlabThread<'a> {
             return Err(FreeError::DoubleFree);
         }
         let mark = at.desc.head.mark.load(Ordering::Relaxed);
+        let b = at.bracket;
+        let version = self.next_version();
+        // Logged before the mark: a free whose mark is written is one recovery completes.
+        self.log(Redo::new(Op::RemoteFree, b, at.slab.index(), version));
         // Relaxed swap: detection only; two concurrent double frees of one block race here and
         // exactly one of them sees the mark.
         if self.mark_word(at).swap(mark, Ordering::Relaxed) == mark {
+            self.clear_log();
             return Err(FreeError::DoubleFree);
         }
-        let b = at.bracket;
-        let version = self.rec.next_version();
-        self.log(Redo::new(Op::RemoteFree, b, at.slab.index(), version));
-        let outcome = remote::decrement(self.mem.remote(b, at.slab), self.tag(version));
+        crash_point!(RemoteFreeMarked);
+        let tag = self.tag(version);
+        let outcome = remote::decrement(self.mem.remote(b, at.slab), tag, self.helper(tag));
         ThreadRecord::bump(&self.rec.counters.remote_frees);
         let result = match outcome {
             Ok(remote::Decrement::Counted) => Ok(()),
@@ -446,7 +523,7 @@ impl<'a> SlabThread<'a> {
 
     /// T2: pops a slab from the global list onto this thread's unsized list.
     fn global_pop(&self, b: Bracket) -> Result<bool, AllocError> {
-        let version = self.rec.next_version();
+        let version = self.next_version();
         let mem = self.mem;
         let popped = global_list::pop(
             &mem.globals(b).global_head,
@@ -456,12 +533,14 @@ impl<'a> SlabThread<'a> {
                 _ => Err(AllocError::Corrupt("global list link beyond heap length")),
             },
             |link| self.log(Redo::new(Op::GlobalPop, b, link - 1, version)),
+            self.helper(self.tag(version)),
         )
         .inspect_err(|_| self.clear_log())?;
         let Some(link) = popped else {
             self.clear_log();
             return Ok(false);
         };
+        crash_point!(GlobalPopped);
         let slab = mem.link(b, link).map_err(AllocError::Corrupt)?.ok_or(AllocError::Corrupt("popped null"))?;
         let d = mem.desc(b, slab);
         d.head.owner.store(self.me(), Ordering::Relaxed);
@@ -474,7 +553,7 @@ impl<'a> SlabThread<'a> {
     /// T1: extends the heap by a batch of slabs onto this thread's unsized list.
     fn bump(&self, b: Bracket) -> Result<(), AllocError> {
         let mem = self.mem;
-        let version = self.rec.next_version();
+        let version = self.next_version();
         let batch = mem.header.batch[b as usize];
         let capacity = mem.layout.bracket(b).capacity;
         let commit = mem.header.config().commit_on_grow;
@@ -484,11 +563,12 @@ impl<'a> SlabThread<'a> {
                 mem.commit(b, from, to).map_err(|_| AllocError::OutOfMemory(b))?;
             }
             Ok(())
-        });
+        }, self.helper(self.tag(version)));
         let Ok(Some((from, to))) = range else {
             self.clear_log();
             return range.and(Err(AllocError::OutOfMemory(b)));
         };
+        crash_point!(Bumped);
         mem.refresh_length(b);
         // Mapping eagerly only saves this process a fault per chunk: if it fails, the fault
         // handler maps the same chunk on first touch.
@@ -553,12 +633,14 @@ impl<'a> SlabThread<'a> {
     /// remote free of an outstanding block then claims the slab (T8); if none is outstanding
     /// the subtraction itself claims it back, and it goes to the unsized list.
     fn abandon(&self, b: Bracket, slab: Slab, d: Descriptor<'_>) {
-        let version = self.rec.next_version();
+        let version = self.next_version();
         self.log(Redo::new(Op::Abandon, b, slab.index(), version));
         // Release: disowned before the counter can reach 0, so a claimer never finds us owner.
         d.head.owner.store(0, Ordering::Release);
+        crash_point!(AbandonDisowned);
         let free = d.head.free.load(Ordering::Relaxed);
-        if let Ok(remote::Decrement::Claimed) = remote::subtract(self.mem.remote(b, slab), free, self.tag(version)) {
+        let tag = self.tag(version);
+        if let Ok(remote::Decrement::Claimed) = remote::subtract(self.mem.remote(b, slab), free, tag, self.helper(tag)) {
             self.log(Redo::new(Op::Abandon, b, slab.index(), version).flagged());
             d.head.owner.store(self.me(), Ordering::Relaxed);
             self.make_unsized(b, slab, d);
@@ -584,16 +666,22 @@ impl<'a> SlabThread<'a> {
                 return;
             };
             let d = self.mem.desc(b, slab);
-            let version = self.rec.next_version();
+            let version = self.next_version();
             self.log(Redo::new(Op::GlobalPush, b, slab.index(), version));
             lists.unsized_head.store(d.head.next.load(Ordering::Relaxed), Ordering::Relaxed);
             lists.unsized_len.store(lists.unsized_len.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
             // The owner must be cleared before the slab is reachable by others (§14.3); the
             // push's Release CAS publishes it.
             d.head.owner.store(0, Ordering::Relaxed);
-            global_list::push(&self.mem.globals(b).global_head, self.tag(version), slab.link(), |next| {
-                d.head.next.store(next, Ordering::Relaxed)
-            });
+            crash_point!(PushDisowned);
+            let tag = self.tag(version);
+            global_list::push(
+                &self.mem.globals(b).global_head,
+                tag,
+                slab.link(),
+                |next| d.head.next.store(next, Ordering::Relaxed),
+                self.helper(tag),
+            );
             ThreadRecord::bump(&self.rec.counters.global_pushes);
             self.clear_log();
         }

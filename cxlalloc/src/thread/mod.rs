@@ -84,7 +84,7 @@ pub(crate) fn attach(heap: &Heap) -> Result<ThreadHandle, AttachError> {
             // for as long as the handle exists, and `ops` lends these references out only for
             // the lifetime of a borrow of the handle.
             let mem: &'static HeapMem = unsafe { &*(mem as *const HeapMem) };
-            let ops = SlabThread { mem, slot, rec: mem.record(slot) };
+            let ops = SlabThread::new(mem, slot);
             return Ok(ThreadHandle {
                 ops,
                 heap: heap.clone(),
@@ -156,7 +156,7 @@ impl ThreadHandle {
 
     #[cold]
     fn alloc_huge(&self, size: usize, align: usize) -> Result<NonNull<u8>, AllocError> {
-        self.with_huge(|h, space| h.alloc(space, size, align)).unwrap_or(Err(AllocError::Unsupported(size)))
+        self.with_huge(|h, space| h.alloc(space, size, align, 0)).unwrap_or(Err(AllocError::Unsupported(size)))
     }
 
     /// The heap offset of `ptr` if it lies in the huge span.

@@ -174,6 +174,8 @@ pub struct ThreadRecord {
     /// tags never repeat within the version's width.
     pub version: AtomicU32,
     _reserved: u32,
+    /// The outer operation in flight ([`crate::thread::redo::PendingRecord`]).
+    pub pending: crate::thread::redo::PendingRecord,
     /// Slow-path counters.
     pub counters: Counters,
     /// Small-bracket lists.

@@ -13,8 +13,14 @@
 //! "no operation in flight". The allocation fast path needs no record: popping a bit from the
 //! persistent current-slab word ([`crate::thread::record::Current`]) is one store that both
 //! performs and records it.
+//!
+//! Operations that span several slab operations (a huge allocation, whose descriptor is a
+//! small block; a detectable allocation or free, which also writes the caller's word) have a
+//! second, outer record, the [`PendingRecord`]: slab operations inside them overwrite the redo
+//! word freely, and recovery resolves the redo word first, then the pending one.
 
 use crate::class::Bracket;
+use crate::sync::AtomicU64;
 
 /// The logged operations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,17 +52,25 @@ pub enum Op {
     /// A refill found sized `slab` (class in arg) empty, every block back locally or remotely,
     /// and moves it to the unsized list.
     Reclaim = 10,
-    /// Huge allocation: `slab` is the index of its descriptor's 64-byte block in the small
-    /// data (heap offset = small data start + 64 · index). Logged from the descriptor's
-    /// allocation to the return of the mapped block; recovery finishes or undoes it.
-    HugeAlloc = 11,
-    /// Huge free or reclaim of the descriptor in `slab` (as for [`Op::HugeAlloc`]); flag = the
-    /// owner is reclaiming it (removing the backing object, unlinking and freeing the
-    /// descriptor), clear = some thread is unmapping it and marking it Freed.
-    HugeFree = 12,
 }
 
 impl Op {
+    /// The operation's name (as in crash-point labels).
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Bump => "Bump",
+            Op::GlobalPop => "GlobalPop",
+            Op::Size => "Size",
+            Op::TakeWord => "TakeWord",
+            Op::LocalFree => "LocalFree",
+            Op::Retire => "Retire",
+            Op::RemoteFree => "RemoteFree",
+            Op::GlobalPush => "GlobalPush",
+            Op::Abandon => "Abandon",
+            Op::Reclaim => "Reclaim",
+        }
+    }
+
     fn from_bits(bits: u64) -> Option<Self> {
         Some(match bits {
             1 => Op::Bump,
@@ -69,8 +83,6 @@ impl Op {
             8 => Op::GlobalPush,
             9 => Op::Abandon,
             10 => Op::Reclaim,
-            11 => Op::HugeAlloc,
-            12 => Op::HugeFree,
             _ => return None,
         })
     }
@@ -129,6 +141,94 @@ impl Redo {
     }
 }
 
+/// The outer operation in flight (see the module docs).
+///
+/// Region: owned (SWcc), in the slot's [`crate::thread::record::ThreadRecord`]; written only by
+/// the slot's holder. `word` (a packed [`Pending`], 0 = idle) is written after the other
+/// fields when an operation starts and cleared when it ends, so the fields recovery reads are
+/// always those of the operation `word` names.
+#[repr(C)]
+pub struct PendingRecord {
+    /// Packed [`Pending`]; 0 = no outer operation in flight.
+    pub word: AtomicU64,
+    /// Heap offset of the application's block (allocated or being freed); 0 = not yet known.
+    pub block: AtomicU64,
+    /// Heap offset of the caller's destination word (detectable operations); 0 = none.
+    pub dest: AtomicU64,
+    /// Heap offset of a huge descriptor (huge operations).
+    pub desc: AtomicU64,
+}
+
+/// Kinds of outer operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum PendingKind {
+    /// Detectable allocation: `block` (written before the block leaves the free state) is to
+    /// be stored into `dest`.
+    Alloc = 1,
+    /// Detectable free: `dest` is to be cleared, then `block` (of allocation `generation`)
+    /// freed.
+    Free = 2,
+    /// Huge allocation: descriptor `desc` (written before the descriptor block is taken) is
+    /// being filled, linked and backed; recovery undoes it. `dest` as for `Alloc`.
+    HugePlace = 3,
+    /// Free of the huge block described by `desc`, allocation `generation`: recovery marks it
+    /// Freed if it is still that live allocation.
+    HugeFree = 4,
+    /// The owner reclaims the Freed huge block described by `desc` (generation `generation`):
+    /// recovery finishes removing its object, unlinking and freeing the descriptor.
+    HugeReclaim = 5,
+}
+
+/// A decoded pending word.
+///
+/// ```text
+///  63                                                      8 7        0
+/// +---------------------------------------------------------+----------+
+/// | generation (56 b)                                       | kind     |
+/// +---------------------------------------------------------+----------+
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pending {
+    /// What is in flight.
+    pub kind: PendingKind,
+    /// The block's allocation generation (a slab's sizing count, or a huge block's
+    /// generation), low 56 bits; 0 where the kind has none.
+    pub generation: u64,
+}
+
+const GENERATION_MASK: u64 = (1 << 56) - 1;
+
+impl Pending {
+    /// A pending word of `kind` for allocation `generation` (truncated to 56 bits).
+    pub fn new(kind: PendingKind, generation: u64) -> Self {
+        Self { kind, generation: generation & GENERATION_MASK }
+    }
+
+    /// The raw word.
+    pub fn pack(self) -> u64 {
+        self.kind as u64 | (self.generation << 8)
+    }
+
+    /// Decodes a raw word; `None` for 0 (idle) or an unknown kind (a corrupt record).
+    pub fn unpack(word: u64) -> Option<Self> {
+        let kind = match word & 0xff {
+            1 => PendingKind::Alloc,
+            2 => PendingKind::Free,
+            3 => PendingKind::HugePlace,
+            4 => PendingKind::HugeFree,
+            5 => PendingKind::HugeReclaim,
+            _ => return None,
+        };
+        Some(Self { kind, generation: word >> 8 })
+    }
+
+    /// Whether `generation` (full width) is the one this record names.
+    pub fn names(self, generation: u64) -> bool {
+        self.generation == generation & GENERATION_MASK
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,8 +246,6 @@ mod tests {
             Op::GlobalPush,
             Op::Abandon,
             Op::Reclaim,
-            Op::HugeAlloc,
-            Op::HugeFree,
         ] {
             for b in Bracket::ALL {
                 let r = Redo::new(op, b, u32::MAX, (1 << 25) - 1).flagged();
@@ -159,5 +257,22 @@ mod tests {
     #[test]
     fn zero_is_idle() {
         assert_eq!(Redo::unpack(0), None);
+        assert_eq!(Pending::unpack(0), None);
+    }
+
+    #[test]
+    fn pending_round_trips_and_truncates_generations() {
+        for kind in [
+            PendingKind::Alloc,
+            PendingKind::Free,
+            PendingKind::HugePlace,
+            PendingKind::HugeFree,
+            PendingKind::HugeReclaim,
+        ] {
+            let p = Pending::new(kind, u64::MAX);
+            assert_eq!(Pending::unpack(p.pack()), Some(p));
+            assert!(p.names(u64::MAX));
+            assert!(!p.names(u64::MAX - 1));
+        }
     }
 }

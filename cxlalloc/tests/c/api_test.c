@@ -23,7 +23,8 @@
 #include <unistd.h>
 
 /* The Rust side asserts the same layout (src/ffi.rs). */
-_Static_assert(sizeof(cxl_config_t) == 48, "cxl_config_t size");
+_Static_assert(sizeof(cxl_config_t) == 56, "cxl_config_t size");
+_Static_assert(offsetof(cxl_config_t, recovery) == 48, "cxl_config_t.recovery");
 _Static_assert(offsetof(cxl_config_t, thread_slots) == 16, "cxl_config_t.thread_slots");
 _Static_assert(offsetof(cxl_config_t, coherence) == 32, "cxl_config_t.coherence");
 _Static_assert(offsetof(cxl_config_t, commit_on_grow) == 36, "cxl_config_t.commit_on_grow");

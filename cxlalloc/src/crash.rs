@@ -1,0 +1,129 @@
+//! White-box crash points (cargo feature `crash-points`, off in normal builds, where every
+//! point compiles to nothing).
+//!
+//! A point is a named step between an operation's log write and its completion. A process
+//! arms one point, by [`arm`] or by the environment variable `CXLALLOC_CRASH_AT`
+//! (`SITE[/OP[+]][@SKIP]`: the site, the logged operation it must be inside, `+` for the
+//! flagged form of that record, and how many hits to let pass first). The armed hit kills the
+//! process with `SIGKILL`: a real process death at that instruction, no unwinding, no
+//! destructor, no flush. [`POINTS`] lists every point, for tests that enumerate them.
+
+#[cfg(feature = "crash-points")]
+use std::sync::OnceLock;
+
+#[cfg(feature = "crash-points")]
+use crate::sync::{AtomicU64, Ordering};
+
+/// Every crash point, as `SITE` or `SITE/OP` (`+`: the flagged record). Sites inside every
+/// logged operation (`Logged`, `BeforeClear`) appear once per operation form.
+pub const POINTS: &[&str] = &[
+    "Logged/Bump",
+    "Bumped",
+    "BeforeClear/Bump",
+    "Logged/GlobalPop",
+    "GlobalPopped",
+    "BeforeClear/GlobalPop",
+    "Logged/Size",
+    "BeforeClear/Size",
+    "Logged/TakeWord",
+    "BeforeClear/TakeWord",
+    "Logged/TakeWord+",
+    "BeforeClear/TakeWord+",
+    "Logged/LocalFree",
+    "BeforeClear/LocalFree",
+    "Logged/Retire",
+    "Logged/Retire+",
+    "BeforeClear/Retire",
+    "BeforeClear/Retire+",
+    "Logged/RemoteFree",
+    "RemoteFreeMarked",
+    "BeforeClear/RemoteFree",
+    "Logged/RemoteFree+",
+    "BeforeClear/RemoteFree+",
+    "Logged/GlobalPush",
+    "PushDisowned",
+    "BeforeClear/GlobalPush",
+    "Logged/Abandon",
+    "AbandonDisowned",
+    "BeforeClear/Abandon",
+    "Logged/Abandon+",
+    "BeforeClear/Abandon+",
+    "Logged/Reclaim",
+    "BeforeClear/Reclaim",
+    "AllocAnnounced",
+    "AllocTaken",
+    "AllocStored",
+    "FreeAnnounced",
+    "FreeCleared",
+    "FreeDone",
+    "HugeAnnounced",
+    "HugeLinked",
+    "HugeBacked",
+    "HugeFreeAnnounced",
+    "HugeFreeMarked",
+    "HugeReclaimAnnounced",
+    "HugeObjectRemoved",
+    "HugeUnlinked",
+    "RecoveryResolved",
+    "RecoveryRebuilt",
+];
+
+/// Marks a crash point (see the module docs); nothing unless the `crash-points` feature is on.
+macro_rules! crash_point {
+    ($site:ident) => {
+        #[cfg(feature = "crash-points")]
+        $crate::crash::hit(stringify!($site), "", false)
+    };
+    ($site:ident, $op:expr, $flag:expr) => {
+        #[cfg(feature = "crash-points")]
+        $crate::crash::hit(stringify!($site), $op, $flag)
+    };
+}
+pub(crate) use crash_point;
+
+#[cfg(feature = "crash-points")]
+struct Armed {
+    site: String,
+    op: String,
+    flag: bool,
+}
+
+#[cfg(feature = "crash-points")]
+static ARMED: OnceLock<Option<Armed>> = OnceLock::new();
+#[cfg(feature = "crash-points")]
+static SKIP: AtomicU64 = AtomicU64::new(0);
+
+#[cfg(feature = "crash-points")]
+fn parse(spec: &str) -> Armed {
+    let (point, skip) = spec.split_once('@').unwrap_or((spec, "0"));
+    SKIP.store(skip.parse().unwrap_or(0), Ordering::Relaxed);
+    let (site, op) = point.split_once('/').unwrap_or((point, ""));
+    let flag = op.ends_with('+');
+    Armed { site: site.to_string(), op: op.trim_end_matches('+').to_string(), flag }
+}
+
+/// Arms `spec` (`SITE[/OP[+]][@SKIP]`) for this process; false if a point was armed already
+/// (by an earlier call, the environment, or a first hit that read it).
+#[cfg(feature = "crash-points")]
+pub fn arm(spec: &str) -> bool {
+    ARMED.set(Some(parse(spec))).is_ok()
+}
+
+/// A crash point was reached: dies here if it is the armed one and its skips are used up.
+#[cfg(feature = "crash-points")]
+pub fn hit(site: &str, op: &str, flag: bool) {
+    let armed = ARMED.get_or_init(|| std::env::var("CXLALLOC_CRASH_AT").ok().map(|s| parse(&s)));
+    let Some(a) = armed else { return };
+    if a.site != site || (!a.op.is_empty() && (a.op != op || a.flag != flag)) {
+        return;
+    }
+    if SKIP.load(Ordering::Relaxed) > 0 {
+        SKIP.fetch_sub(1, Ordering::Relaxed);
+        return;
+    }
+    // SAFETY: kill and getpid have no memory preconditions; SIGKILL cannot be caught, so the
+    // process ends here.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+}
