@@ -77,6 +77,36 @@ pub enum AttachError {
     OutOfMemory(nix::errno::Errno),
 }
 
+/// Why a slot could not be adopted ([`crate::Heap::adopt`]).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AdoptError {
+    /// No such slot.
+    #[error("slot {slot} out of range (the heap has {slots})")]
+    NoSuchSlot {
+        /// The slot asked for.
+        slot: u32,
+        /// Slot count of the heap.
+        slots: u32,
+    },
+    /// The slot is free: attach instead.
+    #[error("slot {0} is not leased")]
+    NotHeld(u32),
+    /// The slot's holder is alive.
+    #[error("slot {slot} is held by live process {pid}")]
+    HolderAlive {
+        /// The slot.
+        slot: u32,
+        /// Its holder.
+        pid: u32,
+    },
+    /// Another process adopted the slot first.
+    #[error("slot {0} was adopted by another thread first")]
+    Raced(u32),
+    /// The heap was created with recovery off: a dead slot's state cannot be repaired.
+    #[error("the heap was created without recovery; dead slots cannot be adopted")]
+    RecoveryDisabled,
+}
+
 impl From<&AttachError> for ErrorCode {
     fn from(e: &AttachError) -> Self {
         match e {
@@ -122,6 +152,10 @@ pub enum AllocError {
     /// Heap metadata is inconsistent; run the checker.
     #[error("heap metadata corrupt: {0}")]
     Corrupt(&'static str),
+    /// The destination word of a detectable allocation is not an 8-aligned word of this heap
+    /// (slab data, huge span or a root).
+    #[error("destination word is not an aligned word of this heap")]
+    BadDestination,
 }
 
 /// Why a free (or a query on a pointer) was refused. The heap is untouched in every case.
@@ -213,7 +247,10 @@ impl From<&OpenError> for ErrorCode {
 impl From<&AllocError> for ErrorCode {
     fn from(e: &AllocError) -> Self {
         match e {
-            AllocError::ZeroSize | AllocError::BadAlignment(_) | AllocError::ForeignProcess => {
+            AllocError::ZeroSize
+            | AllocError::BadAlignment(_)
+            | AllocError::ForeignProcess
+            | AllocError::BadDestination => {
                 ErrorCode::InvalidArgument
             }
             AllocError::Overflow

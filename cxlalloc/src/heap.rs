@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use crate::backing::anon::AnonBacking;
 use crate::backing::files::{self, FileBacking};
-use crate::error::{AttachError, OffsetError, OpenError};
+use crate::error::{AdoptError, AttachError, OffsetError, OpenError};
+use crate::recovery::RecoveryReport;
 use crate::huge;
 use crate::layout::{Config, Header, Span, ROOTS};
 use crate::mem::HeapMem;
@@ -164,6 +165,24 @@ impl Heap {
         if let Some(view) = self.mem().huge().filter(|v| v.in_own_process()) {
             huge::ops::sweep_unheld(self.mem(), view);
         }
+    }
+
+    /// Adopts thread slot `slot`, whose holder process died, for the calling thread: finishes
+    /// or undoes the operation the holder was in, rebuilds the slot's lists, completes its
+    /// detectable allocation or free, and clears the dead process's hazards, while every other
+    /// thread goes on (DESIGN §8.3). The handle then holds the slot: keep using it, or drop it
+    /// to return the slot's empty slabs to the heap and release the slot.
+    pub fn adopt(&self, slot: u32) -> Result<(ThreadHandle, RecoveryReport), AdoptError> {
+        let h = thread::adopt(self, slot)?;
+        let report = h.recovery().cloned().ok_or(AdoptError::Raced(slot))?;
+        Ok((h, report))
+    }
+
+    /// Adopts and releases every slot whose holder died: each repaired slot's empty slabs go
+    /// back to the heap and the slot becomes free. Returns what each recovery did (slots
+    /// another thread adopted first are skipped).
+    pub fn recover_dead(&self) -> Vec<RecoveryReport> {
+        self.dead_slots().into_iter().filter_map(|s| self.adopt(s).ok().map(|(_, r)| r)).collect()
     }
 
     /// Slots still leased by processes that have died (their recovery is pending).

@@ -75,10 +75,11 @@ pub mod thread;
 #[cfg(not(loom))]
 pub use crate::{
     check::Report,
-    error::{AllocError, AttachError, ErrorCode, FreeError, OffsetError, OpenError},
+    error::{AdoptError, AllocError, AttachError, ErrorCode, FreeError, OffsetError, OpenError},
     heap::Heap,
     layout::{Coherence, Config},
     offset::Offset,
+    recovery::RecoveryReport,
     stats::Stats,
     thread::{ReallocError, ThreadHandle},
 };

@@ -472,6 +472,27 @@ impl HeapMem {
         self.arrays[b as usize].data.offset + ((slab.0 as usize) << b.slab_shift()) + in_slab
     }
 
+    /// The heap offset of `word` if an application may name it as the destination of a
+    /// detectable operation: 8-aligned, in slab data, the huge span, or the roots.
+    pub fn word_offset(&self, word: *const AtomicU64) -> Option<u64> {
+        let off = (word as usize).wrapping_sub(self.base() as usize);
+        self.word_at(off as u64).map(|_| off as u64)
+    }
+
+    /// The word at heap offset `off`, checked as for [`HeapMem::word_offset`].
+    pub fn word_at(&self, off: u64) -> Option<&AtomicU64> {
+        let off = usize::try_from(off).ok()?;
+        let roots = self.layout.region(RegionId::Shared).offset + std::mem::offset_of!(SharedHeader, roots);
+        let in_roots = off >= roots && off < roots + std::mem::size_of::<[AtomicU64; crate::layout::ROOTS]>();
+        let in_data = self.bracket_at(off).is_some() || self.huge().is_some_and(|h| h.span.contains(off));
+        if off % 8 != 0 || !(in_roots || in_data) {
+            return None;
+        }
+        // SAFETY: the offset is 8-aligned and inside a mapped (or fault-mapped) region of the
+        // reservation checked just above; AtomicU64 is valid for any bits.
+        Some(unsafe { &*(self.addr(off) as *const AtomicU64) })
+    }
+
     /// The address of a block at heap offset `offset` (an offset this heap computed itself).
     #[inline]
     pub fn block(&self, offset: usize) -> NonNull<u8> {

@@ -626,7 +626,7 @@ fn fork_holder(name: &str, ready: &Pipe) -> common::Child {
 }
 
 #[test]
-fn a_killed_holder_is_detected_dead() {
+fn a_killed_holders_slot_is_adopted_by_the_next_attach() {
     let _serial = serial();
     let name = HeapName::new("killed");
     let heap = Heap::create(name.as_str(), &Config { thread_slots: 2, ..Config::with_capacity(64 << 20) }).unwrap();
@@ -640,12 +640,20 @@ fn a_killed_holder_is_detected_dead() {
     nix::sys::signal::kill(child.pid, Signal::SIGKILL).unwrap();
     assert_eq!(child.killed_by(), Signal::SIGKILL);
     assert_eq!(heap.dead_slots(), vec![slot]);
-    assert_eq!(heap.attach().map(|t| t.slot()), Err(AttachError::SlotsExhausted { slots: 2, dead: 1 }));
-
     let r = assert_clean(&heap);
     assert_eq!(r.leased_slots, 2);
     assert!(r.in_flight.is_empty(), "the holder was idle when killed: {r}");
+
+    let adopted = heap.attach().unwrap();
+    assert_eq!(adopted.slot(), slot);
+    let report = adopted.recovery().expect("the slot was adopted, not attached free");
+    assert_eq!(report.redo, None, "{report}");
+    assert!(report.rebuilt.owned > 0, "the holder's slabs are the adopter's now: {report}");
+    assert_eq!(heap.attach().map(|t| t.slot()), Err(AttachError::SlotsExhausted { slots: 2, dead: 0 }));
+    drop(adopted);
     drop(mine);
+    let r = assert_clean(&heap);
+    assert_eq!(live_blocks(&r), 10, "the dead holder's 10 blocks stay allocated (it never freed them)");
 }
 
 #[test]

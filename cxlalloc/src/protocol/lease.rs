@@ -14,3 +14,11 @@ pub fn release(word: &AtomicU64, holder: u64) -> bool {
     // Release: publishes the holder's final writes to the slot's record to the next claimer.
     word.compare_exchange(holder, 0, Ordering::Release, Ordering::Relaxed).is_ok()
 }
+
+/// Takes over a slot from a dead holder (`dead`, packed) for `holder`: an adopter; false if
+/// someone else changed the lease first.
+pub fn take_over(word: &AtomicU64, dead: u64, holder: u64) -> bool {
+    debug_assert!(dead != 0 && holder != 0);
+    // Acquire: the adopter sees everything the dead holder wrote before it died.
+    word.compare_exchange(dead, holder, Ordering::Acquire, Ordering::Relaxed).is_ok()
+}

@@ -131,6 +131,16 @@ impl<'a> SlabThread<'a> {
         }
     }
 
+    /// Names the block of the outer allocation in flight, just before it is taken.
+    #[inline]
+    pub(crate) fn announce_block(&self, block: u64) {
+        if self.recoverable {
+            self.rec.pending.block.store(block, Ordering::Relaxed);
+            // Release: the name is ordered before the store that takes the block.
+            fence(Ordering::Release);
+        }
+    }
+
     /// Ends the outer operation in flight.
     pub(crate) fn settle(&self) {
         if self.recoverable {
@@ -163,11 +173,11 @@ impl<'a> SlabThread<'a> {
     }
 
     #[inline]
-    fn me(&self) -> u32 {
+    pub(crate) fn me(&self) -> u32 {
         self.slot + 1
     }
 
-    fn tag(&self, version: u32) -> Tag {
+    pub(crate) fn tag(&self, version: u32) -> Tag {
         Tag::new(self.slot, version)
     }
 
@@ -696,7 +706,7 @@ impl<'a> SlabThread<'a> {
         self.push_unsized(b, slab, d);
     }
 
-    fn push_unsized(&self, b: Bracket, slab: Slab, d: Descriptor<'_>) {
+    pub(crate) fn push_unsized(&self, b: Bracket, slab: Slab, d: Descriptor<'_>) {
         let lists = self.rec.lists(b);
         d.head.prev.store(0, Ordering::Relaxed);
         d.head.next.store(lists.unsized_head.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -704,7 +714,7 @@ impl<'a> SlabThread<'a> {
         lists.unsized_len.store(lists.unsized_len.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
 
-    fn link_sized(&self, b: Bracket, class: u32, slab: Slab, d: Descriptor<'_>) {
+    pub(crate) fn link_sized(&self, b: Bracket, class: u32, slab: Slab, d: Descriptor<'_>) {
         let head = &self.rec.lists(b).sized[class as usize - 1];
         let old = head.load(Ordering::Relaxed);
         d.head.prev.store(0, Ordering::Relaxed);

@@ -13,16 +13,20 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 
 use crate::class::{class_aligned, class_of, Bracket, LARGE_MAX, SMALL_MAX};
-use crate::error::{AllocError, AttachError, FreeError};
+use crate::crash::crash_point;
+use crate::error::{AdoptError, AllocError, AttachError, FreeError};
 use crate::heap::Heap;
 use crate::huge::ops::HugeThread;
 use crate::huge::space::FreeRanges;
 use crate::layout::RegionId;
 use crate::mem::HeapMem;
+use crate::offset::Offset;
 use crate::protocol::lease;
+use crate::recovery::{self, RecoveryReport};
 use crate::slab::ops::SlabThread;
-use crate::sync::Ordering;
+use crate::sync::{AtomicU64, Ordering};
 use crate::thread::record::ThreadRecord;
+use crate::thread::redo::{Pending, PendingKind};
 use crate::word::Holder;
 
 /// A thread's lease on one slot of a heap. Allocation and free go through it. Dropping it
@@ -41,6 +45,8 @@ pub struct ThreadHandle {
     holder: u64,
     /// The slot's free huge ranges in this process, rebuilt at the first huge operation.
     huge: RefCell<Option<FreeRanges>>,
+    /// What adopting the slot repaired, when this handle adopted it from a dead holder.
+    recovered: Option<RecoveryReport>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -61,40 +67,78 @@ pub enum ReallocError {
     Alloc(#[from] AllocError),
 }
 
-/// Leases a free slot of `heap` for the calling thread.
+/// Leases a free slot of `heap` for the calling thread; when every slot is leased, adopts one
+/// whose holder died (running its recovery, see [`ThreadHandle::recovery`]).
 pub(crate) fn attach(heap: &Heap) -> Result<ThreadHandle, AttachError> {
     let mem = heap.mem();
-    let me = identity::current();
-    let holder = me.pack();
+    let holder = identity::current().pack();
     let slots = mem.layout.slots;
     let start = (identity::current_tid() % u64::from(slots)) as u32;
     for i in 0..slots {
         let slot = (start + i) % slots;
         let lease = mem.lease(slot);
         if lease.holder.load(Ordering::Relaxed) == 0 && lease::try_claim(&lease.holder, holder) {
-            // The record's pages are reserved before first use, so a full device is an error
-            // here rather than a SIGBUS on some later allocation.
-            let size = std::mem::size_of::<ThreadRecord>();
-            if let Err(e) = mem.commit_region(RegionId::Owned, slot as usize * size, size) {
+            return handle(heap, slot, holder).inspect_err(|_| {
                 lease::release(&lease.holder, holder);
-                return Err(AttachError::OutOfMemory(e));
-            }
-            lease.tid.store(identity::current_tid(), Ordering::Relaxed);
-            // SAFETY: the HeapMem lives in the Arc that the handle's `heap` field keeps alive
-            // for as long as the handle exists, and `ops` lends these references out only for
-            // the lifetime of a borrow of the handle.
-            let mem: &'static HeapMem = unsafe { &*(mem as *const HeapMem) };
-            let ops = SlabThread::new(mem, slot);
-            return Ok(ThreadHandle {
-                ops,
-                heap: heap.clone(),
-                holder,
-                huge: RefCell::new(None),
-                _not_sync: PhantomData,
             });
         }
     }
-    Err(AttachError::SlotsExhausted { slots, dead: dead_slots(heap).len() as u32 })
+    let dead = dead_slots(heap);
+    if mem.recoverable() {
+        if let Some(h) = dead.iter().find_map(|&slot| adopt(heap, slot).ok()) {
+            return Ok(h);
+        }
+    }
+    Err(AttachError::SlotsExhausted { slots, dead: dead.len() as u32 })
+}
+
+/// The handle of `slot`, just leased by `holder`.
+fn handle(heap: &Heap, slot: u32, holder: u64) -> Result<ThreadHandle, AttachError> {
+    let mem = heap.mem();
+    // The record's pages are reserved before first use, so a full device is an error here
+    // rather than a SIGBUS on some later allocation.
+    let size = std::mem::size_of::<ThreadRecord>();
+    mem.commit_region(RegionId::Owned, slot as usize * size, size).map_err(AttachError::OutOfMemory)?;
+    mem.lease(slot).tid.store(identity::current_tid(), Ordering::Relaxed);
+    // SAFETY: the HeapMem lives in the Arc that the handle's `heap` field keeps alive for as
+    // long as the handle exists, and `ops` lends these references out only for the lifetime of
+    // a borrow of the handle.
+    let mem: &'static HeapMem = unsafe { &*(mem as *const HeapMem) };
+    Ok(ThreadHandle {
+        ops: SlabThread::new(mem, slot),
+        heap: heap.clone(),
+        holder,
+        huge: RefCell::new(None),
+        recovered: None,
+        _not_sync: PhantomData,
+    })
+}
+
+/// Takes over `slot` from its dead holder and repairs it (DESIGN §8.3).
+pub(crate) fn adopt(heap: &Heap, slot: u32) -> Result<ThreadHandle, AdoptError> {
+    let mem = heap.mem();
+    let slots = mem.layout.slots;
+    if slot >= slots {
+        return Err(AdoptError::NoSuchSlot { slot, slots });
+    }
+    if !mem.recoverable() {
+        return Err(AdoptError::RecoveryDisabled);
+    }
+    let lease = &mem.lease(slot).holder;
+    let held = lease.load(Ordering::Acquire);
+    let dead = Holder::unpack(held).ok_or(AdoptError::NotHeld(slot))?;
+    if identity::is_alive(dead) {
+        return Err(AdoptError::HolderAlive { slot, pid: dead.pid });
+    }
+    let holder = identity::current().pack();
+    if !lease::take_over(lease, held, holder) {
+        return Err(AdoptError::Raced(slot));
+    }
+    // The dead holder's record was committed when it attached.
+    let mut h = handle(heap, slot, holder).map_err(|_| AdoptError::Raced(slot))?;
+    let view = mem.huge().filter(|v| v.in_own_process());
+    h.recovered = Some(recovery::recover(&h.ops, view, Some(dead)));
+    Ok(h)
 }
 
 /// Slots whose holder process is gone (candidates for adoption by recovery).
@@ -122,6 +166,72 @@ impl ThreadHandle {
     /// The leased slot's index.
     pub fn slot(&self) -> u32 {
         self.ops.slot
+    }
+
+    /// What recovery repaired, if this handle adopted its slot from a dead holder.
+    pub fn recovery(&self) -> Option<&RecoveryReport> {
+        self.recovered.as_ref()
+    }
+
+    /// Detectable allocation (DESIGN §8.4): allocates `size` bytes and stores the block's heap
+    /// offset into `dest`, a word of this heap (in a block, the huge span or a root) that the
+    /// application's structure owns. If the process dies at any point, recovery of this slot
+    /// either completes the store or leaves the block free: the block is never lost.
+    pub fn alloc_into(&self, size: usize, dest: &AtomicU64) -> Result<NonNull<u8>, AllocError> {
+        let ops = self.ops();
+        let dest_off = self.heap.mem().word_offset(dest).ok_or(AllocError::BadDestination)?;
+        let block = match class_of(size) {
+            Some((b, class)) => {
+                ops.announce(Pending::new(PendingKind::Alloc, 0), 0, dest_off, 0);
+                ops.alloc_with(b, class, |off| {
+                    ops.announce_block(off as u64);
+                    crash_point!(AllocAnnounced);
+                })
+            }
+            None if size == 0 => return Err(AllocError::ZeroSize),
+            None => self
+                .with_huge(|h, space| h.alloc(space, size, 1, dest_off))
+                .unwrap_or(Err(AllocError::Unsupported(size))),
+        }
+        .inspect_err(|_| ops.settle())?;
+        crash_point!(AllocTaken);
+        // Release: whoever reads the offset from `dest` sees the block's metadata settled.
+        dest.store(block.as_ptr() as u64 - self.heap.base_address() as u64, Ordering::Release);
+        crash_point!(AllocStored);
+        ops.settle();
+        Ok(block)
+    }
+
+    /// Detectable free (DESIGN §8.4): clears `dest`, which must hold the heap offset of an
+    /// allocated block, then frees the block. If the process dies at any point, recovery of
+    /// this slot finishes both. The block is validated before `dest` is touched: bad input
+    /// changes nothing.
+    pub fn free_from(&self, dest: &AtomicU64) -> Result<(), FreeError> {
+        let ops = self.ops();
+        let mem = self.heap.mem();
+        let dest_off = mem.word_offset(dest).ok_or(FreeError::ForeignPointer)?;
+        let block = dest.load(Ordering::Acquire);
+        if block == 0 {
+            return Err(FreeError::NotAllocated);
+        }
+        let ptr = self.heap.pointer(Offset::<u8>::from_raw(block)).map_err(|_| FreeError::ForeignPointer)?;
+        self.usable_size(ptr)?;
+        let generation = match self.huge_offset(ptr) {
+            Some(off) => mem.huge().and_then(|v| v.find(off)).map_or(0, |b| b.generation),
+            None => u64::from(ops.locate(ptr.as_ptr())?.desc.head.generation.load(Ordering::Relaxed)),
+        };
+        ops.announce(Pending::new(PendingKind::Free, generation), block, dest_off, 0);
+        crash_point!(FreeAnnounced);
+        if dest.compare_exchange(block, 0, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+            // Another thread freed through the same word first.
+            ops.settle();
+            return Err(FreeError::DoubleFree);
+        }
+        crash_point!(FreeCleared);
+        let result = self.free(ptr);
+        crash_point!(FreeDone);
+        ops.settle();
+        result
     }
 
     /// Allocates `size` bytes (uninitialized; contents are whatever the block last held).

@@ -1,0 +1,126 @@
+//! Recovery of the outer operation a slot's pending word names (see
+//! [`crate::thread::redo::PendingRecord`]), after its slab state has been repaired.
+//!
+//! The test for "did the block leave the free state" is the block itself: a slab block that is
+//! neither in its slab's bitset, nor in its owner's cached word, nor marked freed remotely is
+//! allocated; a huge block is allocated while its descriptor is Live. A block named by a
+//! pending word cannot have been allocated to anyone else meanwhile: until the record is
+//! settled it is either still free in this slot's own cache or held by this slot.
+
+use crate::backing::HugeName;
+use crate::huge::descriptor::HugeState;
+use crate::huge::ops::{mark_freed, HugeThread};
+use crate::slab::ops::SlabThread;
+use crate::sync::{AtomicU64, Ordering};
+use crate::thread::redo::{Pending, PendingKind};
+
+/// What resolving the pending word did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PendingOutcome {
+    /// Detectable allocation: the block was taken; its offset is now in the caller's word.
+    Stored,
+    /// The block never left the free state: nothing to do.
+    NotTaken,
+    /// Detectable free: the caller's word is clear and the block freed.
+    Freed,
+    /// The free had already happened (the word is clear).
+    AlreadyFreed,
+    /// A huge allocation in progress was undone: object, descriptor and range released.
+    Undone,
+    /// A huge free or reclaim in progress was finished.
+    Finished,
+}
+
+/// The word at heap offset `off` if it is one a caller may name (8-aligned, in slab data, the
+/// huge span or the roots).
+pub(crate) fn dest_word<'a>(t: &SlabThread<'a>, off: u64) -> Option<&'a AtomicU64> {
+    t.mem.word_at(off)
+}
+
+/// Whether the slab block at heap offset `off` is allocated.
+fn slab_allocated(t: &SlabThread<'_>, off: u64) -> bool {
+    t.usable_size(t.mem.block(off as usize).as_ptr()).is_ok()
+}
+
+/// Whether heap offset `off` is an allocated block start, slab or huge.
+fn allocated(t: &SlabThread<'_>, huge: Option<&HugeThread<'_>>, off: u64) -> bool {
+    match huge.and_then(|h| h.view.span.contains(off as usize).then(|| h.view.find(off))) {
+        Some(found) => found.is_some_and(|b| b.offset == off && b.state == Some(HugeState::Live)),
+        None => slab_allocated(t, off),
+    }
+}
+
+/// Resolves `p`; the caller settles the record after.
+pub(crate) fn resolve(t: &SlabThread<'_>, huge: Option<&HugeThread<'_>>, p: Pending) -> PendingOutcome {
+    let rec = &t.rec.pending;
+    let block = rec.block.load(Ordering::Relaxed);
+    let dest = rec.dest.load(Ordering::Relaxed);
+    let desc = rec.desc.load(Ordering::Relaxed);
+    match p.kind {
+        PendingKind::Alloc => {
+            if block == 0 || !allocated(t, huge, block) {
+                return PendingOutcome::NotTaken;
+            }
+            if let Some(w) = dest_word(t, dest) {
+                // Release: the block's contents (none yet) and our metadata precede the word.
+                w.store(block, Ordering::Release);
+            }
+            PendingOutcome::Stored
+        }
+        PendingKind::Free => {
+            if let Some(w) = dest_word(t, dest) {
+                let _ = w.compare_exchange(block, 0, Ordering::AcqRel, Ordering::Relaxed);
+            }
+            let same = match huge.filter(|h| h.view.span.contains(block as usize)) {
+                Some(h) => h.view.find(block).is_some_and(|b| {
+                    b.offset == block && p.names(b.generation) && b.state == Some(HugeState::Live)
+                }),
+                None => t.locate(t.mem.block(block as usize).as_ptr()).is_ok_and(|at| {
+                    p.names(u64::from(at.desc.head.generation.load(Ordering::Relaxed)))
+                }),
+            };
+            let freed = same
+                && match huge.filter(|h| h.view.span.contains(block as usize)) {
+                    Some(h) => h.free(None, block).is_ok(),
+                    None => t.free(t.mem.block(block as usize).as_ptr()).is_ok(),
+                };
+            if freed {
+                PendingOutcome::Freed
+            } else {
+                PendingOutcome::AlreadyFreed
+            }
+        }
+        PendingKind::HugePlace => {
+            let Some(h) = huge else { return PendingOutcome::NotTaken };
+            if desc == 0 || !slab_allocated(t, desc) {
+                return PendingOutcome::NotTaken;
+            }
+            match h.list().into_iter().find(|b| b.desc == desc) {
+                Some(b) => h.discard(desc, &HugeName::new(b.offset, b.generation)),
+                None => {
+                    let _ = t.free(t.mem.block(desc as usize).as_ptr());
+                }
+            }
+            PendingOutcome::Undone
+        }
+        PendingKind::HugeFree => {
+            let Some(h) = huge else { return PendingOutcome::AlreadyFreed };
+            match h.view.read(desc) {
+                Some(b) if b.offset == block && p.names(b.generation) && mark_freed(h.view, &b) => {
+                    PendingOutcome::Finished
+                }
+                _ => PendingOutcome::AlreadyFreed,
+            }
+        }
+        PendingKind::HugeReclaim => {
+            let Some(h) = huge else { return PendingOutcome::Finished };
+            if slab_allocated(t, desc) {
+                if let Some(b) = h.view.read(desc).filter(|b| b.offset == block && p.names(b.generation)) {
+                    h.discard(desc, &HugeName::new(b.offset, b.generation));
+                }
+            }
+            h.end_epoch();
+            PendingOutcome::Finished
+        }
+    }
+}
