@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# All tests: formatting, lints, API docs (no broken links), unit/property/integration tests (plus the `validate` feature),
+# All tests: formatting, lints, API docs (no broken links), unit/property/integration tests (plus the `validate` feature
+# and the crash-point enumeration of the `crash-points` feature),
 # the loom models, miri over the unsafe code, the Nix dev shell's syntax, the plot/ Python tests, the fpga/
 # RTL testbenches and co-simulation (script/fpga.sh), and the
 # main job end to end on workloads/mini.toml.
@@ -57,6 +58,7 @@ step clippy cargo clippy --workspace --all-targets -- -D warnings
 step doc env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 step test cargo test --workspace --no-fail-fast
 step test-validate cargo test -p cxlalloc --features validate
+step crash-points cargo test -p cxlalloc --features crash-points --test crash_points
 
 if [ -x script/loom.sh ]; then
   step loom script/loom.sh

@@ -12,7 +12,7 @@
 use std::sync::OnceLock;
 
 #[cfg(feature = "crash-points")]
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicPtr, AtomicU64, Ordering};
 
 /// Every crash point, as `SITE` or `SITE/OP` (`+`: the flagged record). Sites inside every
 /// logged operation (`Logged`, `BeforeClear`) appear once per operation form.
@@ -24,7 +24,7 @@ pub const POINTS: &[&str] = &[
     "GlobalPopped",
     "BeforeClear/GlobalPop",
     "Logged/Size",
-    "BeforeClear/Size",
+    "SizeCounted",
     "Logged/TakeWord",
     "BeforeClear/TakeWord",
     "Logged/TakeWord+",
@@ -88,8 +88,13 @@ struct Armed {
     flag: bool,
 }
 
+/// The point armed by the environment, read at the first hit.
 #[cfg(feature = "crash-points")]
-static ARMED: OnceLock<Option<Armed>> = OnceLock::new();
+static FROM_ENV: OnceLock<Option<Armed>> = OnceLock::new();
+/// The point armed by [`arm`], which takes precedence (a forked child arms after its parent
+/// has read the environment).
+#[cfg(feature = "crash-points")]
+static ARMED: AtomicPtr<Armed> = AtomicPtr::new(std::ptr::null_mut());
 #[cfg(feature = "crash-points")]
 static SKIP: AtomicU64 = AtomicU64::new(0);
 
@@ -102,18 +107,27 @@ fn parse(spec: &str) -> Armed {
     Armed { site: site.to_string(), op: op.trim_end_matches('+').to_string(), flag }
 }
 
-/// Arms `spec` (`SITE[/OP[+]][@SKIP]`) for this process; false if a point was armed already
-/// (by an earlier call, the environment, or a first hit that read it).
+/// Arms `spec` (`SITE[/OP[+]][@SKIP]`) for this process, replacing any point armed before.
 #[cfg(feature = "crash-points")]
-pub fn arm(spec: &str) -> bool {
-    ARMED.set(Some(parse(spec))).is_ok()
+pub fn arm(spec: &str) {
+    // Leaked on purpose: a test process arms a handful of points, and a hit may be reading
+    // the previous one.
+    ARMED.store(Box::into_raw(Box::new(parse(spec))), Ordering::Release);
 }
 
 /// A crash point was reached: dies here if it is the armed one and its skips are used up.
 #[cfg(feature = "crash-points")]
 pub fn hit(site: &str, op: &str, flag: bool) {
-    let armed = ARMED.get_or_init(|| std::env::var("CXLALLOC_CRASH_AT").ok().map(|s| parse(&s)));
-    let Some(a) = armed else { return };
+    let set = ARMED.load(Ordering::Acquire);
+    // SAFETY: a non-null ARMED points to a leaked, never freed Armed.
+    let armed = match unsafe { set.as_ref() } {
+        Some(a) => a,
+        None => match FROM_ENV.get_or_init(|| std::env::var("CXLALLOC_CRASH_AT").ok().map(|s| parse(&s))) {
+            Some(a) => a,
+            None => return,
+        },
+    };
+    let a = armed;
     if a.site != site || (!a.op.is_empty() && (a.op != op || a.flag != flag)) {
         return;
     }

@@ -250,9 +250,7 @@ impl From<&AllocError> for ErrorCode {
             AllocError::ZeroSize
             | AllocError::BadAlignment(_)
             | AllocError::ForeignProcess
-            | AllocError::BadDestination => {
-                ErrorCode::InvalidArgument
-            }
+            | AllocError::BadDestination => ErrorCode::InvalidArgument,
             AllocError::Overflow
             | AllocError::OutOfMemory(_)
             | AllocError::HugeExhausted

@@ -62,11 +62,11 @@ pub mod mem;
 #[cfg(not(loom))]
 pub mod offset;
 #[cfg(not(loom))]
+pub mod recovery;
+#[cfg(not(loom))]
 pub mod signal;
 #[cfg(not(loom))]
 pub mod slab;
-#[cfg(not(loom))]
-pub mod recovery;
 #[cfg(not(loom))]
 pub mod stats;
 #[cfg(not(loom))]

@@ -47,11 +47,11 @@
 // The outcome recorder and the execution counter live outside the model, in std, on purpose.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::AtomicUsize as StdAtomicUsize;
+use std::sync::atomic::{AtomicU32 as StdAtomicU32, AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
 use std::sync::{Arc as StdArc, Mutex as StdMutex};
 use std::time::Instant;
 
-use cxlalloc::protocol::{cached_word, global_list, lease, length, remote};
+use cxlalloc::protocol::{cached_word, detectable, global_list, lease, length, remote};
 use cxlalloc::word::{Holder, Tag, Tagged};
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -352,14 +352,21 @@ fn run_bumps(
     for i in 0..bumps {
         let mut last = None;
         let fail = fail_first && i == 0;
-        let got = length::bump(word, tags.next(), batch, capacity, |from, to| {
-            last = Some((from, to));
-            if fail {
-                Err("reservation failed")
-            } else {
-                Ok(())
-            }
-        }, |_| {});
+        let got = length::bump(
+            word,
+            tags.next(),
+            batch,
+            capacity,
+            |from, to| {
+                last = Some((from, to));
+                if fail {
+                    Err("reservation failed")
+                } else {
+                    Ok(())
+                }
+            },
+            |_| {},
+        );
         match got {
             Err(_) => {
                 assert!(fail, "bump failed without a failing `before`");
@@ -721,7 +728,9 @@ fn remote_two_blocks_owner_keeps_one() {
     const SCRIPT: &[Act] = &[Act::Give(1), Act::Keep, Act::FreeKept];
     let seen = Seen::default();
     let s = seen.clone();
-    check("remote_two_blocks_owner_keeps_one", None, move || remote_model(&s, 2, SCRIPT, |w, t| remote::decrement(w, t, |_| {})));
+    check("remote_two_blocks_owner_keeps_one", None, move || {
+        remote_model(&s, 2, SCRIPT, |w, t| remote::decrement(w, t, |_| {}))
+    });
     seen.require(&[
         "detach",
         "disown",
@@ -739,7 +748,9 @@ fn remote_two_blocks_both_remote() {
     const SCRIPT: &[Act] = &[Act::Give(1), Act::Give(2)];
     let seen = Seen::default();
     let s = seen.clone();
-    check("remote_two_blocks_both_remote", None, move || remote_model(&s, 2, SCRIPT, |w, t| remote::decrement(w, t, |_| {})));
+    check("remote_two_blocks_both_remote", None, move || {
+        remote_model(&s, 2, SCRIPT, |w, t| remote::decrement(w, t, |_| {}))
+    });
     seen.require(&[
         "detach",
         "disown",
@@ -778,7 +789,9 @@ fn remote_reuse_after_reattach() {
     const SCRIPT: &[Act] = &[Act::Give(1), Act::Keep, Act::FreeKept, Act::Give(2)];
     let seen = Seen::default();
     let s = seen.clone();
-    check("remote_reuse_after_reattach", None, move || remote_model(&s, 2, SCRIPT, |w, t| remote::decrement(w, t, |_| {})));
+    check("remote_reuse_after_reattach", None, move || {
+        remote_model(&s, 2, SCRIPT, |w, t| remote::decrement(w, t, |_| {}))
+    });
     seen.require(&[
         "retired twice",
         "allocation skipped",
@@ -1112,5 +1125,270 @@ fn hazard_reclaim_without_fence_is_caught() {
     }
     check("hazard_reclaim_without_fence_is_caught", None, || {
         hazard_model(&Seen::default(), true, cxlalloc::protocol::hazard::publish, broken)
+    });
+}
+
+// ------------------------------------------------------------------------------------------------
+// (g) Detectable CAS (§8.2, §14.1): help words and recovery's "did my last CAS take effect?"
+// ------------------------------------------------------------------------------------------------
+
+/// The slot whose last operation a crash interrupts.
+const VICTIM: u32 = 0;
+
+/// The help step under test: `help(seen, me, help_words)` runs before each CAS attempt with the
+/// word about to be overwritten (the real [`detectable::help`], or a broken one).
+type HelpStep = fn(u64, Tag, &[AtomicU64]);
+
+fn real_help(seen: u64, me: Tag, words: &[AtomicU64]) {
+    detectable::help(seen, me, |slot| words.get(slot as usize));
+}
+
+/// One slab's remote counter (the tagged HWcc word every CAS targets) and one help word per slot
+/// (HWcc, as `Mem::help`), with ghost bookkeeping kept in std atomics, outside the model.
+///
+/// The victim (slot 0) makes two remote frees: the first completes, the second is cut short by
+/// a crash right after its first CAS attempt returns, succeeded or not. The other slots free
+/// concurrently, before, during and after the crash, through the real `remote::decrement`.
+struct Detectable {
+    counter: AtomicU64,
+    help: [AtomicU64; 3],
+    help_step: HelpStep,
+    seen: Seen,
+    /// Ghost: the newest victim version another slot found in the counter and helped (0: none).
+    /// A help step records here before it runs, so once every thread has joined the victim's
+    /// help word must hold exactly this: forward only, never a self-help, never a missed one.
+    helped: StdAtomicU32,
+}
+
+impl Detectable {
+    fn new(blocks: u32, help_step: HelpStep, seen: Seen) -> Self {
+        Self {
+            counter: AtomicU64::new(Tagged::new(blocks, Tag::default()).pack()),
+            help: std::array::from_fn(|_| AtomicU64::new(0)),
+            help_step,
+            seen,
+            helped: StdAtomicU32::new(0),
+        }
+    }
+
+    /// The help closure slot `me.writer − 1` passes to the protocol.
+    fn helper(&self, me: Tag) -> impl Fn(u64) + '_ {
+        move |seen| {
+            let writer = Tagged::unpack(seen).tag;
+            if writer.writer == VICTIM as u16 + 1 && me.writer != writer.writer {
+                let newest = self.helped.fetch_max(writer.version, StdOrdering::Relaxed);
+                if writer.version < newest {
+                    // A helper that read the victim's first write and was overtaken by a helper
+                    // of its second: the "slow helper" of §14.1.
+                    self.seen.mark("a slow helper brings an older version");
+                }
+            }
+            (self.help_step)(seen, me, &self.help);
+        }
+    }
+
+    /// A complete remote free (`SlabOps::free_remote`'s CAS loop).
+    fn free(&self, tag: Tag) {
+        if let Err(remote::Underflow) = remote::decrement(&self.counter, tag, self.helper(tag)) {
+            panic!("remote counter underflow (a free counted twice)");
+        }
+    }
+
+    /// The victim's crashing free: one iteration of `remote::subtract`'s loop (load, help, CAS),
+    /// after which the victim is dead. Returns whether the CAS took effect: the truth that
+    /// recovery's answer is checked against.
+    fn crashing_free(&self, tag: Tag, first: Tag) -> bool {
+        let cur = self.counter.load(Ordering::Acquire);
+        let n = Tagged::unpack(cur).payload;
+        assert!(n > 0, "remote counter underflow (a free counted twice)");
+        self.helper(tag)(cur);
+        let took = self
+            .counter
+            .compare_exchange(cur, Tagged::new(n - 1, tag).pack(), Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if took && Tagged::unpack(cur).tag == first {
+            self.seen.mark("the victim overwrites its own first write");
+        }
+        took
+    }
+
+    /// Recovery's question for the victim's operation `tag`, with the outcome recorded.
+    fn took_effect(&self, tag: Tag, took: bool) -> bool {
+        let answer = detectable::took_effect(&self.counter, &self.help[VICTIM as usize], tag);
+        assert_eq!(
+            answer,
+            took,
+            "recovery's answer is wrong: took_effect = {answer}, but the victim's CAS {} take effect",
+            if took { "did" } else { "did not" }
+        );
+        let helped = self.helped.load(StdOrdering::Relaxed);
+        self.seen.mark(match (took, helped) {
+            (true, 2) => "took effect, overwritten and helped",
+            (true, _) => "took effect, still in the word",
+            // A failed CAS means another slot overwrote the word the victim read, which its
+            // first write had been in or came before: the first operation is always helped.
+            (false, _) => "failed, help entry names the first operation",
+        });
+        answer
+    }
+
+    /// After every thread has joined: the counter lost exactly `frees` blocks, and the victim's
+    /// help word holds the newest version another slot overwrote (when `check_entry`).
+    fn check_final(&self, blocks: u32, frees: u32, check_entry: bool) {
+        let count = remote::count(&self.counter);
+        assert_eq!(count, blocks - frees, "counter {count} ≠ blocks {blocks} − frees {frees}");
+        if check_entry {
+            let entry = self.help[VICTIM as usize].load(Ordering::Relaxed) as u32;
+            let helped = self.helped.load(StdOrdering::Relaxed);
+            assert_eq!(
+                entry, helped,
+                "help entry {entry} ≠ the newest victim version other slots overwrote ({helped})"
+            );
+        }
+    }
+}
+
+/// The victim's thread: one complete free, then the crashing one. Returns the crashing one's tag
+/// and whether it took effect.
+fn spawn_victim(d: &Arc<Detectable>) -> thread::JoinHandle<(Tag, bool)> {
+    let d = d.clone();
+    thread::spawn(move || {
+        let mut tags = Tags::new(VICTIM);
+        let first = tags.next();
+        d.free(first);
+        let last = tags.next();
+        (last, d.crashing_free(last, first))
+    })
+}
+
+/// Slots 1 and 2 free once each while the victim frees twice and crashes on its second CAS;
+/// recovery (after the victim's death, while slots 1 and 2 still run) asks whether that CAS
+/// took effect. The answer is the truth in every interleaving: when the word still carries the
+/// victim's tag, when a helper recorded it before overwriting it, when the CAS failed although
+/// a helper recorded the victim's *first* operation (versions: an entry for the first operation
+/// does not answer the second), when a slow helper that read the first write records it after a
+/// helper of the second (forward only), and when the victim's second CAS overwrote its own first
+/// write (no self-help). Afterwards the victim's help word holds exactly the newest version
+/// another slot overwrote.
+fn detectable_model(seen: &Seen, help_step: HelpStep, check_entry: bool) {
+    const BLOCKS: u32 = 4;
+    let d = Arc::new(Detectable::new(BLOCKS, help_step, seen.clone()));
+    let victim = spawn_victim(&d);
+    let others: Vec<_> = (1..3)
+        .map(|slot| {
+            let d = d.clone();
+            thread::spawn(move || d.free(Tags::new(slot).next()))
+        })
+        .collect();
+    let (last, took) = victim.join().unwrap();
+    d.took_effect(last, took);
+    for h in others {
+        h.join().unwrap();
+    }
+    d.check_final(BLOCKS, 3 + u32::from(took), check_entry);
+}
+
+#[test]
+fn detectable_cas_answers_truthfully_under_helpers() {
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("detectable_cas_answers_truthfully_under_helpers", Some(3), move || detectable_model(&s, real_help, true));
+    seen.require(&[
+        "took effect, overwritten and helped",
+        "took effect, still in the word",
+        "failed, help entry names the first operation",
+        "a slow helper brings an older version",
+        "the victim overwrites its own first write",
+    ]);
+}
+
+/// Negative control: a help step that records with a plain store (the published code). The
+/// slow helper then moves the victim's entry back from its second operation to its first, and
+/// recovery answers "did not take effect" for a CAS that did.
+#[test]
+#[should_panic(expected = "recovery's answer is wrong")]
+fn detectable_help_moving_backwards_is_caught() {
+    fn broken(seen: u64, me: Tag, words: &[AtomicU64]) {
+        let writer = Tagged::unpack(seen).tag;
+        if writer.writer != 0 && writer.writer != me.writer {
+            words[usize::from(writer.writer) - 1].store(u64::from(writer.version), Ordering::Release);
+        }
+    }
+    check("detectable_help_moving_backwards_is_caught", Some(3), || detectable_model(&Seen::default(), broken, false));
+}
+
+/// Negative control: a help step that also helps its own writer (forward only otherwise). The
+/// victim's second CAS, overwriting its own first write, records the first operation in its own
+/// entry: an entry no other slot wrote.
+#[test]
+#[should_panic(expected = "help entry")]
+fn detectable_self_help_is_caught() {
+    fn broken(seen: u64, _me: Tag, words: &[AtomicU64]) {
+        // A `me` that names no slot in the model: every writer but the initializer is helped.
+        detectable::help(seen, Tag::new(9, 1), |slot| words.get(slot as usize));
+    }
+    check("detectable_self_help_is_caught", Some(3), || detectable_model(&Seen::default(), broken, true));
+}
+
+/// Recovery redoes the victim's crashed remote free iff `took_effect` says it did not happen,
+/// while slot 1 keeps freeing: the counter ends at exactly blocks − frees, so the free is
+/// counted once, never twice (a redo of a CAS that took effect) and never zero times. The redo
+/// runs as the adopting slot 2 with its own tag.
+fn detectable_redo_model(seen: &Seen, help_step: HelpStep) {
+    const BLOCKS: u32 = 5;
+    let d = Arc::new(Detectable::new(BLOCKS, help_step, seen.clone()));
+    let victim = spawn_victim(&d);
+    let live = {
+        let d = d.clone();
+        thread::spawn(move || {
+            let mut tags = Tags::new(1);
+            d.free(tags.next());
+            d.free(tags.next());
+        })
+    };
+    let (last, took) = victim.join().unwrap();
+    // Recovery of the victim's slot, by slot 2: the record names the remote free `last`.
+    let answer = detectable::took_effect(&d.counter, &d.help[VICTIM as usize], last);
+    // Outcomes only: the oracle is the counter check below.
+    let helped = d.helped.load(StdOrdering::Relaxed);
+    seen.mark(match (took, helped) {
+        (true, 2) => "took effect, overwritten and helped",
+        (true, _) => "took effect, still in the word",
+        (false, _) => "failed",
+    });
+    if answer {
+        seen.mark("recovery: already counted");
+    } else {
+        seen.mark("recovery: redone");
+        d.free(Tags::new(2).next());
+    }
+    live.join().unwrap();
+    // The victim's two frees, slot 1's two.
+    d.check_final(BLOCKS, 4, false);
+}
+
+#[test]
+fn detectable_recovery_redoes_a_remote_free_exactly_once() {
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("detectable_recovery_redoes_a_remote_free_exactly_once", Some(3), move || {
+        detectable_redo_model(&s, real_help)
+    });
+    seen.require(&[
+        "recovery: already counted",
+        "recovery: redone",
+        "took effect, overwritten and helped",
+        "took effect, still in the word",
+        "failed",
+    ]);
+}
+
+/// Negative control: a help step that records nothing. A victim CAS that took effect and was
+/// then overwritten by slot 1 looks like one that never happened, and recovery frees twice.
+#[test]
+#[should_panic(expected = "counter")]
+fn detectable_without_help_redoes_twice_is_caught() {
+    check("detectable_without_help_redoes_twice_is_caught", Some(3), || {
+        detectable_redo_model(&Seen::default(), |_, _, _| {})
     });
 }

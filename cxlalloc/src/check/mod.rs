@@ -15,7 +15,7 @@ use crate::heap::Heap;
 use crate::mem::{HeapMem, Slab};
 use crate::slab::ops::remote_count;
 use crate::sync::Ordering;
-use crate::thread::redo::Redo;
+use crate::thread::redo::{Pending, Redo};
 use crate::word::{Holder, Tagged};
 
 /// The state of a slab, as found by the checker.
@@ -122,8 +122,10 @@ pub struct Problem {
 pub struct InFlight {
     /// The slot.
     pub slot: u32,
-    /// Its decoded record (`None`: the record word is not a valid record).
+    /// Its decoded record (`None`: idle, or the record word is not a valid record).
     pub record: Option<Redo>,
+    /// Its decoded pending (outer) record, if one is in flight.
+    pub pending: Option<Pending>,
     /// Whether the slot's holder is alive.
     pub holder_alive: bool,
 }
@@ -135,7 +137,7 @@ pub struct Report {
     pub brackets: Vec<BracketCensus>,
     /// Inconsistencies (first [`MAX_PROBLEMS`]).
     pub problems: Vec<Problem>,
-    /// Slots whose redo record is not idle.
+    /// Slots whose redo or pending record is not idle.
     pub in_flight: Vec<InFlight>,
     /// Leased slots.
     pub leased_slots: u32,
@@ -193,8 +195,8 @@ impl fmt::Display for Report {
         for i in &self.in_flight {
             writeln!(
                 f,
-                "slot {} has an operation in flight: {:?} (holder alive: {})",
-                i.slot, i.record, i.holder_alive
+                "slot {} has an operation in flight: {:?} / {:?} (holder alive: {})",
+                i.slot, i.record, i.pending, i.holder_alive
             )?;
         }
         if self.is_clean() {
@@ -288,10 +290,17 @@ pub fn check(heap: &Heap) -> Report {
     for slot in mem.used_slots() {
         let holder = Holder::unpack(mem.lease(slot).holder.load(Ordering::Acquire));
         report.leased_slots += u32::from(holder.is_some());
-        let word = mem.record(slot).redo.load(Ordering::Acquire);
-        if word != 0 {
+        let rec = mem.record(slot);
+        let word = rec.redo.load(Ordering::Acquire);
+        let pending = rec.pending.word.load(Ordering::Acquire);
+        if word != 0 || pending != 0 {
             let holder_alive = holder.is_some_and(crate::thread::identity::is_alive);
-            report.in_flight.push(InFlight { slot, record: Redo::unpack(word), holder_alive });
+            report.in_flight.push(InFlight {
+                slot,
+                record: Redo::unpack(word),
+                pending: Pending::unpack(pending),
+                holder_alive,
+            });
         }
     }
     for b in Bracket::ALL {

@@ -18,6 +18,7 @@ use std::ptr::NonNull;
 
 use crate::backing::HugeName;
 use crate::class::Bracket;
+use crate::crash::crash_point;
 use crate::error::{AllocError, FreeError};
 use crate::huge::descriptor::{HugeBlock, HugeState};
 use crate::huge::space::FreeRanges;
@@ -29,7 +30,6 @@ use crate::slab::ops::SlabThread;
 use crate::sync::{fence, Ordering};
 use crate::thread::identity;
 use crate::thread::record::HugeRecord;
-use crate::crash::crash_point;
 use crate::thread::redo::{Pending, PendingKind};
 use crate::word::{HazardKey, Holder};
 
@@ -181,7 +181,10 @@ impl HugeThread<'_> {
             self.t.announce(Pending::new(PendingKind::HugePlace, 0), at, dest, (off - view.base) as u64);
             crash_point!(HugeAnnounced);
         };
-        let block = self.t.alloc_with(Bracket::Small, DESCRIPTOR_CLASS, |off| announce(off + view.base)).inspect_err(|_| self.t.settle())?;
+        let block = self
+            .t
+            .alloc_with(Bracket::Small, DESCRIPTOR_CLASS, |off| announce(off + view.base))
+            .inspect_err(|_| self.t.settle())?;
         let desc = (block.as_ptr() as usize - view.base) as u64;
         let Some(d) = view.descriptor(desc) else {
             let _ = self.t.free(block.as_ptr());

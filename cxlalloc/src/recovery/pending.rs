@@ -72,12 +72,13 @@ pub(crate) fn resolve(t: &SlabThread<'_>, huge: Option<&HugeThread<'_>>, p: Pend
                 let _ = w.compare_exchange(block, 0, Ordering::AcqRel, Ordering::Relaxed);
             }
             let same = match huge.filter(|h| h.view.span.contains(block as usize)) {
-                Some(h) => h.view.find(block).is_some_and(|b| {
-                    b.offset == block && p.names(b.generation) && b.state == Some(HugeState::Live)
-                }),
-                None => t.locate(t.mem.block(block as usize).as_ptr()).is_ok_and(|at| {
-                    p.names(u64::from(at.desc.head.generation.load(Ordering::Relaxed)))
-                }),
+                Some(h) => h
+                    .view
+                    .find(block)
+                    .is_some_and(|b| b.offset == block && p.names(b.generation) && b.state == Some(HugeState::Live)),
+                None => t
+                    .locate(t.mem.block(block as usize).as_ptr())
+                    .is_ok_and(|at| p.names(u64::from(at.desc.head.generation.load(Ordering::Relaxed)))),
             };
             let freed = same
                 && match huge.filter(|h| h.view.span.contains(block as usize)) {

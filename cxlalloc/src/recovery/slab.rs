@@ -165,6 +165,16 @@ impl SlabThread<'_> {
                     }
                     return Resolution::Completed;
                 }
+                // The free never counted: finish it, mark first (as the free does), so that a
+                // retry of the same free — a detectable free's — is seen as done.
+                let block = self.rec.remote_block.load(Ordering::Relaxed);
+                let size = d.head.size.load(Ordering::Relaxed) as usize;
+                if block < d.head.blocks.load(Ordering::Relaxed) && size != 0 {
+                    let off = self.mem.data_offset(b, slab, block as usize * size);
+                    if let Some(w) = self.mem.word_at(off as u64) {
+                        w.store(d.head.mark.load(Ordering::Relaxed), Ordering::Relaxed);
+                    }
+                }
                 let version = self.next_version();
                 self.log(Redo::new(Op::RemoteFree, b, slab.index(), version));
                 let tag = self.tag(version);
@@ -246,13 +256,16 @@ impl SlabThread<'_> {
 /// Recomputes `d`'s free count and summary from its bitset; true if either was wrong.
 fn recount(d: Descriptor<'_>) -> bool {
     let free = d.count_free();
-    let summary = d.bits.iter().enumerate().fold(0u64, |s, (w, word)| {
-        if word.load(Ordering::Relaxed) != 0 {
-            s | 1 << w
-        } else {
-            s
-        }
-    });
+    let summary = d.bits.iter().enumerate().fold(
+        0u64,
+        |s, (w, word)| {
+            if word.load(Ordering::Relaxed) != 0 {
+                s | 1 << w
+            } else {
+                s
+            }
+        },
+    );
     let wrong = d.head.free.load(Ordering::Relaxed) != free || d.head.summary.load(Ordering::Relaxed) != summary;
     d.head.free.store(free, Ordering::Relaxed);
     d.head.summary.store(summary, Ordering::Relaxed);

@@ -16,9 +16,9 @@
 use std::ptr::NonNull;
 
 use crate::class::{Bracket, ClassInfo};
+use crate::crash::crash_point;
 use crate::error::{AllocError, FreeError};
 use crate::mem::{HeapMem, Slab};
-use crate::crash::crash_point;
 use crate::protocol::{detectable, global_list, length, remote};
 use crate::slab::descriptor::Descriptor;
 use crate::sync::{fence, AtomicU64, Ordering};
@@ -278,6 +278,7 @@ impl<'a> SlabThread<'a> {
         d.fill(info.blocks);
         let version = self.next_version();
         remote::reset(self.mem.remote(b, slab), info.blocks, self.tag(version), self.helper(self.tag(version)));
+        crash_point!(SizeCounted);
         self.take_word(b, slab, d, 0, info, cur);
         Ok(())
     }
@@ -491,7 +492,10 @@ impl<'a> SlabThread<'a> {
         let mark = at.desc.head.mark.load(Ordering::Relaxed);
         let b = at.bracket;
         let version = self.next_version();
-        // Logged before the mark: a free whose mark is written is one recovery completes.
+        // Logged before the mark: recovery completes the free, mark included.
+        if self.recoverable {
+            self.rec.remote_block.store(at.block, Ordering::Relaxed);
+        }
         self.log(Redo::new(Op::RemoteFree, b, at.slab.index(), version));
         // Relaxed swap: detection only; two concurrent double frees of one block race here and
         // exactly one of them sees the mark.
@@ -567,13 +571,20 @@ impl<'a> SlabThread<'a> {
         let batch = mem.header.batch[b as usize];
         let capacity = mem.layout.bracket(b).capacity;
         let commit = mem.header.config().commit_on_grow;
-        let range = length::bump(&mem.globals(b).length, self.tag(version), batch, capacity, |from, to| {
-            self.log(Redo::new(Op::Bump, b, from, version));
-            if commit {
-                mem.commit(b, from, to).map_err(|_| AllocError::OutOfMemory(b))?;
-            }
-            Ok(())
-        }, self.helper(self.tag(version)));
+        let range = length::bump(
+            &mem.globals(b).length,
+            self.tag(version),
+            batch,
+            capacity,
+            |from, to| {
+                self.log(Redo::new(Op::Bump, b, from, version));
+                if commit {
+                    mem.commit(b, from, to).map_err(|_| AllocError::OutOfMemory(b))?;
+                }
+                Ok(())
+            },
+            self.helper(self.tag(version)),
+        );
         let Ok(Some((from, to))) = range else {
             self.clear_log();
             return range.and(Err(AllocError::OutOfMemory(b)));
@@ -650,7 +661,8 @@ impl<'a> SlabThread<'a> {
         crash_point!(AbandonDisowned);
         let free = d.head.free.load(Ordering::Relaxed);
         let tag = self.tag(version);
-        if let Ok(remote::Decrement::Claimed) = remote::subtract(self.mem.remote(b, slab), free, tag, self.helper(tag)) {
+        if let Ok(remote::Decrement::Claimed) = remote::subtract(self.mem.remote(b, slab), free, tag, self.helper(tag))
+        {
             self.log(Redo::new(Op::Abandon, b, slab.index(), version).flagged());
             d.head.owner.store(self.me(), Ordering::Relaxed);
             self.make_unsized(b, slab, d);

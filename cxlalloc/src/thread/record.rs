@@ -173,7 +173,9 @@ pub struct ThreadRecord {
     /// Version of this slot's current detectable-CAS operation; persists across re-attach so
     /// tags never repeat within the version's width.
     pub version: AtomicU32,
-    _reserved: u32,
+    /// The block index of the remote free in flight (written before its redo record), so that
+    /// recovery can write the block's free mark when it completes the free.
+    pub remote_block: AtomicU32,
     /// The outer operation in flight ([`crate::thread::redo::PendingRecord`]).
     pub pending: crate::thread::redo::PendingRecord,
     /// Slow-path counters.

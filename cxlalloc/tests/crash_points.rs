@@ -1,0 +1,235 @@
+//! Every white-box crash point (`cxlalloc::crash::POINTS`), one at a time: a forked child runs a
+//! workload that passes through every logged step, dies by `SIGKILL` at the armed point, and
+//! the parent adopts its slots, recovers them and checks that the heap is consistent and that
+//! every block the workload held is named exactly once by the application's words — no block
+//! lost, none owned twice.
+//!
+//! Needs `--features crash-points` (see `script/test.sh`).
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use common::{fork_code, serial, HeapName, CHILD_DEADLINE};
+use cxlalloc::crash::{self, POINTS};
+use cxlalloc::{Config, Heap, Offset, ThreadHandle};
+use nix::sys::signal::Signal;
+use nix::sys::wait::WaitStatus;
+
+/// Words of the application's table (a block every block of the workload is recorded in).
+const TABLE_WORDS: usize = 512;
+
+/// Where each phase of the workload records its blocks in the table.
+const CLASS_1K: usize = 0; // 96 blocks: 3 slabs of 32
+const CLASS_512: usize = 100; // 64 blocks: 1 slab
+const CLASS_256: usize = 170; // 1 block
+const CLASS_768: usize = 200; // 42 blocks: 1 slab
+const HUGE: usize = 250;
+const AFTER: usize = 260;
+
+fn config() -> Config {
+    Config {
+        thread_slots: 8,
+        small_batch: 1,
+        large_batch: 1,
+        cache_local: 1,
+        huge_capacity: 1 << 30,
+        ..Config::with_capacity(64 << 20)
+    }
+}
+
+fn try_alloc(t: &ThreadHandle, table: &[AtomicU64], range: std::ops::Range<usize>, size: usize) -> Result<(), String> {
+    for i in range {
+        t.alloc_into(size, &table[i]).map_err(|e| format!("alloc_into {size} at {i}: {e}"))?;
+    }
+    Ok(())
+}
+
+fn try_free(t: &ThreadHandle, table: &[AtomicU64], range: std::ops::Range<usize>) -> Result<(), String> {
+    for i in range {
+        t.free_from(&table[i]).map_err(|e| format!("free_from {i}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Passes through every crash point: allocation by bump and sizing, word takes, retiring
+/// (detach and disown), local and remote frees (counted and claiming), reclaiming an empty
+/// sized slab, abandoning partly used slabs (counted and claimed back), returning cached words,
+/// global pushes and pops, and a huge allocation, free and reclaim — all through detectable
+/// allocation and free.
+fn workload(heap: &Heap, table: &[AtomicU64]) -> Result<(), String> {
+    let a = heap.attach().map_err(|e| e.to_string())?;
+    let b = heap.attach().map_err(|e| e.to_string())?;
+    // Three slabs of 1 KiB blocks, each retired (detached) when full.
+    try_alloc(&a, table, CLASS_1K..CLASS_1K + 96, 1024)?;
+    // Slab 0: 4 local frees (T6 back to the sized list); its other 28 go later.
+    try_free(&a, table, CLASS_1K..CLASS_1K + 4)?;
+    // Slab 1: all remote; the last free claims it for b (T8).
+    try_free(&b, table, CLASS_1K + 32..CLASS_1K + 64)?;
+    // Slab 2: one local free, 31 blocks stay out: abandoned partly used at detach.
+    try_free(&a, table, CLASS_1K + 64..CLASS_1K + 65)?;
+    // A 512-byte slab emptied by 1 local and 63 remote frees, which the next refill reclaims.
+    try_alloc(&a, table, CLASS_512..CLASS_512 + 64, 512)?;
+    try_free(&a, table, CLASS_512..CLASS_512 + 1)?;
+    try_free(&b, table, CLASS_512 + 1..CLASS_512 + 64)?;
+    try_alloc(&a, table, CLASS_256..CLASS_256 + 1, 256)?;
+    // A 768-byte slab freed remotely while current, then filled: retired by disowning.
+    try_alloc(&a, table, CLASS_768..CLASS_768 + 1, 768)?;
+    try_free(&b, table, CLASS_768..CLASS_768 + 1)?;
+    try_alloc(&a, table, CLASS_768 + 1..CLASS_768 + 42, 768)?;
+    // Slab 0's other blocks, remotely: free == counter, so abandoning it claims it back.
+    try_free(&b, table, CLASS_1K + 4..CLASS_1K + 32)?;
+    // Detach: cached words go back, sized slabs are abandoned, empty ones pushed global.
+    drop(a);
+    drop(b);
+    let c = heap.attach().map_err(|e| e.to_string())?;
+    // A refill with nothing cached pops the global list.
+    try_alloc(&c, table, AFTER..AFTER + 1, 1024)?;
+    // A huge block, freed by its owner, which reclaims it at once.
+    try_alloc(&c, table, HUGE..HUGE + 1, 1 << 20)?;
+    try_free(&c, table, HUGE..HUGE + 1)?;
+    drop(c);
+    Ok(())
+}
+
+/// The table: a block of the parent's, found by the children through root 0.
+fn table(heap: &Heap) -> &[AtomicU64] {
+    let off = heap.root(0).expect("root 0").load(Ordering::Acquire);
+    let p = heap.pointer(Offset::<AtomicU64>::from_raw(off)).expect("table offset");
+    // SAFETY: the parent allocated TABLE_WORDS words there and frees them only at the end.
+    unsafe { std::slice::from_raw_parts(p.as_ptr(), TABLE_WORDS) }
+}
+
+/// Forks a child that arms `point` and runs `body`; returns whether it died at the point
+/// (false: it finished without reaching it).
+fn crash_child(name: &str, point: &str, body: fn(&Heap) -> Result<(), String>) -> bool {
+    let mut child = fork_code(point, || {
+        crash::arm(point);
+        let heap = match Heap::open(name) {
+            Ok(h) => h,
+            Err(e) => {
+                common::raw_eprint(&format!("open: {e}\n"));
+                return common::EXIT_FAILED;
+            }
+        };
+        match body(&heap) {
+            Ok(()) => 0,
+            Err(e) => {
+                common::raw_eprint(&format!("{point}: workload failed: {e}\n"));
+                common::EXIT_FAILED
+            }
+        }
+    });
+    match child.wait(CHILD_DEADLINE) {
+        WaitStatus::Signaled(_, Signal::SIGKILL, _) => true,
+        WaitStatus::Exited(_, 0) => false,
+        other => panic!("{point}: child ended {other:?}"),
+    }
+}
+
+fn run_workload(heap: &Heap) -> Result<(), String> {
+    workload(heap, table(heap))
+}
+
+fn recover_dead(heap: &Heap) -> Result<(), String> {
+    heap.recover_dead();
+    Ok(())
+}
+
+/// After recovery: the heap checks clean, every table word names a distinct allocated block,
+/// and freeing them (and the table) leaves no live block.
+fn audit(heap: &Heap, owner: &ThreadHandle, point: &str) {
+    let reports = heap.recover_dead();
+    assert!(heap.dead_slots().is_empty(), "{point}: dead slots left after recovery");
+    let r = heap.check();
+    assert!(r.is_clean(), "{point}: after recovery {reports:?}\n{r}");
+    assert!(r.in_flight.is_empty(), "{point}: records left in flight\n{r}");
+    let words = table(heap);
+    let mut seen = std::collections::HashSet::new();
+    for (i, w) in words.iter().enumerate() {
+        let off = w.load(Ordering::Acquire);
+        if off == 0 {
+            continue;
+        }
+        assert!(seen.insert(off), "{point}: block {off:#x} named twice (word {i})");
+        let p = heap.pointer(Offset::<u8>::from_raw(off)).expect("table names a heap offset");
+        assert!(owner.usable_size(p).is_ok(), "{point}: word {i} names freed block {off:#x}");
+        owner.free_from(w).unwrap_or_else(|e| panic!("{point}: free of word {i}: {e}"));
+    }
+    heap.sweep_huge();
+    let r = heap.check();
+    assert!(r.is_clean(), "{point}: after freeing the table's blocks\n{r}");
+    assert_eq!(r.live_blocks(), 1, "{point}: blocks leaked (beyond the table itself): {reports:?}\n{r}");
+}
+
+fn fresh_heap(point: &str) -> (HeapName, Heap, ThreadHandle) {
+    let name = HeapName::new(&format!("crash-{}", point.replace(['/', '+'], "-")));
+    let heap = Heap::create(name.as_str(), &config()).unwrap();
+    let owner = heap.attach().unwrap();
+    let table = owner.alloc_zeroed(TABLE_WORDS * 8).unwrap();
+    heap.root(0).unwrap().store(heap.offset_of(table.as_ptr()).unwrap().raw(), Ordering::Release);
+    (name, heap, owner)
+}
+
+fn finish(heap: Heap, owner: ThreadHandle) {
+    let table = heap.root(0).unwrap().load(Ordering::Acquire);
+    owner.free(heap.pointer(Offset::<u8>::from_raw(table)).unwrap()).unwrap();
+    drop(owner);
+    heap.sweep_huge();
+    let r = heap.check();
+    assert_eq!(r.live_blocks(), 0, "{r}");
+}
+
+#[test]
+fn the_workload_runs_to_the_end_without_a_crash() {
+    let _serial = serial();
+    let (name, heap, owner) = fresh_heap("none");
+    assert!(!crash_child(name.as_str(), "Nowhere", run_workload), "the workload died without a point armed");
+    audit(&heap, &owner, "none");
+    finish(heap, owner);
+}
+
+#[test]
+fn every_crash_point_is_recovered_with_nothing_lost() {
+    let _serial = serial();
+    let mut unreached = Vec::new();
+    for &point in POINTS.iter().filter(|p| !p.starts_with("Recovery")) {
+        let (name, heap, owner) = fresh_heap(point);
+        if !crash_child(name.as_str(), point, run_workload) {
+            unreached.push(point);
+        }
+        audit(&heap, &owner, point);
+        finish(heap, owner);
+    }
+    assert!(unreached.is_empty(), "the workload never reached {unreached:?}");
+}
+
+#[test]
+fn later_hits_of_every_crash_point_are_recovered_with_nothing_lost() {
+    let _serial = serial();
+    let mut reached = 0;
+    for skip in [1, 5, 30] {
+        for &point in POINTS.iter().filter(|p| !p.starts_with("Recovery")) {
+            let spec = format!("{point}@{skip}");
+            let (name, heap, owner) = fresh_heap(&format!("{point}-{skip}"));
+            reached += usize::from(crash_child(name.as_str(), &spec, run_workload));
+            audit(&heap, &owner, &spec);
+            finish(heap, owner);
+        }
+    }
+    assert!(reached > POINTS.len(), "only {reached} later hits reached");
+}
+
+#[test]
+fn a_slot_whose_adopter_died_during_recovery_is_recovered_again() {
+    let _serial = serial();
+    for point in ["RecoveryResolved", "RecoveryRebuilt"] {
+        for first in ["Logged/RemoteFree", "SizeCounted", "HugeLinked"] {
+            let (name, heap, owner) = fresh_heap(point);
+            assert!(crash_child(name.as_str(), first, run_workload), "{first} not reached");
+            assert!(crash_child(name.as_str(), point, recover_dead), "{point} not reached after {first}");
+            audit(&heap, &owner, &format!("{first} then {point}"));
+            finish(heap, owner);
+        }
+    }
+}
