@@ -238,9 +238,37 @@ void* cxl_aligned_alloc(cxl_thread_t* thread, size_t alignment, size_t size);
  *  the start of a block), CXL_EDOUBLE_FREE, CXL_ENOT_ALLOCATED, CXL_ECORRUPT. */
 int cxl_free(cxl_thread_t* thread, void* ptr);
 
+/** Detectable allocation: like cxl_malloc(), and stores the block's heap offset into `*dest`, a
+ *  word of this heap (inside a block, or a root's address) that the application's structure
+ *  owns. If the process dies at any point, cxl_thread_adopt()/cxl_heap_recover() complete the
+ *  store or leave the block free: no block is lost. `dest` not an 8-aligned word of this heap:
+ *  NULL with CXL_EINVAL. */
+void* cxl_malloc_into(cxl_thread_t* thread, size_t size, uint64_t* dest);
+
+/** Detectable free: clears `*dest` (the heap offset of an allocated block), then frees the
+ *  block; recovery finishes both if the process dies. Errors as cxl_free(); `*dest` holding 0:
+ *  CXL_ENOT_ALLOCATED. The block is validated before `*dest` is touched. */
+int cxl_free_from(cxl_thread_t* thread, uint64_t* dest);
+
 /** The usable size of the allocated block `ptr` (its size class, at least the size asked
  *  for). Returns 0 for `ptr` NULL (not an error) and on error (codes as cxl_free()). */
 size_t cxl_usable_size(cxl_thread_t* thread, const void* ptr);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Crash recovery                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Takes over thread slot `slot`, whose holder process died, and repairs it: finishes or undoes
+ *  the operation it was in, rebuilds its lists, completes its detectable allocation or free and
+ *  clears the dead process's hazards, while other threads go on. The caller then holds the
+ *  slot (cxl_thread_detach() releases it). cxl_thread_attach() adopts a dead slot by itself when
+ *  no slot is free. Errors: CXL_EINVAL (no such slot, not leased, holder alive),
+ *  CXL_ESLOTS_EXHAUSTED (another thread adopted it first), CXL_EUNSUPPORTED (heap created
+ *  with recovery off). */
+cxl_thread_t* cxl_thread_adopt(cxl_heap_t* heap, unsigned slot);
+
+/** Adopts, repairs and releases every slot whose holder died; returns how many. */
+size_t cxl_heap_recover(cxl_heap_t* heap);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Offsets and roots                                                                            */

@@ -107,6 +107,18 @@ pub enum AdoptError {
     RecoveryDisabled,
 }
 
+impl From<&AdoptError> for ErrorCode {
+    fn from(e: &AdoptError) -> Self {
+        match e {
+            AdoptError::NoSuchSlot { .. } | AdoptError::NotHeld(_) | AdoptError::HolderAlive { .. } => {
+                ErrorCode::InvalidArgument
+            }
+            AdoptError::Raced(_) => ErrorCode::SlotsExhausted,
+            AdoptError::RecoveryDisabled => ErrorCode::Unsupported,
+        }
+    }
+}
+
 impl From<&AttachError> for ErrorCode {
     fn from(e: &AttachError) -> Self {
         match e {

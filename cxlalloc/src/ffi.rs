@@ -27,7 +27,7 @@ use crate::error::{AllocError, ErrorCode, FreeError, OffsetError, OpenError};
 use crate::heap::Heap;
 use crate::layout::{Coherence, Config};
 use crate::offset::Offset;
-use crate::sync::Ordering;
+use crate::sync::{AtomicU64, Ordering};
 use crate::thread::{ReallocError, ThreadHandle};
 
 // ---------------------------------------------------------------------------------------------
@@ -657,6 +657,53 @@ pub unsafe extern "C" fn cxl_thread_attach(heap: *const CxlHeap) -> *mut CxlThre
     }
 }
 
+/// `cxl_thread_t* cxl_thread_adopt(cxl_heap_t* heap, unsigned slot)`: takes over thread slot
+/// `slot`, whose holder process died, and repairs it (the operation it was in, its lists, its
+/// detectable allocation or free, its hazards); the caller then holds the slot. Errors:
+/// `CXL_EINVAL` (no such slot, not leased, holder alive), `CXL_ESLOTS_EXHAUSTED` (another thread
+/// adopted it first), `CXL_EUNSUPPORTED` (heap created without recovery).
+///
+/// # Safety
+///
+/// `heap` is null or a live heap handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_thread_adopt(heap: *const CxlHeap, slot: c_uint) -> *mut CxlThread {
+    const F: &str = "cxl_thread_adopt";
+    // SAFETY: forwarded from this function's contract.
+    let Some(heap) = (unsafe { heap_ref(heap, F) }) else {
+        return ptr::null_mut();
+    };
+    match heap.adopt(slot) {
+        Ok((thread, _)) => {
+            succeed();
+            Box::into_raw(Box::new(CxlThread { thread }))
+        }
+        Err(e) => {
+            let code = ErrorCode::from(&e);
+            fail(F, code, errno_of(code), &e);
+            ptr::null_mut()
+        }
+    }
+}
+
+/// `size_t cxl_heap_recover(cxl_heap_t* heap)`: adopts, repairs and releases every slot whose
+/// holder died; returns how many (0 on error, with the last error set).
+///
+/// # Safety
+///
+/// `heap` is null or a live heap handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_heap_recover(heap: *const CxlHeap) -> usize {
+    const F: &str = "cxl_heap_recover";
+    // SAFETY: forwarded from this function's contract.
+    let Some(heap) = (unsafe { heap_ref(heap, F) }) else {
+        return 0;
+    };
+    let n = heap.recover_dead().len();
+    succeed();
+    n
+}
+
 /// `void cxl_thread_detach(cxl_thread_t* thread)`: releases the slot (its cached empty slabs go
 /// back to the heap). Blocks allocated through it stay allocated. Null is a no-op.
 ///
@@ -814,6 +861,67 @@ pub unsafe extern "C" fn cxl_free(thread: *mut CxlThread, ptr: *mut c_void) -> c
             ErrorCode::from(&e) as c_int
         }
     }
+}
+
+/// `void* cxl_malloc_into(cxl_thread_t* thread, size_t size, uint64_t* dest)`: detectable
+/// allocation: like cxl_malloc(), and stores the block's heap offset into `*dest`, a word of
+/// this heap (in a block or a root) that the application's structure owns. If the process dies
+/// at any point, recovery of the thread's slot completes the store or leaves the block free.
+/// `dest` null or not an 8-aligned word of this heap: `CXL_EINVAL`.
+///
+/// # Safety
+///
+/// `thread` is null or a live thread handle that no other thread is using; `dest` is any
+/// pointer (it is checked to be a word of the heap before it is read or written).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_malloc_into(thread: *mut CxlThread, size: usize, dest: *mut u64) -> *mut c_void {
+    const F: &str = "cxl_malloc_into";
+    // SAFETY: forwarded from this function's contract.
+    let Some(t) = (unsafe { thread_ref(thread, F) }) else {
+        return ptr::null_mut();
+    };
+    let Some(word) = heap_word(t, dest) else {
+        alloc_failed(F, &AllocError::BadDestination);
+        return ptr::null_mut();
+    };
+    alloc_result(F, t.alloc_into(size, word))
+}
+
+/// `int cxl_free_from(cxl_thread_t* thread, uint64_t* dest)`: detectable free: clears `*dest`,
+/// which holds the heap offset of an allocated block, then frees the block; recovery finishes
+/// both if the process dies. Errors as cxl_free() (the block is validated before `*dest` is
+/// touched); `*dest` holding 0: `CXL_ENOT_ALLOCATED`.
+///
+/// # Safety
+///
+/// As cxl_malloc_into().
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_free_from(thread: *mut CxlThread, dest: *mut u64) -> c_int {
+    const F: &str = "cxl_free_from";
+    // SAFETY: forwarded from this function's contract.
+    let Some(t) = (unsafe { thread_ref(thread, F) }) else {
+        return ErrorCode::InvalidArgument as c_int;
+    };
+    let result = match heap_word(t, dest) {
+        Some(word) => t.free_from(word),
+        None => Err(FreeError::ForeignPointer),
+    };
+    match result {
+        Ok(()) => {
+            succeed();
+            ErrorCode::Ok as c_int
+        }
+        Err(e) => {
+            free_failed(F, &e);
+            ErrorCode::from(&e) as c_int
+        }
+    }
+}
+
+/// `dest` as a word of `t`'s heap (8-aligned, in slab data, the huge span or a root), if it is one.
+fn heap_word(t: &ThreadHandle, dest: *mut u64) -> Option<&AtomicU64> {
+    let mem = t.heap().mem();
+    mem.word_at(mem.word_offset(dest.cast_const().cast())?)
 }
 
 /// `size_t cxl_usable_size(cxl_thread_t* thread, const void* ptr)`: the usable size of an

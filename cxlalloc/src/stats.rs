@@ -48,6 +48,9 @@ pub struct Stats {
     pub huge: HugeCensus,
     /// Huge blocks this heap instance has mapped (its published hazards).
     pub huge_mapped_here: u64,
+    /// HWcc bytes that crash recovery costs: the detectable-CAS help words, one per slot
+    /// (part of `hwcc_bytes`; 0 with recovery off, which never writes them).
+    pub recovery_hwcc_bytes: u64,
 }
 
 /// Collects statistics (walks the heap like the checker; see its caveats on concurrency).
@@ -79,5 +82,6 @@ pub fn stats(heap: &Heap) -> Stats {
         counters,
         huge: report.huge,
         huge_mapped_here: mem.huge().map_or(0, |v| v.my_sets().map(|s| hazard::entries(v.set(s)).count() as u64).sum()),
+        recovery_hwcc_bytes: if mem.recoverable() { u64::from(mem.layout.slots) * 8 } else { 0 },
     }
 }

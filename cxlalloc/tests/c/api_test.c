@@ -323,6 +323,30 @@ static void test_bad_frees(cxl_thread_t* t) {
     CHECK(cxl_free(t, keep) == CXL_OK);
 }
 
+static void test_detectable(cxl_heap_t* heap, cxl_thread_t* t) {
+    /* The application's words live in the heap: here, a table block. */
+    uint64_t* table = (uint64_t*)cxl_calloc(t, 4, sizeof(uint64_t));
+    CHECK(table != NULL);
+    void* p = cxl_malloc_into(t, 200, &table[1]);
+    CHECK(p != NULL);
+    CHECK(table[1] == cxl_offset_of(heap, p));
+    CHECK(cxl_free_from(t, &table[1]) == CXL_OK);
+    CHECK(table[1] == 0);
+    CHECK(cxl_free_from(t, &table[1]) == CXL_ENOT_ALLOCATED);
+
+    /* A destination outside the heap is refused before anything is allocated or written. */
+    uint64_t on_stack = 7;
+    CHECK_ERR(cxl_malloc_into(t, 200, &on_stack), CXL_EINVAL, EINVAL);
+    CHECK(on_stack == 7);
+    CHECK(cxl_free_from(t, &on_stack) == CXL_EFOREIGN_POINTER && on_stack == 7);
+    CHECK_ERR(cxl_malloc_into(t, 200, (uint64_t*)((char*)&table[2] + 1)), CXL_EINVAL, EINVAL);
+
+    /* Nothing to adopt: slot out of range, and a slot held by a live thread. */
+    CHECK_ERR(cxl_thread_adopt(heap, 1u << 20), CXL_EINVAL, EINVAL);
+    CHECK(cxl_heap_recover(heap) == 0 && cxl_last_error() == CXL_OK);
+    CHECK(cxl_free(t, table) == CXL_OK);
+}
+
 static void test_offsets(cxl_heap_t* heap, cxl_thread_t* t, const char* name) {
     char* p = (char*)cxl_malloc(t, 128);
     CHECK(p != NULL);
@@ -589,6 +613,7 @@ int main(void) {
     test_offsets(heap, t, name);
     test_roots(heap, t);
     test_remote_free(heap, t);
+    test_detectable(heap, t);
 
     size_t problems = 99;
     CHECK(cxl_heap_check(heap, &problems) == CXL_OK);

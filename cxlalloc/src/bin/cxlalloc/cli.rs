@@ -33,6 +33,9 @@ enum Command {
         /// Huge address space for blocks above 512 KiB (a multiple of 1G; 0 = none).
         #[arg(long, value_parser = parse_bytes)]
         huge_capacity: Option<u64>,
+        /// Create without crash recovery (only to measure what recovery costs).
+        #[arg(long)]
+        no_recovery: bool,
     },
     /// Print a heap's configuration and a census of its slabs.
     Inspect {
@@ -46,6 +49,12 @@ enum Command {
     },
     /// Print statistics: bytes by kind, operation counters, per-class occupancy.
     Stats {
+        /// Heap name or directory path.
+        heap: String,
+    },
+    /// Adopt and repair every thread slot whose holder process died, then release it
+    /// (printing what each recovery did).
+    Recover {
         /// Heap name or directory path.
         heap: String,
     },
@@ -84,7 +93,7 @@ fn open(heap: &str) -> Result<Heap, OpenError> {
 fn print_stats(heap: &Heap, per_class: bool) {
     let s = heap.stats();
     println!("data bytes:            {}", s.data_bytes);
-    println!("HWcc metadata bytes:   {}", s.hwcc_bytes);
+    println!("HWcc metadata bytes:   {} ({} for recovery's help words)", s.hwcc_bytes, s.recovery_hwcc_bytes);
     println!("SWcc metadata bytes:   {}", s.swcc_metadata_bytes);
     println!("leased thread slots:   {}", s.leased_slots);
     println!("counters:              {:?}", s.counters);
@@ -122,13 +131,14 @@ fn print_stats(heap: &Heap, per_class: bool) {
 
 fn run(cli: Cli) -> Result<ExitCode, OpenError> {
     match cli.command {
-        Command::Create { heap, small_capacity, large_capacity, slots, huge_capacity } => {
+        Command::Create { heap, small_capacity, large_capacity, slots, huge_capacity, no_recovery } => {
             let d = Config::default();
             let config = Config {
                 small_capacity: small_capacity.unwrap_or(d.small_capacity),
                 large_capacity: large_capacity.unwrap_or(d.large_capacity),
                 thread_slots: slots.unwrap_or(d.thread_slots),
                 huge_capacity: huge_capacity.unwrap_or(d.huge_capacity),
+                recovery: !no_recovery,
                 ..d
             };
             let h = if is_path(&heap) {
@@ -152,6 +162,14 @@ fn run(cli: Cli) -> Result<ExitCode, OpenError> {
             }
         }
         Command::Stats { heap } => print_stats(&open(&heap)?, true),
+        Command::Recover { heap } => {
+            let h = open(&heap)?;
+            let reports = h.recover_dead();
+            for r in &reports {
+                println!("{r}");
+            }
+            println!("{} slot(s) recovered; {} still dead", reports.len(), h.dead_slots().len());
+        }
         Command::Unlink { heap } => {
             if is_path(&heap) {
                 Heap::unlink_at(Path::new(&heap))?
