@@ -851,13 +851,18 @@ pub unsafe extern "C" fn cxl_free(thread: *mut CxlThread, ptr: *mut c_void) -> c
         succeed();
         return ErrorCode::Ok as c_int;
     };
-    match t.free(p) {
+    free_status(F, t.free(p))
+}
+
+/// The C status of a free's result (recording the last error).
+fn free_status(f: &str, result: Result<(), FreeError>) -> c_int {
+    match result {
         Ok(()) => {
             succeed();
             ErrorCode::Ok as c_int
         }
         Err(e) => {
-            free_failed(F, &e);
+            free_failed(f, &e);
             ErrorCode::from(&e) as c_int
         }
     }
@@ -906,16 +911,7 @@ pub unsafe extern "C" fn cxl_free_from(thread: *mut CxlThread, dest: *mut u64) -
         Some(word) => t.free_from(word),
         None => Err(FreeError::ForeignPointer),
     };
-    match result {
-        Ok(()) => {
-            succeed();
-            ErrorCode::Ok as c_int
-        }
-        Err(e) => {
-            free_failed(F, &e);
-            ErrorCode::from(&e) as c_int
-        }
-    }
+    free_status(F, result)
 }
 
 /// `dest` as a word of `t`'s heap (8-aligned, in slab data, the huge span or a root), if it is one.
