@@ -3,7 +3,7 @@
 # and the crash-point enumeration of the `crash-points` feature),
 # the loom models, miri over the unsafe code, the Nix dev shell's syntax, the plot/ Python tests, the fpga/
 # RTL testbenches and co-simulation (script/fpga.sh), and the
-# main job end to end on workloads/mini.toml.
+# main job end to end on workloads/mini.toml, and the crash test on workloads/crash.toml.
 #
 # Usage: script/test.sh
 # Every step runs even when an earlier one fails; the summary at the end lists each step's
@@ -93,6 +93,9 @@ fi
 step fpga script/fpga.sh
 
 step main-job script/run.sh workloads/mini.toml
+# The black-box crash test: 50 SIGKILLs per run under load, cxlalloc with and without recovery
+# and Boost (about 25 s; cargo test runs a 10-kill version, crash-soak.toml the 1000-kill one).
+step crash-job script/run.sh workloads/crash.toml
 
 echo
 echo "==> summary"

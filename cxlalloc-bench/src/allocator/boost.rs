@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{Allocator, Spec, ThreadAlloc};
+use super::{Allocator, Audit, Spec, ThreadAlloc};
 use crate::Error;
 
 /// Whether this build has the Boost.Interprocess shim.
@@ -173,6 +173,14 @@ pub fn finish(_settings: &Settings, run_dir: &Path) -> Result<Value, Error> {
     )
 }
 
+/// Removes the run's segment unchecked (its mutex may be held by a killed worker).
+pub fn discard(run_dir: &Path) -> Result<(), Error> {
+    if AVAILABLE && !Segment::remove(&segment_name(run_dir)) {
+        return Err(format!("boost: segment {} could not be removed", segment_name(run_dir)).into());
+    }
+    Ok(())
+}
+
 /// Boost.Interprocess on one segment, as mapped in this process; every thread allocates from
 /// the same mapping.
 #[derive(Debug)]
@@ -194,6 +202,25 @@ impl Allocator for Boost {
 
     fn base(&self) -> usize {
         self.segment.base()
+    }
+
+    fn free_bytes(&self) -> Option<u64> {
+        self.segment.free_memory().ok().map(|b| b as u64)
+    }
+
+    /// Boost's `check_sanity` and `all_memory_deallocated`, given up after 30 s
+    /// (a killed worker may hold the segment's mutex). Boost cannot count its live blocks.
+    fn audit(&self) -> Result<Option<Audit>, Error> {
+        let name = self.name.clone();
+        let f = Segment::open(&name).and_then(|s| check_with_timeout(s, CHECK_TIMEOUT))?;
+        Ok(Some(Audit {
+            problems: u64::from(!f.sane),
+            live_blocks: f.all_freed.then_some(0),
+            detail: json!({
+                "segment_bytes": f.size, "free_bytes": f.free,
+                "check_sanity": f.sane, "all_memory_deallocated": f.all_freed,
+            }),
+        }))
     }
 
     fn stats(&self) -> Value {

@@ -3,15 +3,18 @@
 //! Settings (all optional): `backend` = `"shm"` (default: a file-backed heap in the run's
 //! `/dev/shm` directory, shared by every worker process) or `"anon"` (a private anonymous heap,
 //! one process only); `capacity_mib` (per bracket, default 8192 — address space reserved, not
-//! memory used); `thread_slots` (default 1024).
+//! memory used); `thread_slots` (default 1024); `recovery` (default `true`: threads log their
+//! metadata transitions and a dead process's slots can be adopted and repaired; `false`
+//! measures what that costs, and a dead slot is then lost with its memory).
 
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
+use std::sync::atomic::AtomicU64;
 
 use cxlalloc::{Config, Heap, ThreadHandle};
 use serde_json::{json, Value};
 
-use super::{Allocator, Spec, ThreadAlloc};
+use super::{Allocator, Audit, Handles, Recovered, Spec, ThreadAlloc};
 use crate::Error;
 
 /// Where a cxlalloc heap lives.
@@ -22,6 +25,9 @@ pub enum Backend {
     /// A private anonymous heap (one process).
     Anon,
 }
+
+/// The settings cxlalloc knows.
+const KNOWN: [&str; 4] = ["backend", "capacity_mib", "thread_slots", "recovery"];
 
 /// cxlalloc's settings in a workload file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,10 +41,8 @@ pub struct Settings {
 impl Settings {
     /// Reads `spec`'s settings, rejecting unknown keys and values.
     pub fn from_spec(spec: &Spec) -> Result<Self, Error> {
-        if let Some(k) =
-            spec.settings.keys().find(|k| !["backend", "capacity_mib", "thread_slots"].contains(&k.as_str()))
-        {
-            return Err(format!("cxlalloc: unknown setting {k:?} (known: backend, capacity_mib, thread_slots)").into());
+        if let Some(k) = spec.settings.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+            return Err(format!("cxlalloc: unknown setting {k:?} (known: {})", KNOWN.join(", ")).into());
         }
         let backend = match spec.str_setting("backend", "shm")? {
             "shm" => Backend::Shm,
@@ -48,6 +52,12 @@ impl Settings {
         let mut config = Config::with_capacity(spec.u64_setting("capacity_mib", 8192)? << 20);
         config.thread_slots = u32::try_from(spec.u64_setting("thread_slots", u64::from(config.thread_slots))?)
             .map_err(|_| "cxlalloc: thread_slots out of range")?;
+        config.recovery = match spec.settings.get("recovery") {
+            None => config.recovery,
+            Some(v) => {
+                v.as_bool().ok_or_else(|| format!("cxlalloc: setting recovery must be true or false, got {v}"))?
+            }
+        };
         Ok(Self { backend, config })
     }
 
@@ -108,6 +118,35 @@ pub fn finish(settings: &Settings, run_dir: &Path) -> Result<Value, Error> {
     }))
 }
 
+/// Removes the shared heap unchecked (a run that ended with its workers killed).
+pub fn discard(settings: &Settings, run_dir: &Path) -> Result<(), Error> {
+    if settings.backend == Backend::Shm {
+        Heap::unlink_at(&heap_dir(run_dir))?;
+    }
+    Ok(())
+}
+
+/// The checker's findings on `heap` as the crash benchmark audits it: every inconsistency
+/// counted, the live blocks and what is left of dead processes.
+fn audit(heap: &Heap) -> Audit {
+    // Freed huge blocks whose owners are gone are reclaimed first, as `finish` does.
+    heap.sweep_huge();
+    let report = heap.check();
+    let problems = (report.problems.len() + report.huge_problems.len()) as u64;
+    let live = report.live_blocks();
+    let detail = json!({
+        "problems": problems,
+        "live_blocks": live,
+        "leased_slots": report.leased_slots,
+        "dead_slots": heap.dead_slots().len(),
+        "in_flight": report.in_flight.len(),
+        "huge_unreclaimed": report.huge.freed,
+        "huge_backing_objects": report.huge.objects,
+        "report": (problems > 0).then(|| report.to_string()),
+    });
+    Audit { problems, live_blocks: Some(live), detail }
+}
+
 /// cxlalloc on one heap; every benchmark thread leases its own thread slot.
 #[derive(Debug)]
 pub struct Cxl {
@@ -147,6 +186,29 @@ impl Allocator for Cxl {
         }
     }
 
+    fn recoverable(&self) -> bool {
+        self.heap.config().recovery
+    }
+
+    fn dead_slots(&self) -> Vec<u32> {
+        self.heap.dead_slots()
+    }
+
+    fn adopt(&self, slot: u32) -> Result<(ThreadHandle, Recovered), Error> {
+        let (handle, report) = self.heap.adopt(slot)?;
+        let recovered = Recovered {
+            slot: report.slot,
+            duration: report.duration,
+            in_flight: report.redo.is_some() || report.pending.is_some(),
+            summary: report.to_string(),
+        };
+        Ok((handle, recovered))
+    }
+
+    fn audit(&self) -> Result<Option<Audit>, Error> {
+        Ok(Some(audit(&self.heap)))
+    }
+
     fn stats(&self) -> Value {
         let s = self.heap.stats();
         json!({
@@ -173,6 +235,23 @@ impl ThreadAlloc for ThreadHandle {
     unsafe fn free(&mut self, ptr: NonNull<u8>, _size: usize) -> Result<(), Error> {
         Ok(ThreadHandle::free(self, ptr)?)
     }
+
+    fn slot(&self) -> Option<u32> {
+        Some(ThreadHandle::slot(self))
+    }
+
+    /// Detectable: the heap offset cxlalloc stores is the block's handle (both are the address
+    /// less the heap's base).
+    #[inline]
+    fn alloc_into(&mut self, size: usize, dest: &AtomicU64, _handles: Handles) -> Result<NonNull<u8>, Error> {
+        Ok(ThreadHandle::alloc_into(self, size, dest)?)
+    }
+
+    /// Detectable; the size is not needed.
+    #[inline]
+    unsafe fn free_from(&mut self, dest: &AtomicU64, _size: usize, _handles: Handles) -> Result<(), Error> {
+        Ok(ThreadHandle::free_from(self, dest)?)
+    }
 }
 
 #[cfg(test)]
@@ -191,6 +270,16 @@ mod tests {
         let mut spec = Spec::named("cxlalloc");
         spec.settings.insert("coherance".into(), Value::from("none"));
         assert!(Settings::from_spec(&spec).unwrap_err().to_string().contains("coherance"));
+    }
+
+    #[test]
+    fn recovery_is_on_unless_a_workload_turns_it_off() {
+        assert!(Settings::from_spec(&Spec::named("cxlalloc")).unwrap().config.recovery);
+        let mut spec = Spec::named("cxlalloc");
+        spec.settings.insert("recovery".into(), Value::from(false));
+        assert!(!Settings::from_spec(&spec).unwrap().config.recovery);
+        spec.settings.insert("recovery".into(), Value::from("off"));
+        assert!(Settings::from_spec(&spec).unwrap_err().to_string().contains("true or false"));
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub use pmdk::Pmdk;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -65,6 +66,62 @@ pub trait Allocator: Sync {
     fn stats(&self) -> Value {
         Value::Null
     }
+
+    /// Whether a thread slot whose process died can be taken over and repaired
+    /// ([`Allocator::adopt`]): cxlalloc with recovery on. The `crash` benchmark's replacement
+    /// workers adopt their predecessors' slots when it is.
+    fn recoverable(&self) -> bool {
+        false
+    }
+
+    /// Thread slots still held by dead processes (none for an allocator without slots).
+    fn dead_slots(&self) -> Vec<u32> {
+        Vec::new()
+    }
+
+    /// Takes over thread slot `slot`, held by a dead process, for the calling thread: repairs
+    /// what the dead holder left half done and returns a handle on the slot and what the repair
+    /// took. Only a [`recoverable`](Allocator::recoverable) allocator can.
+    fn adopt(&self, slot: u32) -> Result<(Self::Thread, Recovered), Error> {
+        Err(format!("{}: cannot adopt thread slot {slot}: the allocator does not recover", self.name()).into())
+    }
+
+    /// Free bytes of a fixed-size segment, for a leak count in bytes where blocks cannot be
+    /// counted (Boost); `None` for allocators without one.
+    fn free_bytes(&self) -> Option<u64> {
+        None
+    }
+
+    /// The allocator's own consistency check and census, run after every worker is gone
+    /// (the `crash` benchmark's end-of-run audit). `None` when the allocator has no check.
+    fn audit(&self) -> Result<Option<Audit>, Error> {
+        Ok(None)
+    }
+}
+
+/// What adopting a dead thread slot took ([`Allocator::adopt`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recovered {
+    /// The slot repaired.
+    pub slot: u32,
+    /// Wall time of the repair, as the allocator measured it.
+    pub duration: std::time::Duration,
+    /// Whether the dead holder was in the middle of an operation that the repair finished or
+    /// undid (the kill landed inside the allocator).
+    pub in_flight: bool,
+    /// The allocator's account of what it repaired, one line.
+    pub summary: String,
+}
+
+/// An allocator's end-of-run check ([`Allocator::audit`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Audit {
+    /// Inconsistencies found (0 when consistent).
+    pub problems: u64,
+    /// Blocks still allocated, where the allocator can count them.
+    pub live_blocks: Option<u64>,
+    /// The findings as recorded in the NDJSON line's `heap_check`.
+    pub detail: Value,
 }
 
 /// One thread's view of an allocator.
@@ -81,6 +138,40 @@ pub trait ThreadAlloc {
     ///   has not been freed since.
     /// - Nothing uses the block after this call.
     unsafe fn free(&mut self, ptr: NonNull<u8>, size: usize) -> Result<(), Error>;
+
+    /// The allocator's thread slot this handle holds, if it has slots.
+    fn slot(&self) -> Option<u32> {
+        None
+    }
+
+    /// Allocates `size` bytes and stores the block's handle (see [`Handles`]) in `dest`, which
+    /// holds 0. Detectable for cxlalloc (a crash at any point either completes the store or
+    /// frees the block); elsewhere a plain allocation followed by a store, so a process killed
+    /// between the two leaks the block.
+    fn alloc_into(&mut self, size: usize, dest: &AtomicU64, handles: Handles) -> Result<NonNull<u8>, Error> {
+        let block = self.alloc(size)?;
+        // Release: a reader of `dest` (a later process) sees the block's contents stored before.
+        dest.store(handles.handle(block), Ordering::Release);
+        Ok(block)
+    }
+
+    /// Clears `dest`, which holds the handle of a block of `size` bytes, and frees that block.
+    /// Detectable for cxlalloc; elsewhere a swap followed by a plain free, so a process killed
+    /// between the two leaks the block.
+    ///
+    /// # Safety
+    ///
+    /// - `dest` holds 0 or the handle of a block allocated on this allocator with `size` bytes,
+    ///   not freed since, and no other thread frees through `dest` at the same time.
+    /// - Nothing uses the block after this call.
+    unsafe fn free_from(&mut self, dest: &AtomicU64, size: usize, handles: Handles) -> Result<(), Error> {
+        // AcqRel: takes the block (and the writes to it) from whoever stored the handle.
+        let handle = dest.swap(0, Ordering::AcqRel);
+        let block = handles.block(handle).ok_or("free_from: the destination word holds no block")?;
+        // SAFETY: `dest` held this block's handle and the block's size is `size` (the caller's
+        // contract); the swap took it out of `dest`, so it is freed once.
+        unsafe { self.free(block, size) }
+    }
 }
 
 /// Converts between block addresses and handles (address − [`Allocator::base`]); handle 0 is
@@ -275,6 +366,20 @@ pub fn finish(spec: &Spec, run_dir: &Path) -> Result<Value, Error> {
         Kind::Mimalloc | Kind::System | Kind::Jemalloc => Ok(Value::Null),
         Kind::Boost => boost::finish(&boost::Settings::from_spec(spec)?, run_dir),
         Kind::Pmdk => pmdk::finish(&pmdk::Settings::from_spec(spec)?, run_dir),
+    }
+}
+
+/// Removes what [`prepare`] made without checking it: after a run whose workers were killed
+/// in the middle (a Boost segment whose mutex a dead worker holds would hang any check).
+pub fn discard(spec: &Spec, run_dir: &Path) -> Result<(), Error> {
+    match spec.kind()? {
+        Kind::Cxlalloc => cxl::discard(&cxl::Settings::from_spec(spec)?, run_dir),
+        Kind::Mimalloc | Kind::System | Kind::Jemalloc => Ok(()),
+        Kind::Boost => boost::discard(run_dir),
+        Kind::Pmdk => match std::fs::remove_file(pmdk::pool_path(run_dir)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(format!("pmdk: removing the pool: {e}").into()),
+            _ => Ok(()),
+        },
     }
 }
 

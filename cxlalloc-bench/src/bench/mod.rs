@@ -12,6 +12,7 @@
 //! over the run and must match, and `verified` counts values checked on read. A failed check is
 //! an error, never a silently wrong number.
 
+pub mod crash;
 pub mod huge;
 pub mod kv;
 pub mod larson;
@@ -246,7 +247,7 @@ pub trait Visit {
 }
 
 /// Every benchmark name the harness knows.
-pub const NAMES: [&str; 7] = ["threadtest", "xmalloc", "larson", "mstress", "ycsb", "memcached", "huge"];
+pub const NAMES: [&str; 8] = ["threadtest", "xmalloc", "larson", "mstress", "ycsb", "memcached", "huge", "crash"];
 
 /// Constructs benchmark `name` from `params` and runs `v` on it.
 pub fn with_benchmark<V: Visit>(
@@ -264,6 +265,7 @@ pub fn with_benchmark<V: Visit>(
         "ycsb" => v.visit(&ycsb::Ycsb::new(params, processes, threads)?),
         "memcached" => v.visit(&memcached::Memcached::new(params, processes, threads)?),
         "huge" => v.visit(&huge::Huge::new(params, processes, threads)?),
+        "crash" => v.visit(&crash::Crash::new(params, processes, threads)?),
         other => Err(format!("unknown benchmark {other:?} (known: {})", NAMES.join(", ")).into()),
     }
 }

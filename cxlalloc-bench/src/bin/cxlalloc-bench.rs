@@ -138,8 +138,9 @@ fn run(cmd: Cmd) -> Result<ExitCode, Error> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Work { run_dir, process } => {
-            let record = worker::work(&run_dir, process)?;
-            println!("{}", serde_json::to_string(&record)?);
+            if let Some(record) = worker::work(&run_dir, process)? {
+                println!("{}", serde_json::to_string(&record)?);
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -18,6 +18,10 @@ use crate::Error;
 
 /// Runs `job` with worker processes started as `exe work --run-dir DIR --process I`.
 pub fn coordinate(job: &Job, exe: &Path) -> Result<Vec<Record>, Error> {
+    if super::crash::is_crash(job) {
+        // Workers are killed and replaced under load: a coordinator of its own.
+        return super::crash::coordinate(job, exe);
+    }
     let dir = RunDir::create(&job.run_root)?;
     job.write(&dir.0)?;
     let c = &job.config;
@@ -141,10 +145,10 @@ fn kill_all(children: &mut [Child]) {
 }
 
 /// The run's directory under the run root, removed (with everything left in it) when dropped.
-struct RunDir(PathBuf);
+pub(crate) struct RunDir(pub(crate) PathBuf);
 
 impl RunDir {
-    fn create(root: &Path) -> Result<Self, Error> {
+    pub(crate) fn create(root: &Path) -> Result<Self, Error> {
         remove_stale(root);
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let path = root.join(format!("cxlbench.{}.{nanos}", std::process::id()));

@@ -220,7 +220,13 @@ fn complete_runs(records: &[Record]) -> BTreeSet<(String, u32)> {
 
 /// The results table for `records`.
 pub fn results_table(records: &[Record]) -> String {
-    table::render(&table::rows(records))
+    let mut text = table::render(&table::rows(records));
+    let crashes = super::crash::rows(records);
+    if !crashes.is_empty() {
+        text.push('\n');
+        text.push_str(&super::crash::render(&crashes));
+    }
+    text
 }
 
 /// Now, UTC, as `YYYY-MM-DDTHH:MM:SSZ`.

@@ -3,6 +3,7 @@
 //! benchmark threads and print one [`record::Record`] each.
 
 pub mod coordinator;
+pub mod crash;
 pub mod driver;
 pub mod job;
 pub mod record;

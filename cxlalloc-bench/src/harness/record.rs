@@ -3,6 +3,10 @@
 //!
 //! A run's lines share `run_id`; its throughput is the sum of the lines' `throughput` (each is
 //! Σ over the process's threads of ops / seconds) and its memory the sum of their PSS.
+//!
+//! A `crash` run writes one line per process index, over every incarnation of it (killed
+//! workers and their replacements), with the run's kills, outcome, leaks, stalls and recovery
+//! times in `extra` (see [`super::crash`]).
 
 use std::collections::BTreeMap;
 

@@ -18,11 +18,16 @@ use crate::memory::{self, MemorySplit};
 use crate::shm::SharedArea;
 use crate::Error;
 
-/// Runs process `process` of the run in `run_dir` and returns its record.
-pub fn work(run_dir: &Path, process: usize) -> Result<Record, Error> {
+/// Runs process `process` of the run in `run_dir` and returns its record (`None` for a crash
+/// run, whose coordinator reads everything from the control area: a killed worker prints
+/// nothing).
+pub fn work(run_dir: &Path, process: usize) -> Result<Option<Record>, Error> {
     let job = Job::read(run_dir)?;
     if process >= job.config.processes {
         return Err(format!("process {process} of a {}-process run", job.config.processes).into());
+    }
+    if super::crash::is_crash(&job) {
+        return super::crash::work(&job, run_dir, process).map(|()| None);
     }
     let area = SharedArea::open(&run_dir.join(CONTROL_FILE))?;
     let barrier = job.barrier(&area)?;
@@ -32,7 +37,7 @@ pub fn work(run_dir: &Path, process: usize) -> Result<Record, Error> {
         // Threads of other processes must not wait for this one at a barrier.
         barrier.abort();
     }
-    result
+    result.map(Some)
 }
 
 struct OnAllocator<'a> {
