@@ -11,7 +11,8 @@
 # the kernel (measured: 190 s wall, 212 s sys, against 79 s one at a time).
 #
 # Measured on the 2-core dev machine (other builds running, load ~1.5), release build already
-# compiled: 13 tests (9 models and 4 negative controls), 79 s wall in all;
+# compiled: 13 tests (9 models and 4 negative controls), 79 s wall in all; with the hazard and
+# detectable-CAS models, 24 tests (13 models, 11 negative controls), 93 s (load ~0.1);
 # a cold build of loom and its dependencies adds ~40 s.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

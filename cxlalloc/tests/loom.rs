@@ -1,7 +1,7 @@
 //! `loom` models of the lock-free protocols in `cxlalloc::protocol` (DESIGN §4, §5, §13).
 //!
 //! Every model drives the *real* protocol functions (`global_list`, `length`, `remote`, `lease`,
-//! `cached_word`, `hazard`), which `cxlalloc::sync` compiles against loom's atomics under `--cfg loom`. The
+//! `cached_word`, `hazard`, `detectable`), which `cxlalloc::sync` compiles against loom's atomics under `--cfg loom`. The
 //! SWcc parts the protocols take as closures (list links, owner fields, bitset counts) are
 //! modelled here with loom atomics, or with `loom::cell::UnsafeCell` where the design says
 //! "written only by the owner": loom then also reports any access to that data which the
@@ -13,7 +13,8 @@
 //!
 //! Run with `script/loom.sh` (one test at a time). Preemption bounds and measured cost: release
 //! build, 2-core dev machine with other builds running (load ~1.5); executions are exact, times
-//! vary with load. 79 s for the whole file.
+//! vary with load. 79 s for the whole file before the detectable models; 93 s with them (24 tests,
+//! load ~0.1).
 //!
 //! | model                                          | thr | bound | executions | time   |
 //! | ---------------------------------------------- | --- | ----- | ---------- | ------ |
@@ -34,10 +35,20 @@
 //! | hazard_another_thread_frees_while_a_process_maps | 3 | none  | 2,674      | 0.13 s |
 //! | hazard_publish_without_fence_is_caught (−)     | 2   | none  | fails      | <0.1 s |
 //! | hazard_reclaim_without_fence_is_caught (−)     | 2   | none  | fails      | <0.1 s |
+//! | detectable_cas_answers_truthfully_under_helpers | 4  | 3     | 73,726     | 5.2 s  |
+//! | detectable_help_moving_backwards_is_caught (−) | 4   | 3     | fails      | 0.2 s  |
+//! | detectable_self_help_is_caught (−)             | 4   | 1     | fails      | <0.1 s |
+//! | detectable_reading_help_before_the_word_is_caught (−) | 4 | 3 | fails    | <0.1 s |
+//! | detectable_relaxed_word_read_is_caught (−)     | 4   | 3     | fails      | 0.2 s  |
+//! | detectable_recovery_redoes_a_remote_free_exactly_once | 3 | none | 11,532 | 0.6 s |
+//! | detectable_without_help_redoes_twice_is_caught (−) | 3 | none | fails     | <0.1 s |
 //!
 //! Costlier settings measured and not taken: global_list_three_threads unbounded > 600 s;
 //! length unbounded 5,295,890 executions / 199 s; remote_three_blocks unbounded 1,678,988 / 67 s;
-//! lease bound 5 1,553,365 / 63 s, unbounded > 300 s; cached_word with two readers > 120 s.
+//! lease bound 5 1,553,365 / 63 s, unbounded > 300 s; cached_word with two readers > 120 s;
+//! detectable_cas_answers_truthfully_under_helpers bound 4 539,863 / 33 s, bound 5 2,944,174 /
+//! 161 s; the redo model with a second live thread bound 3 166,602 / 13 s, bound 4 1,427,732 /
+//! 112 s, unbounded > 300 s (one live thread making three frees instead: exhaustive, above).
 //!
 //! (−) = negative control: a deliberately broken variant the model must reject
 //! (`#[should_panic]`), showing that the models can fail.
@@ -1135,13 +1146,20 @@ fn hazard_reclaim_without_fence_is_caught() {
 /// The slot whose last operation a crash interrupts.
 const VICTIM: u32 = 0;
 
-/// The help step under test: `help(seen, me, help_words)` runs before each CAS attempt with the
-/// word about to be overwritten (the real [`detectable::help`], or a broken one).
-type HelpStep = fn(u64, Tag, &[AtomicU64]);
-
-fn real_help(seen: u64, me: Tag, words: &[AtomicU64]) {
-    detectable::help(seen, me, |slot| words.get(slot as usize));
+/// The detectable-CAS protocol under test: the real one, or a broken one for a negative control.
+#[derive(Clone, Copy)]
+struct Detection {
+    /// `help(seen, me, help_words)` runs before each CAS attempt with the word about to be
+    /// overwritten.
+    help: fn(u64, Tag, &[AtomicU64]),
+    /// Recovery's question: `took_effect(word, victim's help word, victim's tag)`.
+    took_effect: fn(&AtomicU64, &AtomicU64, Tag) -> bool,
 }
+
+const DETECTION: Detection = Detection {
+    help: |seen, me, words| detectable::help(seen, me, |slot| words.get(slot as usize)),
+    took_effect: detectable::took_effect,
+};
 
 /// One slab's remote counter (the tagged HWcc word every CAS targets) and one help word per slot
 /// (HWcc, as `Mem::help`), with ghost bookkeeping kept in std atomics, outside the model.
@@ -1152,7 +1170,7 @@ fn real_help(seen: u64, me: Tag, words: &[AtomicU64]) {
 struct Detectable {
     counter: AtomicU64,
     help: [AtomicU64; 3],
-    help_step: HelpStep,
+    protocol: Detection,
     seen: Seen,
     /// Ghost: the newest victim version another slot found in the counter and helped (0: none).
     /// A help step records here before it runs, so once every thread has joined the victim's
@@ -1161,11 +1179,11 @@ struct Detectable {
 }
 
 impl Detectable {
-    fn new(blocks: u32, help_step: HelpStep, seen: Seen) -> Self {
+    fn new(blocks: u32, protocol: Detection, seen: Seen) -> Self {
         Self {
             counter: AtomicU64::new(Tagged::new(blocks, Tag::default()).pack()),
             help: std::array::from_fn(|_| AtomicU64::new(0)),
-            help_step,
+            protocol,
             seen,
             helped: StdAtomicU32::new(0),
         }
@@ -1183,7 +1201,7 @@ impl Detectable {
                     self.seen.mark("a slow helper brings an older version");
                 }
             }
-            (self.help_step)(seen, me, &self.help);
+            (self.protocol.help)(seen, me, &self.help);
         }
     }
 
@@ -1214,7 +1232,7 @@ impl Detectable {
 
     /// Recovery's question for the victim's operation `tag`, with the outcome recorded.
     fn took_effect(&self, tag: Tag, took: bool) -> bool {
-        let answer = detectable::took_effect(&self.counter, &self.help[VICTIM as usize], tag);
+        let answer = (self.protocol.took_effect)(&self.counter, &self.help[VICTIM as usize], tag);
         assert_eq!(
             answer,
             took,
@@ -1223,8 +1241,8 @@ impl Detectable {
         );
         let helped = self.helped.load(StdOrdering::Relaxed);
         self.seen.mark(match (took, helped) {
-            (true, 2) => "took effect, overwritten and helped",
-            (true, _) => "took effect, still in the word",
+            (true, 2) => "took effect, helped",
+            (true, _) => "took effect, not helped",
             // A failed CAS means another slot overwrote the word the victim read, which its
             // first write had been in or came before: the first operation is always helped.
             (false, _) => "failed, help entry names the first operation",
@@ -1270,9 +1288,9 @@ fn spawn_victim(d: &Arc<Detectable>) -> thread::JoinHandle<(Tag, bool)> {
 /// helper of the second (forward only), and when the victim's second CAS overwrote its own first
 /// write (no self-help). Afterwards the victim's help word holds exactly the newest version
 /// another slot overwrote.
-fn detectable_model(seen: &Seen, help_step: HelpStep, check_entry: bool) {
+fn detectable_model(seen: &Seen, protocol: Detection, check_entry: bool) {
     const BLOCKS: u32 = 4;
-    let d = Arc::new(Detectable::new(BLOCKS, help_step, seen.clone()));
+    let d = Arc::new(Detectable::new(BLOCKS, protocol, seen.clone()));
     let victim = spawn_victim(&d);
     let others: Vec<_> = (1..3)
         .map(|slot| {
@@ -1288,14 +1306,17 @@ fn detectable_model(seen: &Seen, help_step: HelpStep, check_entry: bool) {
     d.check_final(BLOCKS, 3 + u32::from(took), check_entry);
 }
 
+/// Recovery's "did the victim's last CAS take effect?" is answered truthfully under concurrent
+/// helpers, in every case of [`detectable_model`]; help entries only move forward and never
+/// record a self-overwrite.
 #[test]
 fn detectable_cas_answers_truthfully_under_helpers() {
     let seen = Seen::default();
     let s = seen.clone();
-    check("detectable_cas_answers_truthfully_under_helpers", Some(3), move || detectable_model(&s, real_help, true));
+    check("detectable_cas_answers_truthfully_under_helpers", Some(3), move || detectable_model(&s, DETECTION, true));
     seen.require(&[
-        "took effect, overwritten and helped",
-        "took effect, still in the word",
+        "took effect, helped",
+        "took effect, not helped",
         "failed, help entry names the first operation",
         "a slow helper brings an older version",
         "the victim overwrites its own first write",
@@ -1314,7 +1335,9 @@ fn detectable_help_moving_backwards_is_caught() {
             words[usize::from(writer.writer) - 1].store(u64::from(writer.version), Ordering::Release);
         }
     }
-    check("detectable_help_moving_backwards_is_caught", Some(3), || detectable_model(&Seen::default(), broken, false));
+    check("detectable_help_moving_backwards_is_caught", Some(3), || {
+        detectable_model(&Seen::default(), Detection { help: broken, ..DETECTION }, false)
+    });
 }
 
 /// Negative control: a help step that also helps its own writer (forward only otherwise). The
@@ -1327,33 +1350,36 @@ fn detectable_self_help_is_caught() {
         // A `me` that names no slot in the model: every writer but the initializer is helped.
         detectable::help(seen, Tag::new(9, 1), |slot| words.get(slot as usize));
     }
-    check("detectable_self_help_is_caught", Some(3), || detectable_model(&Seen::default(), broken, true));
+    check("detectable_self_help_is_caught", Some(1), || {
+        detectable_model(&Seen::default(), Detection { help: broken, ..DETECTION }, true)
+    });
 }
 
 /// Recovery redoes the victim's crashed remote free iff `took_effect` says it did not happen,
 /// while slot 1 keeps freeing: the counter ends at exactly blocks − frees, so the free is
 /// counted once, never twice (a redo of a CAS that took effect) and never zero times. The redo
 /// runs as the adopting slot 2 with its own tag.
-fn detectable_redo_model(seen: &Seen, help_step: HelpStep) {
-    const BLOCKS: u32 = 5;
-    let d = Arc::new(Detectable::new(BLOCKS, help_step, seen.clone()));
+fn detectable_redo_model(seen: &Seen, protocol: Detection) {
+    const BLOCKS: u32 = 6;
+    let d = Arc::new(Detectable::new(BLOCKS, protocol, seen.clone()));
     let victim = spawn_victim(&d);
     let live = {
         let d = d.clone();
         thread::spawn(move || {
             let mut tags = Tags::new(1);
-            d.free(tags.next());
-            d.free(tags.next());
+            for _ in 0..3 {
+                d.free(tags.next());
+            }
         })
     };
     let (last, took) = victim.join().unwrap();
     // Recovery of the victim's slot, by slot 2: the record names the remote free `last`.
-    let answer = detectable::took_effect(&d.counter, &d.help[VICTIM as usize], last);
+    let answer = (protocol.took_effect)(&d.counter, &d.help[VICTIM as usize], last);
     // Outcomes only: the oracle is the counter check below.
     let helped = d.helped.load(StdOrdering::Relaxed);
     seen.mark(match (took, helped) {
-        (true, 2) => "took effect, overwritten and helped",
-        (true, _) => "took effect, still in the word",
+        (true, 2) => "took effect, helped",
+        (true, _) => "took effect, not helped",
         (false, _) => "failed",
     });
     if answer {
@@ -1363,22 +1389,22 @@ fn detectable_redo_model(seen: &Seen, help_step: HelpStep) {
         d.free(Tags::new(2).next());
     }
     live.join().unwrap();
-    // The victim's two frees, slot 1's two.
-    d.check_final(BLOCKS, 4, false);
+    // The victim's two frees, slot 1's three.
+    d.check_final(BLOCKS, 5, false);
 }
 
+/// A crashed remote free that recovery redoes iff `took_effect` is false is counted exactly
+/// once, with a live freer racing the crash and the recovery ([`detectable_redo_model`]).
 #[test]
 fn detectable_recovery_redoes_a_remote_free_exactly_once() {
     let seen = Seen::default();
     let s = seen.clone();
-    check("detectable_recovery_redoes_a_remote_free_exactly_once", Some(3), move || {
-        detectable_redo_model(&s, real_help)
-    });
+    check("detectable_recovery_redoes_a_remote_free_exactly_once", None, move || detectable_redo_model(&s, DETECTION));
     seen.require(&[
         "recovery: already counted",
         "recovery: redone",
-        "took effect, overwritten and helped",
-        "took effect, still in the word",
+        "took effect, helped",
+        "took effect, not helped",
         "failed",
     ]);
 }
@@ -1388,7 +1414,37 @@ fn detectable_recovery_redoes_a_remote_free_exactly_once() {
 #[test]
 #[should_panic(expected = "counter")]
 fn detectable_without_help_redoes_twice_is_caught() {
-    check("detectable_without_help_redoes_twice_is_caught", Some(3), || {
-        detectable_redo_model(&Seen::default(), |_, _, _| {})
+    check("detectable_without_help_redoes_twice_is_caught", None, || {
+        detectable_redo_model(&Seen::default(), Detection { help: |_, _, _| {}, ..DETECTION })
+    });
+}
+
+/// Negative control: recovery that reads the help word before the counter. A helper can record
+/// the victim's version and overwrite the counter between the two reads: recovery then sees
+/// neither and answers "did not take effect" for a CAS that did. (Why `took_effect` reads the
+/// word first.)
+#[test]
+#[should_panic(expected = "recovery's answer is wrong")]
+fn detectable_reading_help_before_the_word_is_caught() {
+    fn broken(word: &AtomicU64, help: &AtomicU64, me: Tag) -> bool {
+        let helped = help.load(Ordering::Acquire) as u32 == me.version;
+        helped || Tagged::unpack(word.load(Ordering::Acquire)).tag == me
+    }
+    check("detectable_reading_help_before_the_word_is_caught", Some(3), || {
+        detectable_model(&Seen::default(), Detection { took_effect: broken, ..DETECTION }, false)
+    });
+}
+
+/// Negative control: recovery that reads the counter with Relaxed. It can then see a helper's
+/// overwrite without the help entry that helper recorded first. (Why the word's load in
+/// `took_effect` is Acquire; the help word's load needs no ordering of its own in this model.)
+#[test]
+#[should_panic(expected = "recovery's answer is wrong")]
+fn detectable_relaxed_word_read_is_caught() {
+    fn broken(word: &AtomicU64, help: &AtomicU64, me: Tag) -> bool {
+        Tagged::unpack(word.load(Ordering::Relaxed)).tag == me || help.load(Ordering::Relaxed) as u32 == me.version
+    }
+    check("detectable_relaxed_word_read_is_caught", Some(3), || {
+        detectable_model(&Seen::default(), Detection { took_effect: broken, ..DETECTION }, false)
     });
 }
