@@ -238,11 +238,11 @@ void* cxl_aligned_alloc(cxl_thread_t* thread, size_t alignment, size_t size);
  *  the start of a block), CXL_EDOUBLE_FREE, CXL_ENOT_ALLOCATED, CXL_ECORRUPT. */
 int cxl_free(cxl_thread_t* thread, void* ptr);
 
-/** Detectable allocation: like cxl_malloc(), and stores the block's heap offset into `*dest`, a
- *  word of this heap (inside a block, or a root's address) that the application's structure
- *  owns. If the process dies at any point, cxl_thread_adopt()/cxl_heap_recover() complete the
- *  store or leave the block free: no block is lost. `dest` not an 8-aligned word of this heap:
- *  NULL with CXL_EINVAL. */
+/** Detectable allocation: like cxl_malloc(), and stores the block's heap offset into `*dest`,
+ *  an empty (0) word of this heap (inside a block, or a root's address) that the application's
+ *  structure owns. If the process dies at any point, cxl_thread_adopt()/cxl_heap_recover()
+ *  complete the store or leave the block free: no block is lost. `dest` not an 8-aligned word
+ *  of this heap, or not 0: NULL with CXL_EINVAL. */
 void* cxl_malloc_into(cxl_thread_t* thread, size_t size, uint64_t* dest);
 
 /** Detectable free: clears `*dest` (the heap offset of an allocated block), then frees the

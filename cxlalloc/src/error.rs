@@ -105,6 +105,10 @@ pub enum AdoptError {
     /// The heap was created with recovery off: a dead slot's state cannot be repaired.
     #[error("the heap was created without recovery; dead slots cannot be adopted")]
     RecoveryDisabled,
+    /// The slot's record could not be backed (the device is full); the slot stays dead and
+    /// adoptable.
+    #[error("no backing store for the adopted slot's record: {0}")]
+    OutOfMemory(nix::errno::Errno),
 }
 
 impl From<&AdoptError> for ErrorCode {
@@ -115,6 +119,7 @@ impl From<&AdoptError> for ErrorCode {
             }
             AdoptError::Raced(_) => ErrorCode::SlotsExhausted,
             AdoptError::RecoveryDisabled => ErrorCode::Unsupported,
+            AdoptError::OutOfMemory(_) => ErrorCode::OutOfMemory,
         }
     }
 }
@@ -168,6 +173,10 @@ pub enum AllocError {
     /// (slab data, huge span or a root).
     #[error("destination word is not an aligned word of this heap")]
     BadDestination,
+    /// The destination word of a detectable allocation already names a block (overwriting it
+    /// would lose that block).
+    #[error("destination word is not empty")]
+    DestinationInUse,
 }
 
 /// Why a free (or a query on a pointer) was refused. The heap is untouched in every case.
@@ -262,7 +271,8 @@ impl From<&AllocError> for ErrorCode {
             AllocError::ZeroSize
             | AllocError::BadAlignment(_)
             | AllocError::ForeignProcess
-            | AllocError::BadDestination => ErrorCode::InvalidArgument,
+            | AllocError::BadDestination
+            | AllocError::DestinationInUse => ErrorCode::InvalidArgument,
             AllocError::Overflow
             | AllocError::OutOfMemory(_)
             | AllocError::HugeExhausted

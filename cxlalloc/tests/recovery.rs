@@ -31,6 +31,7 @@ fn alloc_into_a_root_stores_the_blocks_offset() {
     let root = heap.root(3).unwrap();
     let p = t.alloc_into(100, root).unwrap();
     assert_eq!(root.load(Ordering::Acquire), heap.offset_of(p.as_ptr()).unwrap().raw());
+    assert_eq!(t.alloc_into(100, root), Err(AllocError::DestinationInUse), "the word names a block");
     t.free_from(root).unwrap();
     assert_eq!(root.load(Ordering::Acquire), 0);
     assert_eq!(t.free_from(root), Err(FreeError::NotAllocated));

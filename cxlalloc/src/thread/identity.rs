@@ -42,7 +42,15 @@ pub fn current_tid() -> u64 {
 /// Whether `holder` still names a live process (the one that took the lease). A zombie — killed
 /// but not yet reaped by its parent — is dead: it will never touch the heap again.
 pub fn is_alive(holder: Holder) -> bool {
-    proc_stat(holder.pid).is_some_and(|p| start_low(p.start) == holder.start && !matches!(p.state, 'Z' | 'X' | 'x'))
+    proc_stat(holder.pid).is_some_and(|p| {
+        start_low(p.start) == holder.start && (!matches!(p.state, 'Z' | 'X' | 'x') || other_threads_run(holder.pid))
+    })
+}
+
+/// Whether a process whose leader thread is a zombie still has running threads: a leader that
+/// called `pthread_exit` shows `Z` while the rest of the process goes on.
+fn other_threads_run(pid: u32) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|d| d.count() > 1)
 }
 
 #[cfg(test)]

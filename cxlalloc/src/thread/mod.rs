@@ -134,8 +134,14 @@ pub(crate) fn adopt(heap: &Heap, slot: u32) -> Result<ThreadHandle, AdoptError> 
     if !lease::take_over(lease, held, holder) {
         return Err(AdoptError::Raced(slot));
     }
-    // The dead holder's record was committed when it attached.
-    let mut h = handle(heap, slot, holder).map_err(|_| AdoptError::Raced(slot))?;
+    let mut h = handle(heap, slot, holder).map_err(|e| {
+        // Back to the dead holder: the slot stays adoptable rather than stranded on us.
+        let _ = lease::take_over(lease, holder, held);
+        match e {
+            AttachError::OutOfMemory(errno) => AdoptError::OutOfMemory(errno),
+            AttachError::SlotsExhausted { .. } => AdoptError::Raced(slot),
+        }
+    })?;
     let view = mem.huge().filter(|v| v.in_own_process());
     h.recovered = Some(recovery::recover(&h.ops, view, Some(dead)));
     Ok(h)
@@ -174,12 +180,18 @@ impl ThreadHandle {
     }
 
     /// Detectable allocation (DESIGN §8.4): allocates `size` bytes and stores the block's heap
-    /// offset into `dest`, a word of this heap (in a block, the huge span or a root) that the
-    /// application's structure owns. If the process dies at any point, recovery of this slot
-    /// either completes the store or leaves the block free: the block is never lost.
+    /// offset into `dest`, an empty (0) word of this heap (in a block, the huge span or a root)
+    /// that the application's structure owns. If the process dies at any point, recovery of
+    /// this slot either completes the store or leaves the block free: the block is never lost.
+    ///
+    /// Until this returns, `dest` belongs to this thread: recovery may write it, so another
+    /// thread must not take the offset out of it before then.
     pub fn alloc_into(&self, size: usize, dest: &AtomicU64) -> Result<NonNull<u8>, AllocError> {
         let ops = self.ops();
         let dest_off = self.heap.mem().word_offset(dest).ok_or(AllocError::BadDestination)?;
+        if dest.load(Ordering::Acquire) != 0 {
+            return Err(AllocError::DestinationInUse);
+        }
         let block = match class_of(size) {
             Some((b, class)) => {
                 ops.announce(Pending::new(PendingKind::Alloc, 0), 0, dest_off, 0);
