@@ -21,6 +21,11 @@
 //!   equal to the current version can therefore only come from a helper of the current one.
 //! - **Stores carry fresh versions**: the one plain store to a tagged word (the remote counter
 //!   reset) is stamped with a version of its own, never 0 and never a logged CAS's.
+//! - **One success per version**: help entries are per slot, not per word, so every version
+//!   stamps at most one successful write over all words (each logged operation draws its own).
+//! - **Bounded staleness**: a helper stalled between reading a tag and recording it for half
+//!   the version space (2^19 of the victim's operations) could still move the entry to a stale
+//!   version; versions are bounded, so that is the limit of the scheme.
 //!
 //! The help word holds the version in its low 20 bits; 0 means "never helped" (versions start
 //! at 1 and 0 is skipped on wrap by [`crate::word::Tag::next_version`]'s callers).
@@ -32,8 +37,17 @@ use crate::word::{Tag, Tagged};
 const VERSION_BITS: u32 = 20;
 const VERSION_SPACE: u32 = 1 << VERSION_BITS;
 
-/// The owner refreshes its help word whenever its version crosses a multiple of this.
-pub const REFRESH_PERIOD: u32 = VERSION_SPACE / 4;
+/// The owner refreshes its help word whenever its version is a multiple of this. Versions
+/// skip 0, so the longest run without a refresh is the one across the wrap, `2 · P − 1`
+/// operations: an eighth of the space keeps that under a quarter, and an entry never falls
+/// the half behind at which [`after`] would refuse to move it forward.
+pub const REFRESH_PERIOD: u32 = VERSION_SPACE / 8;
+
+/// Whether the owner refreshes its help word when starting operation `version` (to
+/// `version − 1`, see [`refresh`]).
+pub fn refreshes_at(version: u32) -> bool {
+    version % REFRESH_PERIOD == 0
+}
 
 /// Whether version `a` comes after version `b` (wrap-aware, within half the version space).
 pub fn after(a: u32, b: u32) -> bool {
@@ -139,6 +153,22 @@ mod tests {
         let h = AtomicU64::new(0);
         help(0, Tag::new(2, 1), |_| Some(&h));
         assert_eq!(h.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn help_entries_keep_up_across_many_wraps() {
+        // An owner nobody helps for three whole version cycles: at every operation a helper
+        // arriving with that version must still be able to record it.
+        let h = AtomicU64::new(0);
+        let mut v = 0;
+        for _ in 0..3 * VERSION_SPACE {
+            v = crate::word::Tag::next_version(v);
+            if refreshes_at(v) {
+                refresh(&h, v - 1);
+            }
+            let held = h.load(Ordering::Relaxed) as u32;
+            assert!(held == 0 || after(v, held), "version {v} could not be recorded over {held}");
+        }
     }
 
     #[test]

@@ -22,7 +22,9 @@ pub enum Decrement {
 pub struct Underflow;
 
 /// Sets the counter when the owner gives the slab a class (T3). `help` as for [`subtract`]:
-/// a plain store overwrites a tagged word too.
+/// a plain store overwrites a tagged word too. A load and a store, not a CAS, because nothing
+/// else can write the counter meanwhile: an unsized slab's counter is 0 (claimed, fresh or
+/// popped), and a decrement at 0 underflows without writing.
 pub fn reset(word: &AtomicU64, blocks: u32, tag: Tag, help: impl Fn(u64)) {
     help(word.load(Ordering::Acquire));
     // Release: a remote freer that later decrements sees the owner's prior descriptor writes.

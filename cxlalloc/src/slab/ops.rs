@@ -164,7 +164,7 @@ impl<'a> SlabThread<'a> {
     /// version it just finished, so that the entry never falls half the version space behind.
     pub(crate) fn next_version(&self) -> u32 {
         let v = self.rec.next_version();
-        if self.recoverable && v % detectable::REFRESH_PERIOD == 0 {
+        if self.recoverable && detectable::refreshes_at(v) {
             if let Some(h) = self.mem.help(self.slot) {
                 detectable::refresh(h, v - 1);
             }
@@ -555,7 +555,11 @@ impl<'a> SlabThread<'a> {
             return Ok(false);
         };
         crash_point!(GlobalPopped);
-        let slab = mem.link(b, link).map_err(AllocError::Corrupt)?.ok_or(AllocError::Corrupt("popped null"))?;
+        let slab = mem
+            .link(b, link)
+            .map_err(AllocError::Corrupt)
+            .and_then(|s| s.ok_or(AllocError::Corrupt("popped null")))
+            .inspect_err(|_| self.clear_log())?;
         let d = mem.desc(b, slab);
         d.head.owner.store(self.me(), Ordering::Relaxed);
         self.push_unsized(b, slab, d);
