@@ -246,8 +246,9 @@ def _timeline(extra: dict, where: str) -> tuple[np.ndarray, np.ndarray]:
 def fig7_recovery(lines: pd.DataFrame):
     """Figure 7: survivors' throughput over time under SIGKILLs, one panel per crash run.
 
-    Killed workers print no line, so every crash line is a survivor. Their sum is drawn over the
-    time span all of them sampled; kill times are the union over the run's lines.
+    A crash run has one line per process index, covering its killed incarnations and their
+    replacements. Their sum is drawn over the time span all of them sampled; kill times are the
+    union over the run's lines.
     """
     crash = lines[(lines["benchmark"] == "crash") & lines["extra"].map(lambda e: "timeline" in e)]
     if crash.empty:
