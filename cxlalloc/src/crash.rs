@@ -2,7 +2,7 @@
 //! point compiles to nothing).
 //!
 //! A point is a named step between an operation's log write and its completion. A process
-//! arms one point, by [`arm`] or by the environment variable `CXLALLOC_CRASH_AT`
+//! arms one point, by `arm` (with the feature) or by the environment variable `CXLALLOC_CRASH_AT`
 //! (`SITE[/OP[+]][@SKIP]`: the site, the logged operation it must be inside, `+` for the
 //! flagged form of that record, and how many hits to let pass first). The armed hit kills the
 //! process with `SIGKILL`: a real process death at that instruction, no unwinding, no
