@@ -347,6 +347,9 @@ fn growth_in_one_process_is_visible_in_another_through_the_fault_handler() {
     let name = HeapName::new("growth");
     // Opened (created) before the growth: this process maps only the initial length (0).
     let heap = Heap::create(name.as_str(), &Config::with_capacity(256 << 20)).unwrap();
+    // Leased before the grower attaches, so that its slot is another one and every free below
+    // is remote (attaching touches no slab).
+    let t = heap.attach().unwrap();
 
     fork_child("grower", || {
         let (heap, t) = open_attached(name.as_str())?;
@@ -390,8 +393,8 @@ fn growth_in_one_process_is_visible_in_another_through_the_fault_handler() {
     })
     .succeeds();
 
-    // This thread has not attached and this process never touched the new slabs: every read
-    // below first faults in the reservation and is mapped by the handler.
+    // This process never touched the new slabs: every read below first faults in the
+    // reservation and is mapped by the handler.
     let n = root(&heap, 2).load(Ordering::SeqCst) as usize;
     let offsets = heap.pointer::<u64>(Offset::from_raw(root(&heap, 0).load(Ordering::SeqCst))).unwrap();
     let lengths = heap.pointer::<u64>(Offset::from_raw(root(&heap, 1).load(Ordering::SeqCst))).unwrap();
@@ -409,7 +412,6 @@ fn growth_in_one_process_is_visible_in_another_through_the_fault_handler() {
     assert!(grown >= 64 << 20, "heap grew to only {grown} bytes");
 
     // Cross-process remote frees of everything, tables last.
-    let t = heap.attach().unwrap();
     for &(p, len) in &entries {
         assert_eq!(t.usable_size(p), Ok(len));
         t.free(p).unwrap();

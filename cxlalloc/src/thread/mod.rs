@@ -73,9 +73,10 @@ pub(crate) fn attach(heap: &Heap) -> Result<ThreadHandle, AttachError> {
     let mem = heap.mem();
     let holder = identity::current().pack();
     let slots = mem.layout.slots;
-    let start = (identity::current_tid() % u64::from(slots)) as u32;
-    for i in 0..slots {
-        let slot = (start + i) % slots;
+    // Lowest free slot first: the slots in use, and so the lease, record and help words every
+    // process touches, stay on the fewest pages (each touched HWcc page counts in every
+    // process's resident memory).
+    for slot in 0..slots {
         let lease = mem.lease(slot);
         if lease.holder.load(Ordering::Relaxed) == 0 && lease::try_claim(&lease.holder, holder) {
             return handle(heap, slot, holder).inspect_err(|_| {
