@@ -156,6 +156,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "three million iterations: minutes under miri, and no unsafe code")]
     fn help_entries_keep_up_across_many_wraps() {
         // An owner nobody helps for three whole version cycles: at every operation a helper
         // arriving with that version must still be able to record it.
