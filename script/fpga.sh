@@ -6,7 +6,8 @@
 #   cocotb-icarus     the cocotb tests (reference model, linearizability) on Icarus
 #   cocotb-verilator  the same on Verilator
 #   cosim             the Verilated RTL served through a shared-memory window to a multi-process
-#                     C client, plus the window's create/open/claim rules
+#                     C client, plus the window's create/open/claim rules, and the Rust mCAS client
+#                     (cxlalloc::mcas) contending through it
 #
 # Usage: script/fpga.sh [STAGE...]     (default: every stage, in the order above)
 #
@@ -245,6 +246,9 @@ stage_cosim() {
   cat "$dir/foreign.err"
   grep -q "not an mCAS window" "$dir/foreign.err"
   [ "$(sha256sum <"$foreign")" = "$before" ]
+
+  echo "the allocator's Rust mCAS client drives the RTL through a window:"
+  MCAS_COSIM="$bin/mcas-cosim" cargo test -q -p cxlalloc --test mcas -- --ignored
 }
 
 # ---- driver -------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@
 //!
 //! 1. [`sync`] (atomics facade), [`word`] (packed-word decoders), [`class`] (size classes)
 //! 2. [`protocol`] — the lock-free CAS protocols, model-checked with loom
-//! 3. [`map`] (mmap) → [`backing`] (region storage) → [`layout`] (header and offsets)
+//! 3. [`map`] (mmap) → [`backing`] (region storage) → [`layout`] (header and offsets);
+//!    [`mcas`] (the mCAS window, client and software device)
 //! 4. [`mem`] — a mapped heap and its checked accessors (the raw-memory boundary)
 //! 5. [`slab`] (the state machine), [`thread`] (slots, records, redo log) and [`huge`] (its
 //!    [`huge::view`] sits at layer 4: the fault handler reaches it through [`mem`]); [`crash`]
@@ -57,6 +58,8 @@ pub mod huge;
 pub mod layout;
 #[cfg(not(loom))]
 pub mod map;
+#[cfg(not(loom))]
+pub mod mcas;
 #[cfg(not(loom))]
 pub mod mem;
 #[cfg(not(loom))]

@@ -1,0 +1,140 @@
+//! The mCAS client (DESIGN §9.2): one requester slot of a window, owned by one thread; a CAS is
+//! a request written to the slot's spwr, a doorbell, and the answer read from its sprd.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::mcas::window::{sprd, spwr, Window};
+use crate::sync::Ordering;
+
+/// How long a client waits for an answer before reporting the device gone.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why an mCAS failed (a compare mismatch is not an error: see [`Answer`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum McasError {
+    /// The slot index is not one of the window's requesters.
+    #[error("requester slot {slot} beyond the window's {slots}")]
+    NoSuchSlot {
+        /// The slot asked for.
+        slot: u32,
+        /// Requesters of the window.
+        slots: u32,
+    },
+    /// The target is not an 8-aligned offset inside the target area.
+    #[error("target {0:#x} is not an aligned word of the target area")]
+    BadTarget(u64),
+    /// The device answered with an error code (1: requester id, 3: target).
+    #[error("device error {0}")]
+    Device(u64),
+    /// No answer within [`ANSWER_TIMEOUT`]: the server is gone or stuck.
+    #[error("no answer from the mCAS device within {0:?}")]
+    Timeout(Duration),
+}
+
+/// A device's answer to one weak CAS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// The word before the operation.
+    pub prev: u64,
+    /// Whether the swap happened. `!success && prev == expected` is a spurious failure (the
+    /// conflict rule: another requester's CAS on the same word went first).
+    pub success: bool,
+}
+
+/// One requester slot of a window. `Send`, not `Sync`: one thread per slot.
+#[derive(Debug)]
+pub struct McasClient {
+    window: Arc<Window>,
+    slot: u32,
+    seq: u64,
+}
+
+impl McasClient {
+    /// The client of requester slot `slot`. The caller owns the slot exclusively (the
+    /// allocator's thread slot, or a test's thread); more threads than slots is an error of the
+    /// caller, never a wraparound.
+    pub fn new(window: Arc<Window>, slot: u32) -> Result<Self, McasError> {
+        let slots = window.geometry().slots;
+        if slot >= slots {
+            return Err(McasError::NoSuchSlot { slot, slots });
+        }
+        // A previous client of the slot may have died with a request in flight: its doorbell
+        // is where our sequence continues, and step 1 of each request waits for its answer.
+        let seq = window.spwr(slot, spwr::SEQ).load(Ordering::Acquire);
+        Ok(Self { window, slot, seq })
+    }
+
+    /// The window.
+    pub fn window(&self) -> &Window {
+        &self.window
+    }
+
+    /// Reads target word `target` (a plain acquire load: the device publishes a swap before it
+    /// answers).
+    pub fn load(&self, target: u64) -> Result<u64, McasError> {
+        Ok(self.window.target(target).ok_or(McasError::BadTarget(target))?.load(Ordering::Acquire))
+    }
+
+    fn wait_done(&self, seq: u64) -> Result<(), McasError> {
+        let done = self.window.sprd(self.slot, sprd::DONE_SEQ);
+        let mut spins = 0u32;
+        let mut started = None;
+        // Acquire: pairs with the server's release store of done_seq, after prev/success/error.
+        while done.load(Ordering::Acquire) != seq {
+            spins += 1;
+            if spins % 64 == 0 {
+                let t0 = *started.get_or_insert_with(Instant::now);
+                if t0.elapsed() > ANSWER_TIMEOUT {
+                    return Err(McasError::Timeout(ANSWER_TIMEOUT));
+                }
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        Ok(())
+    }
+
+    /// One weak CAS of target word `target` from `expected` to `new`.
+    pub fn compare_exchange_weak(&mut self, target: u64, expected: u64, new: u64) -> Result<Answer, McasError> {
+        if self.window.target(target).is_none() {
+            return Err(McasError::BadTarget(target));
+        }
+        let w = &self.window;
+        self.wait_done(self.seq)?;
+        w.spwr(self.slot, spwr::EXPECTED).store(expected, Ordering::Relaxed);
+        w.spwr(self.slot, spwr::SWAP).store(new, Ordering::Relaxed);
+        w.spwr(self.slot, spwr::TARGET).store(target, Ordering::Relaxed);
+        w.spwr(self.slot, spwr::REQUESTER).store(u64::from(self.slot), Ordering::Relaxed);
+        let seq = match self.seq.wrapping_add(1) {
+            0 => 1,
+            s => s,
+        };
+        // Release: the request's fields are visible to the server that sees the doorbell.
+        w.spwr(self.slot, spwr::SEQ).store(seq, Ordering::Release);
+        self.seq = seq;
+        self.wait_done(seq)?;
+        let error = w.sprd(self.slot, sprd::ERROR).load(Ordering::Relaxed);
+        if error != 0 {
+            return Err(McasError::Device(error));
+        }
+        Ok(Answer {
+            prev: w.sprd(self.slot, sprd::PREV).load(Ordering::Relaxed),
+            success: w.sprd(self.slot, sprd::SUCCESS).load(Ordering::Relaxed) == 1,
+        })
+    }
+
+    /// A strong CAS: retries spurious failures; `Ok(prev)` on success, `Err(Ok(current))` on a
+    /// compare mismatch, `Err(Err(e))` on a device error.
+    pub fn compare_exchange(&mut self, target: u64, expected: u64, new: u64) -> Result<u64, Result<u64, McasError>> {
+        loop {
+            match self.compare_exchange_weak(target, expected, new) {
+                Ok(a) if a.success => return Ok(a.prev),
+                Ok(a) if a.prev != expected => return Err(Ok(a.prev)),
+                Ok(_) => continue,
+                Err(e) => return Err(Err(e)),
+            }
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! The software mCAS device (DESIGN §9.2): a process that serves a window's requests the way the
+//! near-memory unit does (paper Figure 6, `fpga/rtl/mcas_unit.sv`), over shared memory.
+//!
+//! - **One CAS at a time**: requests are executed one after another, so each word's CASes are
+//!   serialized and a success's swap is written before any later request reads the word.
+//! - **Conflict rule**: requests found pending together that target the same word compete; the
+//!   first (lowest slot) executes, the others fail without comparing (`success = 0`, `prev` =
+//!   the word as they would have read it, so `prev == expected` marks a spurious failure).
+//! - **Latency**: each answer waits an injectable device time first (the paper's device:
+//!   2.3 µs p50 per mCAS at one thread; see [`PAPER_MCAS_LATENCY`]).
+//! - **Errors**: a requester id that is not its slot (1) or a misaligned or out-of-range target
+//!   (3) is answered with the error code, the target untouched.
+//! - The window is served by one process at a time (its pid in the header, claimed by CAS; a
+//!   dead server's claim is taken over) and never zeroed.
+
+use std::time::{Duration, Instant};
+
+use crate::mcas::window::{sprd, spwr, Window};
+use crate::sync::{AtomicBool, Ordering};
+
+/// The paper's measured mCAS latency at one thread (p50), for calibrated runs.
+pub const PAPER_MCAS_LATENCY: Duration = Duration::from_nanos(2300);
+
+/// Why the device could not serve.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DeviceError {
+    /// Another live process serves the window.
+    #[error("the window is served by live process {0}")]
+    Served(u64),
+}
+
+/// What a serving session did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Served {
+    /// Requests answered.
+    pub requests: u64,
+    /// Of which swapped.
+    pub successes: u64,
+    /// Of which failed by the conflict rule.
+    pub conflicts: u64,
+    /// Of which refused with an error code.
+    pub errors: u64,
+}
+
+fn alive(pid: u64) -> bool {
+    // Signal 0 probes existence; EPERM means it exists but is not ours.
+    let Ok(pid) = i32::try_from(pid) else { return false };
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+        .map_or_else(|e| e == nix::errno::Errno::EPERM, |()| true)
+}
+
+/// Claims the window for this process; `Err` if a live process serves it.
+fn claim(window: &Window) -> Result<u64, DeviceError> {
+    let me = u64::from(std::process::id());
+    let word = window.server();
+    let mut cur = word.load(Ordering::Acquire);
+    loop {
+        if cur != 0 && cur != me && alive(cur) {
+            return Err(DeviceError::Served(cur));
+        }
+        match word.compare_exchange(cur, me, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Ok(me),
+            Err(seen) => cur = seen,
+        }
+    }
+}
+
+/// One pending request.
+struct Request {
+    slot: u32,
+    seq: u64,
+    expected: u64,
+    swap: u64,
+    target: u64,
+    requester: u64,
+}
+
+/// Serves `window` until `stop` is set, answering every request with the device time
+/// `latency` first. Answers what is pending when `stop` is seen, then releases the window.
+pub fn serve(window: &Window, latency: Duration, stop: &AtomicBool) -> Result<Served, DeviceError> {
+    let me = claim(window)?;
+    let slots = window.geometry().slots;
+    let mut served = Served::default();
+    let mut idle = 0u32;
+    let mut batch = Vec::new();
+    loop {
+        let stopping = stop.load(Ordering::Relaxed);
+        batch.clear();
+        for slot in 0..slots {
+            // Acquire: the request's fields, written before its doorbell, are visible.
+            let seq = window.spwr(slot, spwr::SEQ).load(Ordering::Acquire);
+            if seq != window.sprd(slot, sprd::DONE_SEQ).load(Ordering::Relaxed) {
+                let field = |f| window.spwr(slot, f).load(Ordering::Relaxed);
+                batch.push(Request {
+                    slot,
+                    seq,
+                    expected: field(spwr::EXPECTED),
+                    swap: field(spwr::SWAP),
+                    target: field(spwr::TARGET),
+                    requester: field(spwr::REQUESTER),
+                });
+            }
+        }
+        if batch.is_empty() {
+            if stopping {
+                break;
+            }
+            idle = idle.saturating_add(1);
+            if idle > 1024 {
+                std::thread::sleep(Duration::from_micros(20));
+            } else {
+                std::hint::spin_loop();
+            }
+            continue;
+        }
+        idle = 0;
+        // The words as the batch's requests read them, before any of the batch executes.
+        let before: Vec<Option<u64>> =
+            batch.iter().map(|r| window.target(r.target).map(|w| w.load(Ordering::Acquire))).collect();
+        for (i, r) in batch.iter().enumerate() {
+            let started = Instant::now();
+            let (prev, success, error) = match (r.requester == u64::from(r.slot), window.target(r.target)) {
+                (false, _) => (0, false, 1),
+                (true, None) => (0, false, 3),
+                (true, Some(word)) => {
+                    let competes = batch[..i].iter().any(|o| o.target == r.target && window.target(o.target).is_some());
+                    if competes {
+                        served.conflicts += 1;
+                        (before[i].unwrap_or(0), false, 0)
+                    } else {
+                        // AcqRel: the swap is published before the answer (Release below too).
+                        match word.compare_exchange(r.expected, r.swap, Ordering::AcqRel, Ordering::Acquire) {
+                            Ok(p) => (p, true, 0),
+                            Err(p) => (p, false, 0),
+                        }
+                    }
+                }
+            };
+            while started.elapsed() < latency {
+                std::hint::spin_loop();
+            }
+            window.sprd(r.slot, sprd::PREV).store(prev, Ordering::Relaxed);
+            window.sprd(r.slot, sprd::SUCCESS).store(u64::from(success), Ordering::Relaxed);
+            window.sprd(r.slot, sprd::ERROR).store(error, Ordering::Relaxed);
+            // Release: the answer's fields (and the swap) before the completion sequence.
+            window.sprd(r.slot, sprd::DONE_SEQ).store(r.seq, Ordering::Release);
+            served.requests += 1;
+            served.successes += u64::from(success);
+            served.errors += u64::from(error != 0);
+        }
+    }
+    let _ = window.server().compare_exchange(me, 0, Ordering::AcqRel, Ordering::Relaxed);
+    Ok(served)
+}

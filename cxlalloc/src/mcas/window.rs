@@ -1,0 +1,238 @@
+//! The shared-memory window through which software drives an mCAS device (the format of
+//! `fpga/cosim/mcas_window.h` and `fpga/README.md`, "The window"): a 4 KiB header, one 128-byte
+//! request (spwr) and one 128-byte answer (sprd) slot per requester, then the target area whose
+//! 8-byte words the CASes operate on.
+//!
+//! Served by the software mCAS device ([`crate::mcas::device`]) or by the RTL co-simulation
+//! (`mcas-cosim`); a real device maps the same roles onto uncachable address ranges. Clients
+//! only ever open a window: creating, sizing and never zeroing it is the server's job.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use memmap2::MmapRaw;
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// The header's magic, stored last by the creator.
+pub const MAGIC: [u8; 8] = *b"CXLMCAS1";
+/// The window format's version.
+pub const VERSION: u32 = 1;
+/// Bytes of the header.
+pub const HEADER_BYTES: u64 = 4096;
+/// Bytes of one request or answer slot.
+pub const SLOT_BYTES: u64 = 128;
+/// Most requesters a window may have.
+pub const MAX_SLOTS: u32 = 65_536;
+/// Largest target area (the RTL build's 32-bit word address).
+pub const MAX_TARGET_BYTES: u64 = 8 << 32;
+/// How long an opener waits for a concurrent creator to publish the header.
+pub const HEADER_WAIT: Duration = Duration::from_secs(5);
+
+/// Why a window could not be opened or created.
+#[derive(Debug, thiserror::Error)]
+pub enum WindowError {
+    /// The file could not be opened, created, sized or mapped.
+    #[error("mCAS window {path}: {source}")]
+    Io {
+        /// The window file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// No header was published within [`HEADER_WAIT`] (a creator died mid-way: remove the file).
+    #[error("mCAS window {0}: no header (a creator died before publishing it? remove the file)")]
+    NoHeader(PathBuf),
+    /// The header or the file does not match the format.
+    #[error("mCAS window {path}: {what}")]
+    Invalid {
+        /// The window file.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
+}
+
+/// Geometry of a window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Requesters (request/answer slot pairs).
+    pub slots: u32,
+    /// Bytes of the target area (a multiple of 8).
+    pub target_bytes: u64,
+}
+
+impl Geometry {
+    /// Byte offset of the target area.
+    pub fn target_offset(self) -> u64 {
+        (HEADER_BYTES + 2 * u64::from(self.slots) * SLOT_BYTES).next_multiple_of(4096)
+    }
+
+    /// Size of the whole file.
+    pub fn file_bytes(self) -> u64 {
+        self.target_offset() + self.target_bytes
+    }
+
+    fn check(self) -> Result<(), String> {
+        if self.slots == 0 || self.slots > MAX_SLOTS {
+            return Err(format!("slots {} not in 1..={MAX_SLOTS}", self.slots));
+        }
+        if self.target_bytes == 0 || self.target_bytes % 8 != 0 || self.target_bytes > MAX_TARGET_BYTES {
+            return Err(format!("target_bytes {} not a positive multiple of 8 up to 32 GiB", self.target_bytes));
+        }
+        Ok(())
+    }
+}
+
+/// A mapped window.
+pub struct Window {
+    map: MmapRaw,
+    geometry: Geometry,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Window {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Window").field("path", &self.path).field("geometry", &self.geometry).finish()
+    }
+}
+
+/// Field offsets inside a request slot.
+pub(crate) mod spwr {
+    pub const EXPECTED: u64 = 0;
+    pub const SWAP: u64 = 8;
+    pub const TARGET: u64 = 16;
+    pub const REQUESTER: u64 = 24;
+    pub const SEQ: u64 = 32;
+}
+
+/// Field offsets inside an answer slot.
+pub(crate) mod sprd {
+    pub const PREV: u64 = 0;
+    pub const SUCCESS: u64 = 8;
+    pub const DONE_SEQ: u64 = 16;
+    pub const ERROR: u64 = 24;
+}
+
+const H_VERSION: u64 = 8;
+const H_SLOTS: u64 = 12;
+const H_TARGET_BYTES: u64 = 16;
+const H_SERVER_PID: u64 = 24;
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WindowError + '_ {
+    move |source| WindowError::Io { path: path.to_path_buf(), source }
+}
+
+impl Window {
+    fn map_file(file: &File, path: &Path) -> Result<MmapRaw, WindowError> {
+        MmapRaw::map_raw(file).map_err(io(path))
+    }
+
+    /// Opens an existing window: waits up to [`HEADER_WAIT`] for its magic, then validates the
+    /// version, the geometry and the file size. Never writes to it.
+    pub fn open(path: &Path) -> Result<Self, WindowError> {
+        let file = OpenOptions::new().read(true).write(true).open(path).map_err(io(path))?;
+        let invalid = |what: String| WindowError::Invalid { path: path.to_path_buf(), what };
+        let len = file.metadata().map_err(io(path))?.len();
+        if len < HEADER_BYTES {
+            return Err(invalid(format!("{len} bytes, shorter than the header")));
+        }
+        let map = Self::map_file(&file, path)?;
+        let w = Window { map, geometry: Geometry { slots: 1, target_bytes: 8 }, path: path.to_path_buf() };
+        let started = Instant::now();
+        while w.word(0).load(Ordering::Acquire).to_le_bytes() != MAGIC {
+            if started.elapsed() > HEADER_WAIT {
+                return Err(WindowError::NoHeader(path.to_path_buf()));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let version = w.u32_at(H_VERSION);
+        if version != VERSION {
+            return Err(invalid(format!("version {version}, expected {VERSION}")));
+        }
+        let geometry =
+            Geometry { slots: w.u32_at(H_SLOTS), target_bytes: w.word(H_TARGET_BYTES).load(Ordering::Relaxed) };
+        geometry.check().map_err(&invalid)?;
+        if len != geometry.file_bytes() {
+            return Err(invalid(format!("{len} bytes, the header's geometry needs {}", geometry.file_bytes())));
+        }
+        Ok(Window { geometry, ..w })
+    }
+
+    /// Creates a new window (the server's job): only if no file exists (one creator wins),
+    /// sized with zeros, the header filled in and the magic stored last. An existing window
+    /// is opened instead, and must have this geometry: a window is never reshaped or zeroed.
+    pub fn create_or_open(path: &Path, geometry: Geometry) -> Result<Self, WindowError> {
+        geometry.check().map_err(|what| WindowError::Invalid { path: path.to_path_buf(), what })?;
+        let created = OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(path);
+        let file = match created {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let w = Self::open(path)?;
+                if w.geometry != geometry {
+                    return Err(WindowError::Invalid {
+                        path: path.to_path_buf(),
+                        what: format!("exists with {:?}, asked for {geometry:?} (never reshaped)", w.geometry),
+                    });
+                }
+                return Ok(w);
+            }
+            Err(e) => return Err(io(path)(e)),
+        };
+        file.set_len(geometry.file_bytes()).map_err(io(path))?;
+        let map = Self::map_file(&file, path)?;
+        let w = Window { map, geometry, path: path.to_path_buf() };
+        w.word(H_VERSION).store(u64::from(VERSION) | u64::from(geometry.slots) << 32, Ordering::Relaxed);
+        w.word(H_TARGET_BYTES).store(geometry.target_bytes, Ordering::Relaxed);
+        // Release: an opener that reads the magic (Acquire) sees the fields above.
+        w.word(0).store(u64::from_le_bytes(MAGIC), Ordering::Release);
+        Ok(w)
+    }
+
+    /// The window's geometry.
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    /// The window file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The 8-byte word at byte offset `off` of the file (callers pass offsets inside it, 8-aligned).
+    pub(crate) fn word(&self, off: u64) -> &AtomicU64 {
+        debug_assert!(off % 8 == 0 && off + 8 <= self.map.len() as u64);
+        // SAFETY: `off` is 8-aligned and inside the mapping (the callers' offsets come from the
+        // validated geometry), the mapping lives as long as `self`, and every word of the
+        // window is accessed atomically by all parties (servers and clients alike).
+        unsafe { &*(self.map.as_mut_ptr().add(off as usize) as *const AtomicU64) }
+    }
+
+    fn u32_at(&self, off: u64) -> u32 {
+        let w = self.word(off & !7).load(Ordering::Relaxed);
+        (w >> ((off & 7) * 8)) as u32
+    }
+
+    /// Field `field` of request slot `slot`.
+    pub(crate) fn spwr(&self, slot: u32, field: u64) -> &AtomicU64 {
+        self.word(HEADER_BYTES + u64::from(slot) * SLOT_BYTES + field)
+    }
+
+    /// Field `field` of answer slot `slot`.
+    pub(crate) fn sprd(&self, slot: u32, field: u64) -> &AtomicU64 {
+        self.word(HEADER_BYTES + u64::from(self.geometry.slots + slot) * SLOT_BYTES + field)
+    }
+
+    /// The target word at byte offset `target` of the target area, if it is one.
+    pub fn target(&self, target: u64) -> Option<&AtomicU64> {
+        (target % 8 == 0 && target < self.geometry.target_bytes)
+            .then(|| self.word(self.geometry.target_offset() + target))
+    }
+
+    /// The header's server word (a packed process identity, 0 = unserved).
+    pub(crate) fn server(&self) -> &AtomicU64 {
+        self.word(H_SERVER_PID)
+    }
+}
