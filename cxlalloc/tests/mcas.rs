@@ -205,14 +205,26 @@ fn a_second_server_of_a_served_window_is_refused() {
 }
 
 #[test]
-fn a_file_that_is_not_a_window_is_refused_and_left_alone() {
+fn a_file_that_is_not_a_window_is_refused_at_once_and_left_alone() {
     let path = window_path("garbage");
     std::fs::write(&path, vec![0xab; 8192]).unwrap();
     let before = std::fs::read(&path).unwrap();
+    assert!(matches!(Window::open(&path), Err(WindowError::Invalid { .. })));
+    assert!(matches!(
+        Window::create_or_open(&path, Geometry { slots: 1, target_bytes: 8 }),
+        Err(WindowError::Invalid { .. })
+    ));
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn a_window_whose_creator_died_before_its_header_is_refused_after_the_wait() {
+    let path = window_path("headerless");
+    std::fs::write(&path, vec![0; 8192]).unwrap();
     let started = Instant::now();
     assert!(matches!(Window::open(&path), Err(WindowError::NoHeader(_))));
     assert!(started.elapsed() >= Duration::from_secs(4), "an opener waits for a creator first");
-    assert_eq!(std::fs::read(&path).unwrap(), before);
     std::fs::remove_file(&path).unwrap();
 }
 

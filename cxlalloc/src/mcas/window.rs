@@ -130,8 +130,9 @@ impl Window {
         MmapRaw::map_raw(file).map_err(io(path))
     }
 
-    /// Opens an existing window: waits up to [`HEADER_WAIT`] for its magic, then validates the
-    /// version, the geometry and the file size. Never writes to it.
+    /// Opens an existing window: waits up to [`HEADER_WAIT`] for its magic while it is still
+    /// zero (a creator mid-way), refuses any other magic at once, then validates the version,
+    /// the geometry and the file size. Never writes to it.
     pub fn open(path: &Path) -> Result<Self, WindowError> {
         let file = OpenOptions::new().read(true).write(true).open(path).map_err(io(path))?;
         let invalid = |what: String| WindowError::Invalid { path: path.to_path_buf(), what };
@@ -142,7 +143,15 @@ impl Window {
         let map = Self::map_file(&file, path)?;
         let w = Window { map, geometry: Geometry { slots: 1, target_bytes: 8 }, path: path.to_path_buf() };
         let started = Instant::now();
-        while w.word(0).load(Ordering::Acquire).to_le_bytes() != MAGIC {
+        loop {
+            let magic = w.word(0).load(Ordering::Acquire);
+            if magic.to_le_bytes() == MAGIC {
+                break;
+            }
+            if magic != 0 {
+                // Not a creator mid-way (it publishes the magic whole): some other file.
+                return Err(invalid("not an mCAS window (bad magic)".to_string()));
+            }
             if started.elapsed() > HEADER_WAIT {
                 return Err(WindowError::NoHeader(path.to_path_buf()));
             }
