@@ -19,6 +19,7 @@
 pub mod allocator;
 pub mod barrier;
 pub mod bench;
+pub mod caslat;
 pub mod demo;
 pub mod harness;
 pub mod memory;

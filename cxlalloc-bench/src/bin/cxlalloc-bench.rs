@@ -3,6 +3,7 @@
 //! ```text
 //! cxlalloc-bench run WORKLOAD.toml [--out FILE] [--resume] [--only TEXT] [--dry-run]
 //! cxlalloc-bench table FILE.ndjson...
+//! cxlalloc-bench cas-latency [--threads 1,2,4] [--ops N] [--mcas-latency-ns NS] [--cosim BIN]
 //! ```
 //!
 //! `run` is the driver: it expands the workload file into configurations, runs each (a
@@ -14,6 +15,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use std::time::Duration;
+
+use cxlalloc_bench::caslat;
 use cxlalloc_bench::harness::driver::{self, Options};
 use cxlalloc_bench::harness::{coordinator, job::Job, worker};
 use cxlalloc_bench::Error;
@@ -49,6 +53,24 @@ enum Cmd {
         /// Directory for run directories (heaps, control areas): a tmpfs or DAX mount.
         #[arg(long, default_value = "/dev/shm")]
         run_root: PathBuf,
+    },
+    /// Measure CAS latency per coherence model: native, flush+CAS, software mCAS, RTL mCAS.
+    CasLatency {
+        /// Thread counts (contending on one word).
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+        threads: Vec<usize>,
+        /// Successful CASes per thread.
+        #[arg(long, default_value_t = 20_000)]
+        ops: usize,
+        /// The software mCAS device's time per CAS, ns (the paper's device: 2300 at p50).
+        #[arg(long, default_value_t = 2300)]
+        mcas_latency_ns: u64,
+        /// `mcas-cosim` (built by script/fpga.sh) to measure the RTL too.
+        #[arg(long)]
+        cosim: Option<PathBuf>,
+        /// NDJSON output, one line per row (appended).
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// Print the results table of NDJSON files.
     Table {
@@ -121,6 +143,19 @@ fn run(cmd: Cmd) -> Result<ExitCode, Error> {
                 }
                 Ok(ExitCode::FAILURE)
             }
+        }
+        Cmd::CasLatency { threads, ops, mcas_latency_ns, cosim, out } => {
+            let opts = caslat::Options { threads, ops, mcas_latency: Duration::from_nanos(mcas_latency_ns), cosim };
+            let rows = caslat::run(&opts)?;
+            print!("{}", caslat::table(&rows));
+            if let Some(out) = out {
+                use std::io::Write;
+                let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&out)?;
+                for r in &rows {
+                    writeln!(f, "{}", r.json())?;
+                }
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Cmd::Table { files } => {
             let mut records = Vec::new();
