@@ -132,9 +132,11 @@ fn mcas_rows(mode: &'static str, window: &Arc<Window>, o: &Options, rows: &mut V
     }
 }
 
-/// A window file for this run.
+/// A window file of its own for each measurement (several may run in one process).
 fn window_path(tag: &str) -> PathBuf {
-    PathBuf::from(format!("/dev/shm/cxlalloc-caslat-{tag}-{}", std::process::id()))
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    PathBuf::from(format!("/dev/shm/cxlalloc-caslat-{tag}-{}-{n}", std::process::id()))
 }
 
 /// `mcas-cosim` serving a window, killed and its file removed on drop.

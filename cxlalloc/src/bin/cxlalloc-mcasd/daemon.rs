@@ -1,6 +1,4 @@
-//! `cxlalloc-mcasd`: the software mCAS device. Creates the window file if none exists (never
-//! reshaping or zeroing an existing one), serves it until SIGTERM or SIGINT, answers what is in
-//! flight, releases the window and exits 0.
+//! The daemon proper (see `main.rs`).
 
 use cxlalloc::sync::{AtomicBool, Ordering};
 use std::path::PathBuf;
@@ -36,7 +34,8 @@ extern "C" fn on_signal(_: i32) {
     STOP.store(true, Ordering::Relaxed);
 }
 
-fn main() -> ExitCode {
+/// Parses the command line and serves the window.
+pub fn main() -> ExitCode {
     let args = Args::parse();
     let window =
         match Window::create_or_open(&args.window, Geometry { slots: args.slots, target_bytes: args.target_bytes }) {
