@@ -55,16 +55,18 @@ impl bench::Visit for SharedWords {
     }
 }
 
+/// The command that starts worker process `process` of the run in `dir` (`exe work`).
+pub(crate) fn worker_command(exe: &Path, dir: &Path, process: usize) -> Command {
+    let mut c = Command::new(exe);
+    c.arg("work").arg("--run-dir").arg(dir).arg("--process").arg(process.to_string());
+    c
+}
+
 fn run_workers(job: &Job, exe: &Path, dir: &Path, area: &SharedArea) -> Result<Vec<Record>, Error> {
     let barrier = job.barrier(area)?;
     let mut children = Vec::new();
     for process in 0..job.config.processes {
-        let child = Command::new(exe)
-            .arg("work")
-            .arg("--run-dir")
-            .arg(dir)
-            .arg("--process")
-            .arg(process.to_string())
+        let child = worker_command(exe, dir, process)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -44,7 +44,7 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -52,9 +52,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
-use super::coordinator::RunDir;
+use super::coordinator::{worker_command, RunDir};
 use super::job::{Job, CONTROL_FILE, HARNESS_WORDS};
-use super::record::{Memory, Pss, Record, Rusage, ThreadTiming, SCHEMA};
+use super::record::{Memory, Pss, Record, ThreadTiming};
 use crate::allocator::{self, Allocator, Recovered};
 use crate::bench::crash::{self, CleanUp, Control, Crash, Logged};
 use crate::bench::stress::Rng;
@@ -264,12 +264,7 @@ struct Incarnation {
 }
 
 fn spawn(exe: &Path, dir: &Path, process: usize, crash: &Crash, ctl: &Control<'_>) -> Result<Incarnation, Error> {
-    let mut child = Command::new(exe)
-        .arg("work")
-        .arg("--run-dir")
-        .arg(dir)
-        .arg("--process")
-        .arg(process.to_string())
+    let mut child = worker_command(exe, dir, process)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -660,7 +655,6 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 
 /// The run's lines: one per process index, over all its incarnations.
 fn records(job: &Job, crash: &Crash, ctl: &Control<'_>, killed: &Killed, s: &Summary) -> Vec<Record> {
-    let c = &job.config;
     let secs = killed.secs.max(1e-9);
     let all_ms: Vec<f64> =
         s.recoveries.iter().map(|r| r.duration).chain(s.end_recoveries.iter().map(|r| r.duration)).map(ms).collect();
@@ -731,39 +725,13 @@ fn records(job: &Job, crash: &Crash, ctl: &Control<'_>, killed: &Killed, s: &Sum
             let (hwcc, swcc, other, total) = ctl.pss(p);
             let pss = Pss { hwcc_bytes: hwcc, swcc_bytes: swcc, other_bytes: other, total_bytes: total };
             Record {
-                schema: SCHEMA,
-                run_id: job.run_id.clone(),
-                date: job.date.clone(),
-                workload: job.workload.clone(),
-                config_id: c.id(),
-                repeat: job.repeat,
-                benchmark: c.benchmark.clone(),
-                params: c.params.clone(),
-                allocator: c.allocator.name.clone(),
-                allocator_settings: c.allocator.settings.clone(),
-                allocator_label: c.allocator.label(),
-                processes: c.processes,
-                threads: c.threads,
-                process: p,
-                seed: c.seed,
-                throughput: per_thread.iter().map(|t| t.ops as f64 / t.secs).sum(),
-                ops: per_thread.iter().map(|t| t.ops).sum(),
-                per_thread,
                 allocated: counts.iter().map(|c| c.0).sum(),
                 freed: counts.iter().map(|c| c.1).sum(),
                 verified: counts.iter().map(|c| c.2).sum(),
                 extra,
                 memory: Memory { end: pss, peak: pss, peak_rss_bytes: 0, samples: u64::from(total > 0) },
-                rusage: Rusage::default(),
-                allocator_stats: Value::Null,
                 heap_check: s.heap_check.clone(),
-                trace: Value::Null,
-                host: json!({
-                    "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
-                    "kernel": nix::sys::utsname::uname()
-                        .map(|u| u.release().to_string_lossy().into_owned())
-                        .unwrap_or_default(),
-                }),
+                ..Record::for_job(job, p, per_thread)
             }
         })
         .collect()

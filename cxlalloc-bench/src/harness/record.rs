@@ -11,7 +11,9 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
+
+use super::job::Job;
 
 /// Version of the record layout.
 pub const SCHEMA: u32 = 1;
@@ -79,6 +81,50 @@ pub struct Record {
 }
 
 /// One thread's timing.
+impl Record {
+    /// A line of `job`'s run for worker `process` with these thread timings: the run's
+    /// identity, settings, timings and host filled in; counts, extras and measurements empty,
+    /// for the caller to set.
+    pub fn for_job(job: &Job, process: usize, per_thread: Vec<ThreadTiming>) -> Self {
+        let c = &job.config;
+        Record {
+            schema: SCHEMA,
+            run_id: job.run_id.clone(),
+            date: job.date.clone(),
+            workload: job.workload.clone(),
+            config_id: c.id(),
+            repeat: job.repeat,
+            benchmark: c.benchmark.clone(),
+            params: c.params.clone(),
+            allocator: c.allocator.name.clone(),
+            allocator_settings: c.allocator.settings.clone(),
+            allocator_label: c.allocator.label(),
+            processes: c.processes,
+            threads: c.threads,
+            process,
+            seed: c.seed,
+            throughput: per_thread.iter().map(|t| t.ops as f64 / t.secs.max(1e-9)).sum(),
+            ops: per_thread.iter().map(|t| t.ops).sum(),
+            per_thread,
+            allocated: 0,
+            freed: 0,
+            verified: 0,
+            extra: Map::new(),
+            memory: Memory::default(),
+            rusage: Rusage::default(),
+            allocator_stats: Value::Null,
+            heap_check: Value::Null,
+            trace: Value::Null,
+            host: json!({
+                "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
+                "kernel": nix::sys::utsname::uname()
+                    .map(|u| u.release().to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            }),
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ThreadTiming {
     /// Global thread id.

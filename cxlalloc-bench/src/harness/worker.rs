@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use super::job::{Job, CONTROL_FILE, HARNESS_WORDS};
-use super::record::{Memory, Pss, Record, Rusage, ThreadTiming, SCHEMA};
+use super::record::{Memory, Pss, Record, Rusage, ThreadTiming};
 use crate::allocator::{self, Allocator, Handles};
 use crate::barrier::Barrier;
 use crate::bench::{self, Benchmark, Ctx, Params, Phases, Report, Shape};
@@ -224,7 +224,6 @@ fn pss_of(s: &MemorySplit) -> Pss {
 }
 
 fn record(job: &Job, process: usize, first: usize, reports: &[(Report, f64)], memory: Memory, stats: Value) -> Record {
-    let c = &job.config;
     let per_thread: Vec<ThreadTiming> = reports
         .iter()
         .enumerate()
@@ -244,24 +243,6 @@ fn record(job: &Job, process: usize, first: usize, reports: &[(Report, f64)], me
         }
     }
     Record {
-        schema: SCHEMA,
-        run_id: job.run_id.clone(),
-        date: job.date.clone(),
-        workload: job.workload.clone(),
-        config_id: c.id(),
-        repeat: job.repeat,
-        benchmark: c.benchmark.clone(),
-        params: c.params.clone(),
-        allocator: c.allocator.name.clone(),
-        allocator_settings: c.allocator.settings.clone(),
-        allocator_label: c.allocator.label(),
-        processes: c.processes,
-        threads: c.threads,
-        process,
-        seed: c.seed,
-        throughput: per_thread.iter().map(|t| t.ops as f64 / t.secs.max(1e-9)).sum(),
-        ops: per_thread.iter().map(|t| t.ops).sum(),
-        per_thread,
         allocated: reports.iter().map(|(r, _)| r.allocated).sum(),
         freed: reports.iter().map(|(r, _)| r.freed).sum(),
         verified: reports.iter().map(|(r, _)| r.verified).sum(),
@@ -269,12 +250,7 @@ fn record(job: &Job, process: usize, first: usize, reports: &[(Report, f64)], me
         memory,
         rusage: rusage(),
         allocator_stats: stats,
-        heap_check: Value::Null,
-        trace: Value::Null,
-        host: json!({
-            "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
-            "kernel": nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default(),
-        }),
+        ..Record::for_job(job, process, per_thread)
     }
 }
 
