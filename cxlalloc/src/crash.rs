@@ -120,14 +120,13 @@ pub fn arm(spec: &str) {
 pub fn hit(site: &str, op: &str, flag: bool) {
     let set = ARMED.load(Ordering::Acquire);
     // SAFETY: a non-null ARMED points to a leaked, never freed Armed.
-    let armed = match unsafe { set.as_ref() } {
+    let a = match unsafe { set.as_ref() } {
         Some(a) => a,
         None => match FROM_ENV.get_or_init(|| std::env::var("CXLALLOC_CRASH_AT").ok().map(|s| parse(&s))) {
             Some(a) => a,
             None => return,
         },
     };
-    let a = armed;
     if a.site != site || (!a.op.is_empty() && (a.op != op || a.flag != flag)) {
         return;
     }

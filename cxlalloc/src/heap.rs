@@ -173,9 +173,7 @@ impl Heap {
     /// thread goes on (DESIGN §8.3). The handle then holds the slot: keep using it, or drop it
     /// to return the slot's empty slabs to the heap and release the slot.
     pub fn adopt(&self, slot: u32) -> Result<(ThreadHandle, RecoveryReport), AdoptError> {
-        let h = thread::adopt(self, slot)?;
-        let report = h.recovery().cloned().ok_or(AdoptError::Raced(slot))?;
-        Ok((h, report))
+        thread::adopt(self, slot)
     }
 
     /// Adopts and releases every slot whose holder died: each repaired slot's empty slabs go

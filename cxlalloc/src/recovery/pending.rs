@@ -11,7 +11,7 @@ use crate::backing::HugeName;
 use crate::huge::descriptor::HugeState;
 use crate::huge::ops::{mark_freed, HugeThread};
 use crate::slab::ops::SlabThread;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::Ordering;
 use crate::thread::redo::{Pending, PendingKind};
 
 /// What resolving the pending word did.
@@ -29,12 +29,6 @@ pub enum PendingOutcome {
     Undone,
     /// A huge free or reclaim in progress was finished.
     Finished,
-}
-
-/// The word at heap offset `off` if it is one a caller may name (8-aligned, in slab data, the
-/// huge span or the roots).
-pub(crate) fn dest_word<'a>(t: &SlabThread<'a>, off: u64) -> Option<&'a AtomicU64> {
-    t.mem.word_at(off)
 }
 
 /// Whether the slab block at heap offset `off` is allocated.
@@ -61,30 +55,31 @@ pub(crate) fn resolve(t: &SlabThread<'_>, huge: Option<&HugeThread<'_>>, p: Pend
             if block == 0 || !allocated(t, huge, block) {
                 return PendingOutcome::NotTaken;
             }
-            if let Some(w) = dest_word(t, dest) {
+            if let Some(w) = t.mem.word_at(dest) {
                 // Release: the block's contents (none yet) and our metadata precede the word.
                 w.store(block, Ordering::Release);
             }
             PendingOutcome::Stored
         }
         PendingKind::Free => {
-            if let Some(w) = dest_word(t, dest) {
+            if let Some(w) = t.mem.word_at(dest) {
                 let _ = w.compare_exchange(block, 0, Ordering::AcqRel, Ordering::Relaxed);
             }
-            let same = match huge.filter(|h| h.view.span.contains(block as usize)) {
-                Some(h) => h
-                    .view
-                    .find(block)
-                    .is_some_and(|b| b.offset == block && p.names(b.generation) && b.state == Some(HugeState::Live)),
-                None => t
-                    .locate(t.mem.block(block as usize).as_ptr())
-                    .is_ok_and(|at| p.names(u64::from(at.desc.head.generation.load(Ordering::Relaxed)))),
+            // Free it only if it is still the allocation the record names (a finished free may
+            // have let the block be reallocated since).
+            let freed = match huge.filter(|h| h.view.span.contains(block as usize)) {
+                Some(h) => {
+                    h.view
+                        .find(block)
+                        .is_some_and(|b| b.offset == block && p.names(b.generation) && b.state == Some(HugeState::Live))
+                        && h.free(None, block).is_ok()
+                }
+                None => {
+                    let ptr = t.mem.block(block as usize).as_ptr();
+                    t.locate(ptr).is_ok_and(|at| p.names(u64::from(at.desc.head.generation.load(Ordering::Relaxed))))
+                        && t.free(ptr).is_ok()
+                }
             };
-            let freed = same
-                && match huge.filter(|h| h.view.span.contains(block as usize)) {
-                    Some(h) => h.free(None, block).is_ok(),
-                    None => t.free(t.mem.block(block as usize).as_ptr()).is_ok(),
-                };
             if freed {
                 PendingOutcome::Freed
             } else {

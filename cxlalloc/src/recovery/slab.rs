@@ -234,7 +234,7 @@ impl SlabThread<'_> {
                 continue;
             }
             out.owned += 1;
-            if recount(d) {
+            if d.recount() {
                 out.recounted += 1;
             }
             let class = d.head.class.load(Ordering::Relaxed);
@@ -251,23 +251,4 @@ impl SlabThread<'_> {
             }
         }
     }
-}
-
-/// Recomputes `d`'s free count and summary from its bitset; true if either was wrong.
-fn recount(d: Descriptor<'_>) -> bool {
-    let free = d.count_free();
-    let summary = d.bits.iter().enumerate().fold(
-        0u64,
-        |s, (w, word)| {
-            if word.load(Ordering::Relaxed) != 0 {
-                s | 1 << w
-            } else {
-                s
-            }
-        },
-    );
-    let wrong = d.head.free.load(Ordering::Relaxed) != free || d.head.summary.load(Ordering::Relaxed) != summary;
-    d.head.free.store(free, Ordering::Relaxed);
-    d.head.summary.store(summary, Ordering::Relaxed);
-    wrong
 }

@@ -132,10 +132,28 @@ impl Descriptor<'_> {
         self.bits.iter().map(|w| w.load(Ordering::Relaxed).count_ones()).sum()
     }
 
+    /// The summary word the bitset implies (O(words)).
+    fn summary_of_bits(&self) -> u64 {
+        self.bits
+            .iter()
+            .enumerate()
+            .filter(|(_, word)| word.load(Ordering::Relaxed) != 0)
+            .fold(0, |s, (w, _)| s | 1 << w)
+    }
+
     /// Whether the summary word agrees with the bitset (O(words)).
     pub fn summary_consistent(&self) -> bool {
-        let summary = self.head.summary.load(Ordering::Relaxed);
-        self.bits.iter().enumerate().all(|(w, word)| (word.load(Ordering::Relaxed) != 0) == (summary >> w & 1 == 1))
+        self.head.summary.load(Ordering::Relaxed) == self.summary_of_bits()
+    }
+
+    /// Recovery: recomputes the free count and the summary from the bitset, which a crash can
+    /// leave ahead of them; true if either was wrong.
+    pub fn recount(&self) -> bool {
+        let (free, summary) = (self.count_free(), self.summary_of_bits());
+        let wrong = self.head.free.load(Ordering::Relaxed) != free || !self.summary_consistent();
+        self.head.free.store(free, Ordering::Relaxed);
+        self.head.summary.store(summary, Ordering::Relaxed);
+        wrong
     }
 }
 

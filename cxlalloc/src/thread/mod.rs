@@ -86,7 +86,7 @@ pub(crate) fn attach(heap: &Heap) -> Result<ThreadHandle, AttachError> {
     }
     let dead = dead_slots(heap);
     if mem.recoverable() {
-        if let Some(h) = dead.iter().find_map(|&slot| adopt(heap, slot).ok()) {
+        if let Some((h, _)) = dead.iter().find_map(|&slot| adopt(heap, slot).ok()) {
             return Ok(h);
         }
     }
@@ -115,8 +115,9 @@ fn handle(heap: &Heap, slot: u32, holder: u64) -> Result<ThreadHandle, AttachErr
     })
 }
 
-/// Takes over `slot` from its dead holder and repairs it (DESIGN §8.3).
-pub(crate) fn adopt(heap: &Heap, slot: u32) -> Result<ThreadHandle, AdoptError> {
+/// Takes over `slot` from its dead holder and repairs it (DESIGN §8.3); the handle keeps a
+/// copy of the report ([`ThreadHandle::recovery`]).
+pub(crate) fn adopt(heap: &Heap, slot: u32) -> Result<(ThreadHandle, RecoveryReport), AdoptError> {
     let mem = heap.mem();
     let slots = mem.layout.slots;
     if slot >= slots {
@@ -144,8 +145,9 @@ pub(crate) fn adopt(heap: &Heap, slot: u32) -> Result<ThreadHandle, AdoptError> 
         }
     })?;
     let view = mem.huge().filter(|v| v.in_own_process());
-    h.recovered = Some(recovery::recover(&h.ops, view, Some(dead)));
-    Ok(h)
+    let report = recovery::recover(&h.ops, view, Some(dead));
+    h.recovered = Some(report.clone());
+    Ok((h, report))
 }
 
 /// Slots whose holder process is gone (candidates for adoption by recovery).
