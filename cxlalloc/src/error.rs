@@ -58,6 +58,9 @@ pub enum OpenError {
     /// The process already has the maximum number of heaps open.
     #[error("too many heaps open in this process (max {0})")]
     TooManyHeaps(usize),
+    /// A no-HWcc heap's mCAS window could not be used.
+    #[error("mCAS window: {0}")]
+    Mcas(String),
 }
 
 /// Why a thread could not attach ([`crate::Heap::attach`]).
@@ -75,6 +78,9 @@ pub enum AttachError {
     /// The device has no room for the slot's record (the lease is given back).
     #[error("no backing store left for a thread record: {0}")]
     OutOfMemory(nix::errno::Errno),
+    /// No-HWcc heap: no mCAS device serves its window (start `cxlalloc-mcasd --heap NAME`).
+    #[error("no mCAS device serves {0} (start cxlalloc-mcasd for this heap)")]
+    DeviceUnserved(String),
 }
 
 /// Why a slot could not be adopted ([`crate::Heap::adopt`]).
@@ -109,6 +115,9 @@ pub enum AdoptError {
     /// adoptable.
     #[error("no backing store for the adopted slot's record: {0}")]
     OutOfMemory(nix::errno::Errno),
+    /// No-HWcc heap: no mCAS device serves its window.
+    #[error("no mCAS device serves {0} (start cxlalloc-mcasd for this heap)")]
+    DeviceUnserved(String),
 }
 
 impl From<&AdoptError> for ErrorCode {
@@ -120,6 +129,7 @@ impl From<&AdoptError> for ErrorCode {
             AdoptError::Raced(_) => ErrorCode::SlotsExhausted,
             AdoptError::RecoveryDisabled => ErrorCode::Unsupported,
             AdoptError::OutOfMemory(_) => ErrorCode::OutOfMemory,
+            AdoptError::DeviceUnserved(_) => ErrorCode::Io,
         }
     }
 }
@@ -129,6 +139,7 @@ impl From<&AttachError> for ErrorCode {
         match e {
             AttachError::SlotsExhausted { .. } => ErrorCode::SlotsExhausted,
             AttachError::OutOfMemory(_) => ErrorCode::OutOfMemory,
+            AttachError::DeviceUnserved(_) => ErrorCode::Io,
         }
     }
 }
@@ -261,6 +272,7 @@ impl From<&OpenError> for ErrorCode {
             OpenError::Mismatch { .. } => ErrorCode::Mismatch,
             OpenError::InvalidConfig(_) => ErrorCode::InvalidArgument,
             OpenError::Map(_) | OpenError::TooManyHeaps(_) => ErrorCode::OutOfMemory,
+            OpenError::Mcas(_) => ErrorCode::Io,
         }
     }
 }

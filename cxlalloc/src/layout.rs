@@ -49,13 +49,55 @@ pub const MAGIC: [u8; 8] = *b"CXLALLOC";
 /// Number of application roots.
 pub const ROOTS: usize = 64;
 
-/// How the device keeps memory coherent between hosts. Recorded in the header.
+/// How the device keeps memory coherent between hosts (DESIGN §9.1). Recorded in the header;
+/// every process of a heap runs the same model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[repr(u32)]
 pub enum Coherence {
     /// Every access is hardware-coherent: plain atomics, no flushes.
     #[default]
     Full = 0,
+    /// Only the HWcc regions (shared, claims, remote) are coherent; descriptors and records
+    /// (SWcc) are written back before their ownership moves and invalidated before another
+    /// host's copy is read (`clflushopt`/`clwb` + fences, `clflush` where the CPU lacks them).
+    Limited = 1,
+    /// Nothing is coherent: the HWcc words live in an mCAS window (each in its own cache line)
+    /// and every CAS on them is executed by the device's near-memory unit; SWcc memory follows
+    /// the limited model's flush protocol.
+    NoHwcc = 2,
+}
+
+impl Coherence {
+    /// Every model, in discriminant order.
+    pub const ALL: [Coherence; 3] = [Coherence::Full, Coherence::Limited, Coherence::NoHwcc];
+
+    /// The model's name in configuration files and on command lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            Coherence::Full => "full",
+            Coherence::Limited => "limited",
+            Coherence::NoHwcc => "none",
+        }
+    }
+
+    /// The model named `name` (see [`Coherence::name`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    /// The model with discriminant `raw`.
+    pub fn from_raw(raw: u32) -> Option<Self> {
+        Self::ALL.into_iter().find(|&c| c as u32 == raw)
+    }
+
+    /// Bytes between consecutive per-slab and per-slot HWcc words: each mCAS target gets a
+    /// cache line of its own (DESIGN §9.1), the others pack 8-byte words.
+    pub fn hwcc_stride(self) -> usize {
+        match self {
+            Coherence::NoHwcc => 64,
+            Coherence::Full | Coherence::Limited => 8,
+        }
+    }
 }
 
 /// Parameters of a new heap. Stored in the header; openers that pass one are checked against it.
@@ -138,6 +180,13 @@ impl Config {
             return bad(format!(
                 "huge_capacity must be a multiple of 1 GiB up to {} GiB, got {} bytes",
                 MAX_HUGE_SLOTS, self.huge_capacity
+            ));
+        }
+        if self.coherence != Coherence::Full && self.huge_capacity != 0 {
+            return bad(format!(
+                "the huge heap needs coherence = full (its descriptors' status word is CASed by any \
+                 host); set huge_capacity = 0 for coherence = {}",
+                self.coherence.name()
             ));
         }
         Ok(())
@@ -274,7 +323,9 @@ impl Header {
         }
         let reference = Header::new(&Config::default(), 0);
         expect("page_size", h.page_size.into(), reference.page_size.into())?;
-        expect("coherence", h.coherence.into(), Coherence::Full as u64)?;
+        if Coherence::from_raw(h.coherence).is_none() {
+            return Err(OpenError::Mismatch { field: "coherence", found: h.coherence.into(), expected: 0 });
+        }
         expect("roots", h.roots.into(), reference.roots.into())?;
         expect("record_bytes", h.record_bytes.into(), reference.record_bytes.into())?;
         for i in 0..2 {
@@ -301,7 +352,7 @@ impl Header {
             large_batch: self.batch[1],
             cache_local: self.cache_local,
             huge_capacity: u64::from(self.huge_slots) << HUGE_SLOT_SHIFT,
-            coherence: Coherence::Full,
+            coherence: Coherence::from_raw(self.coherence).unwrap_or_default(),
             commit_on_grow: self.flags & FLAG_COMMIT != 0,
             recovery: self.flags & FLAG_RECOVERY != 0,
         }
@@ -500,6 +551,11 @@ pub struct Layout {
     /// Offset of the detectable-CAS help words (in the shared region, after the slot table):
     /// one per slot, see [`crate::protocol::detectable`].
     pub help_table: usize,
+    /// Bytes between consecutive slot leases.
+    pub lease_stride: usize,
+    /// Bytes between consecutive remote counters and between help words
+    /// ([`Coherence::hwcc_stride`]).
+    pub hwcc_stride: usize,
     /// Thread slots.
     pub slots: u32,
     /// Offset of the huge claim array (in the claims region): one word per huge slot, 0 = free,
@@ -537,9 +593,12 @@ impl Layout {
             span.offset
         };
         place(RegionId::Header, HEADER_BYTES, &mut regions);
+        let coherence = Coherence::from_raw(h.coherence).unwrap_or_default();
+        let stride = coherence.hwcc_stride();
+        let lease_stride = std::mem::size_of::<SlotLease>().max(stride);
         let slot_table = std::mem::size_of::<SharedHeader>();
-        let help_table = slot_table + h.slots as usize * std::mem::size_of::<SlotLease>();
-        let shared = help_table + h.slots as usize * 8;
+        let help_table = slot_table + h.slots as usize * lease_stride;
+        let shared = help_table + h.slots as usize * stride;
         let shared_off = place(RegionId::Shared, shared, &mut regions);
         let hazard_sets = h.slots;
         let claims = h.huge_slots as usize * 8;
@@ -558,7 +617,7 @@ impl Layout {
             let base = place(id, size, regions);
             sub.map(|s| Span { offset: base + s.offset, ..s })
         };
-        let remote = arrays(RegionId::Remote, &|_| 8, &mut regions);
+        let remote = arrays(RegionId::Remote, &|_| stride, &mut regions);
         let local = arrays(RegionId::Local, &|i| h.descriptor_bytes[i] as usize, &mut regions);
         let data = arrays(RegionId::Data, &|i| 1usize << h.slab_shift[i], &mut regions);
         for i in 0..2 {
@@ -571,6 +630,8 @@ impl Layout {
             brackets,
             slot_table: shared_off + slot_table,
             help_table: shared_off + help_table,
+            lease_stride,
+            hwcc_stride: stride,
             slots: h.slots,
             claims: claims_off,
             hazard_leases: claims_off + claims,
@@ -608,7 +669,7 @@ impl Layout {
     /// Bytes of HWcc regions (shared, claims, and the remote counters the heap's current
     /// lengths use).
     pub fn hwcc_bytes(&self, lengths: [u32; 2]) -> u64 {
-        let remote: usize = lengths.iter().map(|&l| l as usize * 8).sum();
+        let remote: usize = lengths.iter().map(|&l| l as usize * self.hwcc_stride).sum();
         (self.region(RegionId::Shared).size + self.region(RegionId::Claims).size + remote) as u64
     }
 }

@@ -22,7 +22,8 @@
 //! 1. [`sync`] (atomics facade), [`word`] (packed-word decoders), [`class`] (size classes)
 //! 2. [`protocol`] — the lock-free CAS protocols, model-checked with loom
 //! 3. [`map`] (mmap) → [`backing`] (region storage) → [`layout`] (header and offsets);
-//!    [`mcas`] (the mCAS window, client and software device)
+//!    [`mcas`] (the mCAS window, client and software device) → [`coherence`] (the coherence
+//!    models: SWcc flushes, HWcc words through mCAS)
 //! 4. [`mem`] — a mapped heap and its checked accessors (the raw-memory boundary)
 //! 5. [`slab`] (the state machine), [`thread`] (slots, records, redo log) and [`huge`] (its
 //!    [`huge::view`] sits at layer 4: the fault handler reaches it through [`mem`]); [`crash`]
@@ -44,6 +45,8 @@ pub mod backing;
 pub mod check;
 #[cfg(not(loom))]
 pub mod class;
+#[cfg(not(loom))]
+pub mod coherence;
 #[cfg(not(loom))]
 pub mod crash;
 #[cfg(not(loom))]

@@ -8,9 +8,11 @@ use nix::errno::Errno;
 
 use crate::backing::Backing;
 use crate::class::Bracket;
+use crate::coherence::hwcc::{Hw, Targets};
+use crate::coherence::{window_geometry, McasHub, Swcc};
 use crate::error::OpenError;
 use crate::huge::view::HugeView;
-use crate::layout::{BracketGlobals, Header, Layout, RegionId, SharedHeader, SlotLease, Span, HEADER_BYTES};
+use crate::layout::{BracketGlobals, Coherence, Header, Layout, RegionId, SharedHeader, SlotLease, Span, HEADER_BYTES};
 use crate::map;
 use crate::slab::descriptor::{Descriptor, DescriptorHead};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
@@ -155,6 +157,12 @@ pub struct HeapMem {
     huge: Option<HugeView>,
     /// Which hazard sets this instance leased (read through `huge`).
     _hazard_sets: Box<[AtomicU64]>,
+    /// The heap's coherence model.
+    pub coherence: Coherence,
+    /// How this process keeps SWcc memory coherent under that model.
+    pub swcc: Swcc,
+    /// No-HWcc model: this process's connection to the heap's mCAS window.
+    mcas: Option<McasHub>,
 }
 
 // SAFETY: HeapMem hands out only shared references to atomics inside the mapping, which stays
@@ -199,9 +207,15 @@ impl HeapMem {
             mapped_prefix: [AtomicU32::new(0), AtomicU32::new(0)],
             huge,
             _hazard_sets: hazard_sets,
+            coherence: header.config().coherence,
+            swcc: Swcc::for_model(header.config().coherence),
+            mcas: None,
         };
         // If anything below fails, dropping `mem` releases the reservation.
         if mem.backing.fd(RegionId::Header).is_none() {
+            if mem.coherence == Coherence::NoHwcc {
+                return Err(OpenError::Mcas("a no-HWcc heap needs a heap directory (its mCAS window)".into()));
+            }
             // The huge span stays reserved: each huge block maps its own memory.
             let total = if mem.huge.is_some() { mem.layout.huge.offset } else { mem.layout.total };
             // SAFETY: the whole range is our fresh reservation.
@@ -224,6 +238,7 @@ impl HeapMem {
             mem.map_whole(r)?;
         }
         mem.lazy = Some(mem.lazy_map());
+        mem.mcas = mem.connect_mcas()?;
         for b in Bracket::ALL {
             let len = mem.refresh_length(b);
             mem.ensure_mapped(b, len).map_err(OpenError::Map)?;
@@ -235,9 +250,36 @@ impl HeapMem {
         let span = self.layout.region(r);
         let fd = self.backing.fd(r).ok_or(OpenError::Map(Errno::EBADF))?;
         let len = if r == RegionId::Header { HEADER_BYTES } else { span.size };
-        // SAFETY: the span lies inside our reservation and is page-aligned (layout invariant).
-        unsafe { map::map_shared_fixed(self.addr(span.offset), len, fd, 0, r != RegionId::Header) }
+        let at = self.backing.region_offset(r) as usize;
+        // SAFETY: the span lies inside our reservation and is page-aligned (layout invariant);
+        // the file offset is page-aligned (a region's place in its file).
+        unsafe { map::map_shared_fixed(self.addr(span.offset), len, fd, at, r != RegionId::Header) }
             .map_err(OpenError::Map)
+    }
+
+    /// No-HWcc model: opens the mCAS window that holds the HWcc regions just mapped.
+    fn connect_mcas(&self) -> Result<Option<McasHub>, OpenError> {
+        let Some(path) = self.backing.mcas_window() else {
+            return match self.coherence {
+                Coherence::NoHwcc => Err(OpenError::Mcas("a no-HWcc heap needs a heap directory".into())),
+                _ => Ok(None),
+            };
+        };
+        let hwcc = [RegionId::Shared, RegionId::Claims, RegionId::Remote].map(|r| self.layout.region(r));
+        let targets = Targets::new(hwcc.map(|s| (self.addr(s.offset) as usize, s.size)));
+        let geometry = window_geometry(self.layout.slots, hwcc.iter().map(|s| s.size as u64).sum());
+        McasHub::open(&path, geometry, targets).map(Some).map_err(|e| OpenError::Mcas(e.to_string()))
+    }
+
+    /// No-HWcc model: the mCAS window connection (`None` in the other models).
+    pub fn mcas(&self) -> Option<&McasHub> {
+        self.mcas.as_ref()
+    }
+
+    /// `word` reached through this process's own requester (lease operations, which run before
+    /// a thread holds a slot).
+    pub fn hw_process<'a>(&'a self, word: &'a AtomicU64) -> Hw<'a> {
+        Hw::new(word, self.mcas.as_ref().map(McasHub::process_port))
     }
 
     fn lazy_map(&self) -> LazyMap {
@@ -313,7 +355,7 @@ impl HeapMem {
         let bl = self.layout.bracket(b);
         let spec = b.spec();
         for (r, span, stride) in [
-            (RegionId::Remote, bl.remote, 8),
+            (RegionId::Remote, bl.remote, self.layout.hwcc_stride),
             (RegionId::Local, bl.local, spec.descriptor_size()),
             (RegionId::Data, bl.data, spec.slab_size()),
         ] {
@@ -361,7 +403,7 @@ impl HeapMem {
         debug_assert!(slot < self.layout.slots, "slot index out of range");
         // SAFETY: the slot table lies in the mapped shared region, 8-byte aligned, with
         // `slots` entries; SlotLease is all atomics.
-        unsafe { &*(self.addr(self.layout.slot_table) as *const SlotLease).add(slot as usize) }
+        unsafe { &*(self.addr(self.layout.slot_table + slot as usize * self.layout.lease_stride) as *const SlotLease) }
     }
 
     /// The detectable-CAS help word of slot `slot`; `None` for an index a corrupt word could
@@ -370,7 +412,9 @@ impl HeapMem {
         (slot < self.layout.slots).then(|| {
             // SAFETY: the help table lies in the mapped shared region, 8-byte aligned, with
             // `slots` words, and the index was checked; AtomicU64 is valid for any bits.
-            unsafe { &*(self.addr(self.layout.help_table) as *const AtomicU64).add(slot as usize) }
+            unsafe {
+                &*(self.addr(self.layout.help_table + slot as usize * self.layout.hwcc_stride) as *const AtomicU64)
+            }
         })
     }
 
@@ -428,7 +472,7 @@ impl HeapMem {
     /// The remote-free counter word of `slab`.
     #[inline]
     pub fn remote(&self, b: Bracket, slab: Slab) -> &AtomicU64 {
-        let addr = self.arrays[b as usize].remote + slab.0 as usize * 8;
+        let addr = self.arrays[b as usize].remote + slab.0 as usize * self.layout.hwcc_stride;
         // SAFETY: slab < length ≤ capacity, so the word is inside the remote array; it is mapped
         // (eagerly or by the fault handler, which maps any slab below the length) and 8-aligned.
         unsafe { &*(addr as *const AtomicU64) }

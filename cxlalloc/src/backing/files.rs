@@ -16,8 +16,10 @@ use nix::sys::stat::Mode;
 use nix::unistd::{ftruncate, unlinkat, UnlinkatFlags};
 
 use super::{Backing, HugeName};
+use crate::coherence::{window_geometry, WINDOW_FILE};
 use crate::error::OpenError;
-use crate::layout::{Header, RegionId, REGIONS};
+use crate::layout::{Coherence, Header, RegionId, REGIONS};
+use crate::mcas::{Geometry, Window};
 
 /// Default directory for named heaps.
 pub const SHM_DIR: &str = "/dev/shm";
@@ -58,6 +60,34 @@ pub struct FileBacking {
     dir: PathBuf,
     dir_fd: OwnedFd,
     files: [File; REGIONS],
+    /// Offset of each region in its file: 0, except in a no-HWcc heap, whose HWcc regions
+    /// follow each other in the target area of the mCAS window file.
+    offsets: [u64; REGIONS],
+}
+
+/// A no-HWcc heap's window geometry, and where each HWcc region starts in the window file.
+fn window_plan(header: &Header) -> Option<(Geometry, [u64; REGIONS])> {
+    if Coherence::from_raw(header.coherence) != Some(Coherence::NoHwcc) {
+        return None;
+    }
+    let hwcc = RegionId::ALL.iter().filter(|r| r.is_hwcc()).map(|&r| header.region_bytes[r as usize]).sum();
+    let geometry = window_geometry(header.slots, hwcc);
+    let mut offsets = [0; REGIONS];
+    let mut at = geometry.target_offset();
+    for r in RegionId::ALL.into_iter().filter(|r| r.is_hwcc()) {
+        offsets[r as usize] = at;
+        at += header.region_bytes[r as usize];
+    }
+    Some((geometry, offsets))
+}
+
+/// Whether `offsets` place regions in an mCAS window.
+fn window_plan_applies(offsets: &[u64; REGIONS]) -> bool {
+    offsets.iter().any(|&o| o != 0)
+}
+
+fn window_error(path: &Path) -> impl FnOnce(crate::mcas::WindowError) -> OpenError + '_ {
+    move |e| OpenError::Io { op: "mCAS window", path: path.to_path_buf(), source: std::io::Error::other(e.to_string()) }
 }
 
 fn open_dir(dir: &Path) -> Result<OwnedFd, OpenError> {
@@ -77,9 +107,10 @@ impl FileBacking {
         let tmp = parent.join(format!("{prefix}{}-{nanos}", std::process::id()));
         std::fs::create_dir(&tmp).map_err(io("create directory", &tmp))?;
         let built = Self::populate(&tmp, header);
+        let offsets = window_plan(header).map_or([0; REGIONS], |(_, o)| o);
         let result =
             built.and_then(|files| match renameat2(AT_FDCWD, &tmp, AT_FDCWD, dir, RenameFlags::RENAME_NOREPLACE) {
-                Ok(()) => Ok(FileBacking { dir: dir.to_path_buf(), dir_fd: open_dir(dir)?, files }),
+                Ok(()) => Ok(FileBacking { dir: dir.to_path_buf(), dir_fd: open_dir(dir)?, files, offsets }),
                 Err(Errno::EEXIST) | Err(Errno::ENOTEMPTY) => Err(OpenError::AlreadyExists(dir.to_path_buf())),
                 Err(e) => Err(OpenError::Io { op: "rename", path: dir.to_path_buf(), source: e.into() }),
             });
@@ -90,18 +121,37 @@ impl FileBacking {
     }
 
     fn populate(tmp: &Path, header: &Header) -> Result<[File; REGIONS], OpenError> {
+        let plan = window_plan(header);
+        if let Some((geometry, _)) = plan {
+            let path = tmp.join(WINDOW_FILE);
+            Window::create_or_open(&path, geometry).map_err(window_error(&path))?;
+        }
         let mut files = Vec::with_capacity(REGIONS);
         for r in RegionId::ALL {
-            let path = tmp.join(r.file_name());
-            let mut f =
-                OpenOptions::new().read(true).write(true).create_new(true).open(&path).map_err(io("create", &path))?;
             let bytes = header.region_bytes[r as usize];
-            f.set_len(bytes).map_err(io("size", &path))?;
+            let (path, mut f, at) = match plan {
+                Some((_, offsets)) if r.is_hwcc() => {
+                    let path = tmp.join(WINDOW_FILE);
+                    let f = OpenOptions::new().read(true).write(true).open(&path).map_err(io("open", &path))?;
+                    (path, f, offsets[r as usize])
+                }
+                _ => {
+                    let path = tmp.join(r.file_name());
+                    let f = OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .create_new(true)
+                        .open(&path)
+                        .map_err(io("create", &path))?;
+                    f.set_len(bytes).map_err(io("size", &path))?;
+                    (path, f, 0)
+                }
+            };
             if matches!(r, RegionId::Header | RegionId::Shared | RegionId::Claims | RegionId::Hazard) {
                 // Small, and touched by every process (hazards: from the signal handler, which
                 // cannot report ENOSPC): reserved now, so a full device fails the creation
                 // instead of raising SIGBUS in some process later.
-                nix::fcntl::fallocate(&f, FallocateFlags::FALLOC_FL_KEEP_SIZE, 0, bytes as i64)
+                nix::fcntl::fallocate(&f, FallocateFlags::FALLOC_FL_KEEP_SIZE, at as i64, bytes as i64)
                     .map_err(|e| io("reserve", &path)(e.into()))?;
             }
             if r == RegionId::Header {
@@ -126,23 +176,37 @@ impl FileBacking {
             .read_to_end(&mut bytes)
             .map_err(io("read header", &header_path))?;
         let header = Header::parse(&bytes, &header_path)?;
+        let plan = window_plan(&header);
+        if let Some((geometry, _)) = plan {
+            let path = dir.join(WINDOW_FILE);
+            let found = Window::open(&path).map_err(window_error(&path))?.geometry();
+            if found != geometry {
+                return Err(OpenError::Mismatch {
+                    field: "mCAS window target bytes",
+                    found: found.target_bytes,
+                    expected: geometry.target_bytes,
+                });
+            }
+        }
+        let offsets = plan.map_or([0; REGIONS], |(_, o)| o);
         let mut files = Vec::with_capacity(REGIONS);
         for r in RegionId::ALL {
-            let path = dir.join(r.file_name());
+            let in_window = plan.is_some() && r.is_hwcc();
+            let path = dir.join(if in_window { WINDOW_FILE } else { r.file_name() });
             let f = if r == RegionId::Header {
                 hf.try_clone().map_err(io("dup", &path))?
             } else {
                 OpenOptions::new().read(true).write(true).open(&path).map_err(io("open", &path))?
             };
             let actual = f.metadata().map_err(io("stat", &path))?.len();
-            let expected = header.region_bytes[r as usize];
+            let expected = header.region_bytes[r as usize] + offsets[r as usize];
             if actual < expected {
                 return Err(OpenError::Truncated { path, expected, actual });
             }
             files.push(f);
         }
         let files = files.try_into().map_err(|_| OpenError::InvalidConfig("region count".into()))?;
-        Ok((FileBacking { dir: dir.to_path_buf(), dir_fd: open_dir(dir)?, files }, header))
+        Ok((FileBacking { dir: dir.to_path_buf(), dir_fd: open_dir(dir)?, files, offsets }, header))
     }
 
     /// Removes the heap directory at `dir`. Processes that have it open keep their mappings.
@@ -160,8 +224,17 @@ impl Backing for FileBacking {
     }
 
     fn commit(&self, r: RegionId, off: usize, len: usize) -> Result<(), Errno> {
-        nix::fcntl::fallocate(&self.files[r as usize], FallocateFlags::FALLOC_FL_KEEP_SIZE, off as i64, len as i64)
+        let at = self.offsets[r as usize] + off as u64;
+        nix::fcntl::fallocate(&self.files[r as usize], FallocateFlags::FALLOC_FL_KEEP_SIZE, at as i64, len as i64)
             .map(|_| ())
+    }
+
+    fn region_offset(&self, r: RegionId) -> u64 {
+        self.offsets[r as usize]
+    }
+
+    fn mcas_window(&self) -> Option<PathBuf> {
+        window_plan_applies(&self.offsets).then(|| self.dir.join(WINDOW_FILE))
     }
 
     fn location(&self) -> String {

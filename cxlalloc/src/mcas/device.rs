@@ -42,20 +42,13 @@ pub struct Served {
     pub errors: u64,
 }
 
-fn alive(pid: u64) -> bool {
-    // Signal 0 probes existence; EPERM means it exists but is not ours.
-    let Ok(pid) = i32::try_from(pid) else { return false };
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
-        .map_or_else(|e| e == nix::errno::Errno::EPERM, |()| true)
-}
-
 /// Claims the window for this process; `Err` if a live process serves it.
 fn claim(window: &Window) -> Result<u64, DeviceError> {
     let me = u64::from(std::process::id());
     let word = window.server();
     let mut cur = word.load(Ordering::Acquire);
     loop {
-        if cur != 0 && cur != me && alive(cur) {
+        if cur != 0 && cur != me && crate::mcas::window::alive(cur) {
             return Err(DeviceError::Served(cur));
         }
         match word.compare_exchange(cur, me, Ordering::AcqRel, Ordering::Acquire) {

@@ -240,8 +240,22 @@ impl Window {
             .then(|| self.word(self.geometry.target_offset() + target))
     }
 
+    /// The pid of the live process serving the window (the software device or the RTL
+    /// co-simulation), if any.
+    pub fn served_by(&self) -> Option<u32> {
+        let pid = self.server().load(Ordering::Acquire);
+        (pid != 0 && alive(pid)).then_some(pid as u32)
+    }
+
     /// The header's server word (a packed process identity, 0 = unserved).
     pub(crate) fn server(&self) -> &AtomicU64 {
         self.word(H_SERVER_PID)
     }
+}
+
+/// Whether process `pid` exists (signal 0 probes; EPERM means it exists but is not ours).
+pub(crate) fn alive(pid: u64) -> bool {
+    let Ok(pid) = i32::try_from(pid) else { return false };
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+        .map_or_else(|e| e == nix::errno::Errno::EPERM, |()| true)
 }

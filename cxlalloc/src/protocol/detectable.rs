@@ -30,7 +30,8 @@
 //! The help word holds the version in its low 20 bits; 0 means "never helped" (versions start
 //! at 1 and 0 is skipped on wrap by [`crate::word::Tag::next_version`]'s callers).
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::protocol::HwWord;
+use crate::sync::Ordering;
 use crate::word::{Tag, Tagged};
 
 /// Bits of a version (as in [`Tag`]).
@@ -59,18 +60,18 @@ pub fn after(a: u32, b: u32) -> bool {
 /// writer's operation `seen.tag.version`, unless the writer is `me` or the initializer.
 /// `help_of(writer slot)` returns that slot's help word (`None` for an out-of-range writer,
 /// which a corrupt word could name; nothing is recorded then).
-pub fn help<'a>(seen: u64, me: Tag, help_of: impl FnOnce(u32) -> Option<&'a AtomicU64>) {
+pub fn help<W: HwWord>(seen: u64, me: Tag, help_of: impl FnOnce(u32) -> Option<W>) {
     let tag = Tagged::unpack(seen).tag;
     if tag.writer == 0 || tag.writer == me.writer {
         return;
     }
     if let Some(word) = help_of(u32::from(tag.writer) - 1) {
-        advance(word, tag.version);
+        advance(&word, tag.version);
     }
 }
 
 /// Moves `word` forward to `version` unless it already holds it or a later one.
-fn advance(word: &AtomicU64, version: u32) {
+fn advance(word: &(impl HwWord + ?Sized), version: u32) {
     // Acquire on the load only orders our check; the CAS is AcqRel so that a recovering
     // reader that sees the entry also sees what the helped writer's word held.
     let mut cur = word.load(Ordering::Acquire);
@@ -88,13 +89,13 @@ fn advance(word: &AtomicU64, version: u32) {
 
 /// The owner's periodic refresh: moves its own help word forward to `completed`, a version
 /// whose operation it has finished (so the entry claims nothing recovery could ask about).
-pub fn refresh(word: &AtomicU64, completed: u32) {
+pub fn refresh(word: &(impl HwWord + ?Sized), completed: u32) {
     advance(word, completed);
 }
 
 /// Recovery's question: did slot tag `me`'s CAS with version `me.version` on `word` take
 /// effect? Yes iff the word still carries the tag, or a helper recorded the version.
-pub fn took_effect(word: &AtomicU64, help: &AtomicU64, me: Tag) -> bool {
+pub fn took_effect(word: &(impl HwWord + ?Sized), help: &(impl HwWord + ?Sized), me: Tag) -> bool {
     // Acquire ×2: pair with the writers' AcqRel CAS and the helpers' AcqRel advance. The word
     // is read first: a helper records before it overwrites, so if the word no longer carries
     // our tag when we read it, the help entry was written before that read.
@@ -104,6 +105,7 @@ pub fn took_effect(word: &AtomicU64, help: &AtomicU64, me: Tag) -> bool {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::sync::AtomicU64;
 
     fn tagged(slot: u32, v: u32) -> u64 {
         Tagged::new(7, Tag::new(slot, v)).pack()

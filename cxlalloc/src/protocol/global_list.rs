@@ -4,14 +4,15 @@
 //! successful CAS stamps the head with the writer's `{slot, version}` tag, so a head that was
 //! popped and pushed back between a reader's load and CAS carries a different tag.
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::protocol::HwWord;
+use crate::sync::Ordering;
 use crate::word::{Tag, Tagged};
 
 /// Pushes slab `link` (index + 1). `set_next` writes the slab's `next` link to the current head
 /// before each CAS attempt; the CAS publishes it. `help(seen)` runs before each attempt with the
 /// word about to be overwritten (the detectable-CAS help step,
 /// [`crate::protocol::detectable::help`]).
-pub fn push(head: &AtomicU64, tag: Tag, link: u32, mut set_next: impl FnMut(u32), help: impl Fn(u64)) {
+pub fn push(head: &(impl HwWord + ?Sized), tag: Tag, link: u32, mut set_next: impl FnMut(u32), help: impl Fn(u64)) {
     debug_assert_ne!(link, 0);
     let mut cur = head.load(Ordering::Relaxed);
     loop {
@@ -32,7 +33,7 @@ pub fn push(head: &AtomicU64, tag: Tag, link: u32, mut set_next: impl FnMut(u32)
 /// fail when the link is corrupt. A stale `next` read is harmless: the CAS then fails on the tag.
 /// `help` as for [`push`].
 pub fn pop<E>(
-    head: &AtomicU64,
+    head: &(impl HwWord + ?Sized),
     tag: Tag,
     mut next_of: impl FnMut(u32) -> Result<u32, E>,
     mut announce: impl FnMut(u32),

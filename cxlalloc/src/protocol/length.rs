@@ -1,7 +1,8 @@
 //! Heap growth (T1): one CAS on the tagged length word hands a batch of untouched slabs to the
 //! winner. Nothing is mapped here; other processes map new slabs on first touch.
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::protocol::HwWord;
+use crate::sync::Ordering;
 use crate::word::{Tag, Tagged};
 
 /// Extends the heap by up to `batch` slabs without passing `capacity`, returning the slab range
@@ -11,7 +12,7 @@ use crate::word::{Tag, Tagged};
 /// error from it aborts the bump with the length untouched. `help(seen)` runs before each CAS
 /// attempt with the word about to be overwritten ([`crate::protocol::detectable::help`]).
 pub fn bump<E>(
-    word: &AtomicU64,
+    word: &(impl HwWord + ?Sized),
     tag: Tag,
     batch: u32,
     capacity: u32,

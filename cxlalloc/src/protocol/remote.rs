@@ -5,7 +5,8 @@
 //! reaches 0 exactly when every block has been freed remotely, and the freer that takes it from
 //! 1 to 0 claims the now-empty slab (T8). A remote freer never needs the SWcc class or count.
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::protocol::HwWord;
+use crate::sync::Ordering;
 use crate::word::{Tag, Tagged};
 
 /// What a remote free did to the counter.
@@ -25,20 +26,20 @@ pub struct Underflow;
 /// a plain store overwrites a tagged word too. A load and a store, not a CAS, because nothing
 /// else can write the counter meanwhile: an unsized slab's counter is 0 (claimed, fresh or
 /// popped), and a decrement at 0 underflows without writing.
-pub fn reset(word: &AtomicU64, blocks: u32, tag: Tag, help: impl Fn(u64)) {
+pub fn reset(word: &(impl HwWord + ?Sized), blocks: u32, tag: Tag, help: impl Fn(u64)) {
     help(word.load(Ordering::Acquire));
     // Release: a remote freer that later decrements sees the owner's prior descriptor writes.
     word.store(Tagged::new(blocks, tag).pack(), Ordering::Release);
 }
 
 /// Reads the counter (the owner's detach-or-disown decision, T4/T5).
-pub fn count(word: &AtomicU64) -> u32 {
+pub fn count(word: &(impl HwWord + ?Sized)) -> u32 {
     // Acquire: pairs with the freers' AcqRel decrements.
     Tagged::unpack(word.load(Ordering::Acquire)).payload
 }
 
 /// Subtracts one remote free.
-pub fn decrement(word: &AtomicU64, tag: Tag, help: impl Fn(u64)) -> Result<Decrement, Underflow> {
+pub fn decrement(word: &(impl HwWord + ?Sized), tag: Tag, help: impl Fn(u64)) -> Result<Decrement, Underflow> {
     subtract(word, 1, tag, help)
 }
 
@@ -47,7 +48,7 @@ pub fn decrement(word: &AtomicU64, tag: Tag, help: impl Fn(u64)) -> Result<Decre
 /// when this takes the counter to 0; `Underflow` (and no change) when the counter is below `k`.
 /// `help(seen)` runs before each CAS attempt with the word about to be overwritten
 /// ([`crate::protocol::detectable::help`]).
-pub fn subtract(word: &AtomicU64, k: u32, tag: Tag, help: impl Fn(u64)) -> Result<Decrement, Underflow> {
+pub fn subtract(word: &(impl HwWord + ?Sized), k: u32, tag: Tag, help: impl Fn(u64)) -> Result<Decrement, Underflow> {
     let mut cur = word.load(Ordering::Acquire);
     loop {
         let n = Tagged::unpack(cur).payload;
@@ -76,7 +77,7 @@ pub enum Retire {
 
 /// The T4/T5 decision. Safe without a CAS: the owner still holds the block it just took, so the
 /// counter is ≥ 1 and nobody can claim the slab before the decision is written.
-pub fn retire(word: &AtomicU64, blocks: u32) -> Retire {
+pub fn retire(word: &(impl HwWord + ?Sized), blocks: u32) -> Retire {
     if count(word) == blocks {
         Retire::Detach
     } else {

@@ -44,7 +44,9 @@ impl SlabThread<'_> {
 
     /// Whether this slot's CAS of operation `version` on `word` took effect (DESIGN §8.2).
     fn took_effect(&self, word: &AtomicU64, version: u32) -> bool {
-        self.mem.help(self.slot).is_some_and(|h| detectable::took_effect(word, h, self.tag(version)))
+        self.mem
+            .help(self.slot)
+            .is_some_and(|h| detectable::took_effect(&self.hw(word), &self.hw(h), self.tag(version)))
     }
 
     /// Whether this slot's subtraction of `version` took `word` to 0 (a claim): nobody else
@@ -143,7 +145,7 @@ impl SlabThread<'_> {
                 // The decision is as sound now as then: the block the allocation took is still
                 // out, so the counter cannot reach 0 under us.
                 let blocks = d.head.blocks.load(Ordering::Relaxed);
-                if remote::retire(self.mem.remote(b, slab), blocks) == remote::Retire::Disown {
+                if remote::retire(&self.hw(self.mem.remote(b, slab)), blocks) == remote::Retire::Disown {
                     d.head.owner.store(0, Ordering::Release);
                 }
                 Resolution::Completed
@@ -178,7 +180,7 @@ impl SlabThread<'_> {
                 let version = self.next_version();
                 self.log(Redo::new(Op::RemoteFree, b, slab.index(), version));
                 let tag = self.tag(version);
-                if let Ok(remote::Decrement::Claimed) = remote::decrement(word, tag, self.helper(tag)) {
+                if let Ok(remote::Decrement::Claimed) = remote::decrement(&self.hw(word), tag, self.helper(tag)) {
                     self.log(Redo::new(Op::RemoteFree, b, slab.index(), version).flagged());
                     self.own_empty(d);
                 }

@@ -16,6 +16,7 @@
 use std::ptr::NonNull;
 
 use crate::class::{Bracket, ClassInfo};
+use crate::coherence::hwcc::{Hw, McasPort};
 use crate::crash::crash_point;
 use crate::error::{AllocError, FreeError};
 use crate::mem::{HeapMem, Slab};
@@ -57,6 +58,8 @@ pub struct SlabThread<'a> {
     pub rec: &'a ThreadRecord,
     /// The heap's recovery setting, read once: whether to log and help.
     pub recoverable: bool,
+    /// No-HWcc model: this slot's mCAS requester, through which every HWcc CAS goes.
+    port: Option<McasPort>,
 }
 
 /// A fresh free-block mark for a slab being sized: unpredictable (salted by the heap secret)
@@ -87,7 +90,16 @@ fn block0(mem: &HeapMem, b: Bracket, slab: Slab, word: u32, info: &ClassInfo) ->
 impl<'a> SlabThread<'a> {
     /// The view of slot `slot` (leased by the caller).
     pub fn new(mem: &'a HeapMem, slot: u32) -> Self {
-        Self { mem, slot, rec: mem.record(slot), recoverable: mem.recoverable() }
+        // The window has a requester per thread slot (checked when the heap was opened).
+        let port = mem.mcas().and_then(|hub| hub.thread_port(slot).ok());
+        Self { mem, slot, rec: mem.record(slot), recoverable: mem.recoverable(), port }
+    }
+
+    /// HWcc word `word` as this thread reaches it (through its mCAS requester when the heap
+    /// has no HWcc).
+    #[inline]
+    pub(crate) fn hw<'w>(&'w self, word: &'w AtomicU64) -> Hw<'w> {
+        Hw::new(word, self.port.as_ref())
     }
 
     /// Writes the redo record before an operation's first store.
@@ -154,7 +166,7 @@ impl<'a> SlabThread<'a> {
     pub(crate) fn helper(&self, tag: Tag) -> impl Fn(u64) + '_ {
         move |seen| {
             if self.recoverable {
-                detectable::help(seen, tag, |s| self.mem.help(s));
+                detectable::help(seen, tag, |s| self.mem.help(s).map(|w| self.hw(w)));
             }
         }
     }
@@ -166,7 +178,7 @@ impl<'a> SlabThread<'a> {
         let v = self.rec.next_version();
         if self.recoverable && detectable::refreshes_at(v) {
             if let Some(h) = self.mem.help(self.slot) {
-                detectable::refresh(h, v - 1);
+                detectable::refresh(&self.hw(h), v - 1);
             }
         }
         v
@@ -277,7 +289,12 @@ impl<'a> SlabThread<'a> {
         d.head.mark.store(new_mark(self.mem.header.secret, b, slab, generation), Ordering::Relaxed);
         d.fill(info.blocks);
         let version = self.next_version();
-        remote::reset(self.mem.remote(b, slab), info.blocks, self.tag(version), self.helper(self.tag(version)));
+        remote::reset(
+            &self.hw(self.mem.remote(b, slab)),
+            info.blocks,
+            self.tag(version),
+            self.helper(self.tag(version)),
+        );
         crash_point!(SizeCounted);
         self.take_word(b, slab, d, 0, info, cur);
         Ok(())
@@ -308,7 +325,7 @@ impl<'a> SlabThread<'a> {
                 budget -= 1;
                 let d = self.mem.desc(b, slab);
                 link = d.head.next.load(Ordering::Relaxed);
-                if d.head.free.load(Ordering::Relaxed) == remote::count(self.mem.remote(b, slab)) {
+                if d.head.free.load(Ordering::Relaxed) == remote::count(&self.hw(self.mem.remote(b, slab))) {
                     self.log(Redo::new(Op::Reclaim, b, slab.index(), ci as u32 + 1));
                     self.unlink_sized(b, ci as u32 + 1, d);
                     self.make_unsized(b, slab, d);
@@ -324,7 +341,7 @@ impl<'a> SlabThread<'a> {
     fn retire(&self, b: Bracket, class: u32, info: &ClassInfo, slab: Slab, d: Descriptor<'_>, cur: &Current) {
         self.log(Redo::new(Op::Retire, b, slab.index(), class));
         cur.install(0, 0, 0, 0);
-        match remote::retire(self.mem.remote(b, slab), info.blocks) {
+        match remote::retire(&self.hw(self.mem.remote(b, slab)), info.blocks) {
             remote::Retire::Detach => ThreadRecord::bump(&self.rec.counters.detaches),
             remote::Retire::Disown => {
                 self.log(Redo::new(Op::Retire, b, slab.index(), class).flagged());
@@ -505,7 +522,7 @@ impl<'a> SlabThread<'a> {
         }
         crash_point!(RemoteFreeMarked);
         let tag = self.tag(version);
-        let outcome = remote::decrement(self.mem.remote(b, at.slab), tag, self.helper(tag));
+        let outcome = remote::decrement(&self.hw(self.mem.remote(b, at.slab)), tag, self.helper(tag));
         ThreadRecord::bump(&self.rec.counters.remote_frees);
         let result = match outcome {
             Ok(remote::Decrement::Counted) => Ok(()),
@@ -540,7 +557,7 @@ impl<'a> SlabThread<'a> {
         let version = self.next_version();
         let mem = self.mem;
         let popped = global_list::pop(
-            &mem.globals(b).global_head,
+            &self.hw(&mem.globals(b).global_head),
             self.tag(version),
             |link| match mem.link(b, link) {
                 Ok(Some(s)) => Ok(mem.desc(b, s).head.next.load(Ordering::Relaxed)),
@@ -576,7 +593,7 @@ impl<'a> SlabThread<'a> {
         let capacity = mem.layout.bracket(b).capacity;
         let commit = mem.header.config().commit_on_grow;
         let range = length::bump(
-            &mem.globals(b).length,
+            &self.hw(&mem.globals(b).length),
             self.tag(version),
             batch,
             capacity,
@@ -665,7 +682,8 @@ impl<'a> SlabThread<'a> {
         crash_point!(AbandonDisowned);
         let free = d.head.free.load(Ordering::Relaxed);
         let tag = self.tag(version);
-        if let Ok(remote::Decrement::Claimed) = remote::subtract(self.mem.remote(b, slab), free, tag, self.helper(tag))
+        if let Ok(remote::Decrement::Claimed) =
+            remote::subtract(&self.hw(self.mem.remote(b, slab)), free, tag, self.helper(tag))
         {
             self.log(Redo::new(Op::Abandon, b, slab.index(), version).flagged());
             d.head.owner.store(self.me(), Ordering::Relaxed);
@@ -702,7 +720,7 @@ impl<'a> SlabThread<'a> {
             crash_point!(PushDisowned);
             let tag = self.tag(version);
             global_list::push(
-                &self.mem.globals(b).global_head,
+                &self.hw(&self.mem.globals(b).global_head),
                 tag,
                 slab.link(),
                 |next| d.head.next.store(next, Ordering::Relaxed),

@@ -21,7 +21,7 @@ use crate::huge::space::FreeRanges;
 use crate::layout::RegionId;
 use crate::mem::HeapMem;
 use crate::offset::Offset;
-use crate::protocol::lease;
+use crate::protocol::{lease, HwWord};
 use crate::recovery::{self, RecoveryReport};
 use crate::slab::ops::SlabThread;
 use crate::sync::{AtomicU64, Ordering};
@@ -71,6 +71,7 @@ pub enum ReallocError {
 /// whose holder died (running its recovery, see [`ThreadHandle::recovery`]).
 pub(crate) fn attach(heap: &Heap) -> Result<ThreadHandle, AttachError> {
     let mem = heap.mem();
+    served(mem).map_err(AttachError::DeviceUnserved)?;
     let holder = identity::current().pack();
     let slots = mem.layout.slots;
     // Lowest free slot first: the slots in use, and so the lease, record and help words every
@@ -78,9 +79,10 @@ pub(crate) fn attach(heap: &Heap) -> Result<ThreadHandle, AttachError> {
     // process's resident memory).
     for slot in 0..slots {
         let lease = mem.lease(slot);
-        if lease.holder.load(Ordering::Relaxed) == 0 && lease::try_claim(&lease.holder, holder) {
+        let word = mem.hw_process(&lease.holder);
+        if lease.holder.load(Ordering::Relaxed) == 0 && lease::try_claim(&word, holder) {
             return handle(heap, slot, holder).inspect_err(|_| {
-                lease::release(&lease.holder, holder);
+                lease::release(&word, holder);
             });
         }
     }
@@ -126,7 +128,8 @@ pub(crate) fn adopt(heap: &Heap, slot: u32) -> Result<(ThreadHandle, RecoveryRep
     if !mem.recoverable() {
         return Err(AdoptError::RecoveryDisabled);
     }
-    let lease = &mem.lease(slot).holder;
+    served(mem).map_err(AdoptError::DeviceUnserved)?;
+    let lease = &mem.hw_process(&mem.lease(slot).holder);
     let held = lease.load(Ordering::Acquire);
     let dead = Holder::unpack(held).ok_or(AdoptError::NotHeld(slot))?;
     if identity::is_alive(dead) {
@@ -142,12 +145,22 @@ pub(crate) fn adopt(heap: &Heap, slot: u32) -> Result<(ThreadHandle, RecoveryRep
         match e {
             AttachError::OutOfMemory(errno) => AdoptError::OutOfMemory(errno),
             AttachError::SlotsExhausted { .. } => AdoptError::Raced(slot),
+            AttachError::DeviceUnserved(w) => AdoptError::DeviceUnserved(w),
         }
     })?;
     let view = mem.huge().filter(|v| v.in_own_process());
     let report = recovery::recover(&h.ops, view, Some(dead));
     h.recovered = Some(report.clone());
     Ok((h, report))
+}
+
+/// No-HWcc model: `Err(window)` when no live mCAS device serves the heap's window (every HWcc
+/// CAS would wait for it).
+fn served(mem: &HeapMem) -> Result<(), String> {
+    match mem.mcas() {
+        Some(hub) if hub.server().is_none() => Err(hub.path().display().to_string()),
+        _ => Ok(()),
+    }
 }
 
 /// Slots whose holder process is gone (candidates for adoption by recovery).
@@ -395,6 +408,7 @@ impl Drop for ThreadHandle {
             ops.release_classes(b);
             ops.drain_unsized(b);
         }
-        lease::release(&self.heap.mem().lease(self.ops.slot).holder, self.holder);
+        let mem = self.heap.mem();
+        lease::release(&mem.hw_process(&mem.lease(self.ops.slot).holder), self.holder);
     }
 }

@@ -1,0 +1,140 @@
+//! HWcc words in the no-HWcc model: the heap's shared, claims and remote regions live in the
+//! target area of an mCAS window (mapped at their usual offsets, so loads are plain reads of
+//! device memory), and every CAS on them is sent to the device's near-memory unit through a
+//! requester slot ([`McasPort`]). [`Hw`] is the word as the protocols see it.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::mcas::{McasClient, McasError, Window};
+use crate::protocol::HwWord;
+use crate::sync::{AtomicU64, Ordering};
+
+/// Where the HWcc regions of one process's mapping sit in the window's target area.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Targets {
+    /// Per region: first address in this process, length, and target offset of that address.
+    spans: [(usize, usize, u64); 3],
+}
+
+impl Targets {
+    /// The translation for regions mapped at `spans` (address, length), which follow each
+    /// other in the target area in this order.
+    pub fn new(spans: [(usize, usize); 3]) -> Self {
+        let mut base = 0u64;
+        Self {
+            spans: spans.map(|(addr, len)| {
+                let t = (addr, len, base);
+                base += len as u64;
+                t
+            }),
+        }
+    }
+
+    /// The target offset of `word`, if it lies in one of the regions.
+    #[inline]
+    pub fn of(&self, word: &AtomicU64) -> Option<u64> {
+        let a = word as *const AtomicU64 as usize;
+        self.spans.iter().find_map(|&(start, len, base)| {
+            let rel = a.wrapping_sub(start);
+            (rel < len).then_some(base + rel as u64)
+        })
+    }
+}
+
+/// One requester slot of the heap's mCAS window, owned by a thread slot (or by the process,
+/// for the lease operations that run before a thread has a slot).
+#[derive(Debug)]
+pub struct McasPort {
+    client: Mutex<McasClient>,
+    targets: Targets,
+}
+
+impl McasPort {
+    /// The port of requester `slot` of `window`.
+    pub fn new(window: Arc<Window>, slot: u32, targets: Targets) -> Result<Self, McasError> {
+        Ok(Self { client: Mutex::new(McasClient::new(window, slot)?), targets })
+    }
+
+    /// One weak CAS of `word` executed by the device. A device that stops answering stalls the
+    /// caller, as memory that stops answering would: the wait is reported once, then retried.
+    fn cas_weak(&self, word: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
+        let Some(target) = self.targets.of(word) else {
+            // Every HWcc word is in the window by construction; a CPU CAS keeps a caller that
+            // broke that rule correct among the threads of this host.
+            debug_assert!(false, "HWcc word outside the mCAS window");
+            return word.compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire);
+        };
+        let mut client = self.client.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut reported = false;
+        loop {
+            match client.compare_exchange_weak(target, current, new) {
+                Ok(a) if a.success => return Ok(a.prev),
+                Ok(a) => return Err(a.prev),
+                Err(e) => {
+                    if !reported {
+                        eprintln!("cxlalloc: mCAS device ({}): {e}; retrying", client.window().path().display());
+                        reported = true;
+                    }
+                    if let McasError::Timeout(_) = e {
+                        continue;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+}
+
+/// An HWcc word as one thread reaches it: a CPU atomic, or a word of the mCAS window whose
+/// CASes go through `port`.
+#[derive(Clone, Copy, Debug)]
+pub struct Hw<'a> {
+    word: &'a AtomicU64,
+    port: Option<&'a McasPort>,
+}
+
+impl<'a> Hw<'a> {
+    /// `word`, CASed through `port` when there is one.
+    #[inline]
+    pub fn new(word: &'a AtomicU64, port: Option<&'a McasPort>) -> Self {
+        Self { word, port }
+    }
+}
+
+impl HwWord for Hw<'_> {
+    #[inline]
+    fn load(&self, order: Ordering) -> u64 {
+        // Device memory is read directly (uncachable in hardware): the unit writes a swap
+        // before it answers.
+        self.word.load(order)
+    }
+
+    #[inline]
+    fn compare_exchange_weak(&self, current: u64, new: u64, success: Ordering, failure: Ordering) -> Result<u64, u64> {
+        match self.port {
+            None => self.word.compare_exchange_weak(current, new, success, failure),
+            Some(port) => {
+                // The device does not order this CPU's earlier stores: fence them out first.
+                crate::sync::fence(Ordering::SeqCst);
+                let r = port.cas_weak(self.word, current, new);
+                crate::sync::fence(Ordering::SeqCst);
+                r
+            }
+        }
+    }
+
+    #[inline]
+    fn store(&self, value: u64, order: Ordering) {
+        match self.port {
+            None => self.word.store(value, order),
+            Some(_) => {
+                // Only the unit writes device words: a store is a CAS from what is there.
+                let mut cur = self.word.load(Ordering::Acquire);
+                while let Err(seen) = self.compare_exchange_weak(cur, value, order, Ordering::Acquire) {
+                    cur = seen;
+                }
+            }
+        }
+    }
+}

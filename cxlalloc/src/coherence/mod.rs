@@ -1,0 +1,181 @@
+//! Coherence models (DESIGN §9.1): what a process does so that heap metadata written on one
+//! host is seen correctly on another.
+//!
+//! - [`Swcc`]: the software-coherence operations on descriptors and records (SWcc memory).
+//!   Full coherence makes them no-ops; the limited and no-HWcc models write lines back before
+//!   their ownership moves ([`Swcc::publish`], [`Swcc::persist`]) and invalidate before reading
+//!   a line another host wrote ([`Swcc::refresh`]), with [`flush`]'s instructions.
+//! - [`hwcc`]: HWcc words in the no-HWcc model, CASed through the mCAS window.
+//!
+//! Where each operation is applied (the protocol of DESIGN §9.1, fixing §14.3) is documented at
+//! the call sites in `slab::ops`, `thread` and `recovery`; each call names the transition.
+
+pub mod flush;
+pub mod hwcc;
+
+use std::path::Path;
+use std::sync::Arc;
+
+pub use crate::layout::Coherence;
+use crate::mcas::{Geometry, McasError, Window};
+use flush::Instructions;
+use hwcc::{McasPort, Targets};
+
+/// Requester slots of a heap's mCAS window beyond its thread slots: one per process that has
+/// the heap open, for the lease operations that run before a thread holds a slot.
+pub const PROCESS_REQUESTERS: u32 = 64;
+
+/// The file name of a no-HWcc heap's mCAS window, in the heap directory.
+pub const WINDOW_FILE: &str = "mcas-window";
+
+/// The window geometry of a no-HWcc heap with `slots` thread slots whose HWcc regions total
+/// `hwcc_bytes`.
+pub fn window_geometry(slots: u32, hwcc_bytes: u64) -> Geometry {
+    Geometry { slots: slots + PROCESS_REQUESTERS, target_bytes: hwcc_bytes }
+}
+
+/// How this process keeps SWcc memory coherent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Swcc {
+    /// The device is coherent: nothing to do.
+    Coherent,
+    /// Explicit write-backs and invalidations with these instructions.
+    Flush(Instructions),
+}
+
+impl Swcc {
+    /// The operations for `model` on this CPU.
+    pub fn for_model(model: Coherence) -> Self {
+        match model {
+            Coherence::Full => Swcc::Coherent,
+            Coherence::Limited | Coherence::NoHwcc => Swcc::Flush(Instructions::detect()),
+        }
+    }
+
+    /// Whether any operation does anything.
+    #[inline]
+    pub fn is_coherent(self) -> bool {
+        self == Swcc::Coherent
+    }
+
+    /// Before a line's ownership moves to another host, or another host may read it: writes
+    /// `[p, p + len)` back and evicts it (so a later read of ours sees the next owner's
+    /// writes), then fences.
+    #[inline]
+    pub fn publish(self, p: *const u8, len: usize) {
+        if let Swcc::Flush(i) = self {
+            i.evict(p, len);
+            flush::store_fence();
+        }
+    }
+
+    /// Writes lines this thread keeps owning back to memory (records a recovering host must
+    /// find), keeping them cached where the CPU can, then fences.
+    #[inline]
+    pub fn persist(self, p: *const u8, len: usize) {
+        if let Swcc::Flush(i) = self {
+            i.write_back(p, len);
+            flush::store_fence();
+        }
+    }
+
+    /// Before reading lines another host may have written: evicts `[p, p + len)` so the reads
+    /// that follow come from memory.
+    #[inline]
+    pub fn refresh(self, p: *const u8, len: usize) {
+        if let Swcc::Flush(i) = self {
+            i.evict(p, len);
+            flush::full_fence();
+        }
+    }
+}
+
+/// A process's connection to a no-HWcc heap's mCAS window.
+#[derive(Debug)]
+pub struct McasHub {
+    window: Arc<Window>,
+    targets: Targets,
+    /// The requester of this process's lease operations.
+    process: McasPort,
+    /// Holds the lock on the process requester (released when the process closes it or dies).
+    _lock: std::fs::File,
+}
+
+/// Why a process could not connect to a heap's mCAS window.
+#[derive(Debug, thiserror::Error)]
+pub enum HubError {
+    /// The window could not be opened or is not this heap's.
+    #[error("{0}")]
+    Window(String),
+    /// Every process requester is taken.
+    #[error("all {PROCESS_REQUESTERS} process requesters of {0} are in use")]
+    Requesters(String),
+    /// A requester could not be set up.
+    #[error(transparent)]
+    Mcas(#[from] McasError),
+}
+
+impl McasHub {
+    /// Opens the window at `path`, which must have `geometry`, and leases a process requester.
+    /// `targets` maps this process's HWcc regions into the window's target area.
+    pub fn open(path: &Path, geometry: Geometry, targets: Targets) -> Result<Self, HubError> {
+        let window = Window::open(path).map_err(|e| HubError::Window(e.to_string()))?;
+        if window.geometry() != geometry {
+            return Err(HubError::Window(format!(
+                "{}: geometry {:?}, the heap needs {geometry:?}",
+                path.display(),
+                window.geometry()
+            )));
+        }
+        let window = Arc::new(window);
+        let (index, lock) = lease_process_requester(path, geometry.slots - PROCESS_REQUESTERS)?;
+        let process = McasPort::new(window.clone(), index, targets)?;
+        Ok(Self { window, targets, process, _lock: lock })
+    }
+
+    /// The port of thread slot `slot`'s requester.
+    pub fn thread_port(&self, slot: u32) -> Result<McasPort, McasError> {
+        McasPort::new(self.window.clone(), slot, self.targets)
+    }
+
+    /// This process's requester, for lease operations.
+    pub fn process_port(&self) -> &McasPort {
+        &self.process
+    }
+
+    /// The pid of the process serving the window, if one is alive (the software device or the
+    /// RTL co-simulation).
+    pub fn server(&self) -> Option<u32> {
+        self.window.served_by()
+    }
+
+    /// The window file.
+    pub fn path(&self) -> &Path {
+        self.window.path()
+    }
+}
+
+/// Locks one of the window's process requesters (`first ..`) with an open-file-description
+/// lock on its byte of the window file: the kernel drops it when this process closes the file
+/// or dies, so a crashed process never strands a requester.
+fn lease_process_requester(path: &Path, first: u32) -> Result<(u32, std::fs::File), HubError> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| HubError::Window(format!("{}: {e}", path.display())))?;
+    for i in 0..PROCESS_REQUESTERS {
+        let index = first + i;
+        let lock = libc::flock {
+            l_type: libc::F_WRLCK as i16,
+            l_whence: libc::SEEK_SET as i16,
+            l_start: i64::from(index),
+            l_len: 1,
+            l_pid: 0,
+        };
+        if nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_OFD_SETLK(&lock)).is_ok() {
+            return Ok((index, file));
+        }
+    }
+    Err(HubError::Requesters(path.display().to_string()))
+}
