@@ -469,6 +469,24 @@ impl HeapMem {
         }
     }
 
+    /// Limited and no-HWcc models: invalidates this process's copy of every descriptor of `b`
+    /// below the heap length, so that a reader that scans them all (recovery, the checker)
+    /// sees what other hosts wrote back.
+    pub fn refresh_descriptors(&self, b: Bracket) {
+        if self.swcc.is_coherent() {
+            return;
+        }
+        let len = self.refresh_length(b) as usize;
+        let local = self.arrays[b as usize].local;
+        self.swcc.refresh(local as *const u8, len * b.descriptor_size());
+    }
+
+    /// Limited and no-HWcc models: invalidates (`refresh`) or writes back (`persist`) the whole
+    /// record of `slot`, when a slot changes hands.
+    pub fn record_bytes(&self, slot: u32) -> (*const u8, usize) {
+        ((self.record(slot) as *const ThreadRecord).cast(), std::mem::size_of::<ThreadRecord>())
+    }
+
     /// The remote-free counter word of `slab`.
     #[inline]
     pub fn remote(&self, b: Bracket, slab: Slab) -> &AtomicU64 {

@@ -287,6 +287,14 @@ impl Walker<'_> {
 pub fn check(heap: &Heap) -> Report {
     let mem = heap.mem();
     let mut report = Report::default();
+    // Without coherence the checker reads what hosts wrote back, not stale copies of its own.
+    for b in Bracket::ALL {
+        mem.refresh_descriptors(b);
+    }
+    for slot in mem.used_slots() {
+        let (record, len) = mem.record_bytes(slot);
+        mem.swcc.refresh(record, len);
+    }
     for slot in mem.used_slots() {
         let holder = Holder::unpack(mem.lease(slot).holder.load(Ordering::Acquire));
         report.leased_slots += u32::from(holder.is_some());

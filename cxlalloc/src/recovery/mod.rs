@@ -76,6 +76,11 @@ impl std::fmt::Display for RecoveryReport {
 /// Repairs slot `t` (leased by the caller, its previous holder `dead` gone).
 pub(crate) fn recover(t: &SlabThread<'_>, huge: Option<&HugeView>, dead: Option<Holder>) -> RecoveryReport {
     let started = Instant::now();
+    // The dead holder may have run on another host: every descriptor recovery reads, and the
+    // record (refreshed when the slot was taken over), come from memory.
+    for b in Bracket::ALL {
+        t.mem.refresh_descriptors(b);
+    }
     let redo = Redo::unpack(t.rec.redo.load(Ordering::Acquire)).map(|r| {
         let how = t.resolve(r);
         t.clear_log();

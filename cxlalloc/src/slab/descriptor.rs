@@ -62,6 +62,19 @@ pub struct Descriptor<'a> {
 // (remote freers, the checker) tolerate stale values; ownership hand-offs are ordered by the
 // CAS on the HWcc word that transfers the slab (global head or remote counter).
 impl Descriptor<'_> {
+    /// The descriptor's bytes (head line and bitset), for cache-line write-back and
+    /// invalidation ([`crate::coherence::Swcc`]).
+    #[inline]
+    pub fn bytes(&self) -> (*const u8, usize) {
+        (self.head as *const DescriptorHead as *const u8, 64 + std::mem::size_of_val(self.bits))
+    }
+
+    /// The head line alone: what a remote freer reads.
+    #[inline]
+    pub fn head_line(&self) -> (*const u8, usize) {
+        (self.head as *const DescriptorHead as *const u8, 64)
+    }
+
     /// Whether block `i` is free in the owner's bitset.
     #[inline]
     pub fn is_free(&self, i: u32) -> bool {

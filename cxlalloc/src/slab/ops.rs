@@ -111,6 +111,7 @@ impl<'a> SlabThread<'a> {
             // died).
             self.rec.redo.store(r.pack(), Ordering::Relaxed);
             fence(Ordering::Release);
+            self.persist_record();
         }
         crash_point!(Logged, r.op.name(), r.flag);
     }
@@ -125,7 +126,32 @@ impl<'a> SlabThread<'a> {
         if self.recoverable {
             fence(Ordering::Release);
             self.rec.redo.store(0, Ordering::Relaxed);
+            self.persist_record();
         }
+    }
+
+    /// Limited and no-HWcc models: writes the record's recovery line (redo word, version,
+    /// remote block, pending record) back to memory, where a host adopting the slot after this
+    /// one's crash reads it (§14.3: the published build never flushed its records).
+    #[inline]
+    fn persist_record(&self) {
+        self.mem.swcc.persist((self.rec as *const ThreadRecord).cast(), 64);
+    }
+
+    /// Limited and no-HWcc models: before `d`'s ownership can move, or another host reads it,
+    /// writes it back and evicts it (so that our next read sees the next owner's writes).
+    #[inline]
+    fn publish(&self, d: Descriptor<'_>) {
+        let (p, len) = d.bytes();
+        self.mem.swcc.publish(p, len);
+    }
+
+    /// Limited and no-HWcc models: before reading a descriptor that another host may have
+    /// written (taking ownership of its slab), invalidates our copy.
+    #[inline]
+    fn refresh(&self, d: Descriptor<'_>) {
+        let (p, len) = d.bytes();
+        self.mem.swcc.refresh(p, len);
     }
 
     /// Starts an outer operation (see [`crate::thread::redo::PendingRecord`]): fields first, then the word that
@@ -140,6 +166,7 @@ impl<'a> SlabThread<'a> {
             fence(Ordering::Release);
             r.word.store(p.pack(), Ordering::Relaxed);
             fence(Ordering::Release);
+            self.persist_record();
         }
     }
 
@@ -150,6 +177,7 @@ impl<'a> SlabThread<'a> {
             self.rec.pending.block.store(block, Ordering::Relaxed);
             // Release: the name is ordered before the store that takes the block.
             fence(Ordering::Release);
+            self.persist_record();
         }
     }
 
@@ -158,6 +186,7 @@ impl<'a> SlabThread<'a> {
         if self.recoverable {
             fence(Ordering::Release);
             self.rec.pending.word.store(0, Ordering::Relaxed);
+            self.persist_record();
         }
     }
 
@@ -288,6 +317,10 @@ impl<'a> SlabThread<'a> {
         d.head.generation.store(generation, Ordering::Relaxed);
         d.head.mark.store(new_mark(self.mem.header.secret, b, slab, generation), Ordering::Relaxed);
         d.fill(info.blocks);
+        // Remote freers on other hosts locate blocks from the head line: it reaches memory
+        // before the first block is handed out.
+        let (head, len) = d.head_line();
+        self.mem.swcc.persist(head, len);
         let version = self.next_version();
         remote::reset(
             &self.hw(self.mem.remote(b, slab)),
@@ -342,12 +375,21 @@ impl<'a> SlabThread<'a> {
         self.log(Redo::new(Op::Retire, b, slab.index(), class));
         cur.install(0, 0, 0, 0);
         match remote::retire(&self.hw(self.mem.remote(b, slab)), info.blocks) {
-            remote::Retire::Detach => ThreadRecord::bump(&self.rec.counters.detaches),
+            remote::Retire::Detach => {
+                // T4 keeps the slab ours but on no list: written back, so that whoever holds
+                // the slot next (maybe on another host) finds it as we left it.
+                let (p, len) = d.bytes();
+                self.mem.swcc.persist(p, len);
+                ThreadRecord::bump(&self.rec.counters.detaches);
+            }
             remote::Retire::Disown => {
                 self.log(Redo::new(Op::Retire, b, slab.index(), class).flagged());
                 // Release: the descriptor writes above are ordered before the slab stops being
                 // ours; the claimer's AcqRel decrement pairs with it through the counter.
                 d.head.owner.store(0, Ordering::Release);
+                // T5: written back before we return the block we still hold, whose free may
+                // be the one that lets the claimer take the slab.
+                self.publish(d);
                 ThreadRecord::bump(&self.rec.counters.disowns);
             }
         }
@@ -359,6 +401,13 @@ impl<'a> SlabThread<'a> {
     #[inline]
     pub fn locate(&self, ptr: *const u8) -> Result<Located<'a>, FreeError> {
         let (b, offset, rel) = self.bracket_of(ptr)?;
+        if !self.mem.swcc.is_coherent() {
+            // The slab may belong to another host: read its head line from memory.
+            if let Some(slab) = self.mem.slab(b, (rel >> b.slab_shift()) as u32) {
+                let (p, len) = self.mem.desc(b, slab).head_line();
+                self.mem.swcc.refresh(p, len);
+            }
+        }
         self.locate_in(b, offset, rel)
     }
 
@@ -407,10 +456,14 @@ impl<'a> SlabThread<'a> {
             return true;
         }
         let owner = at.desc.head.owner.load(Ordering::Relaxed);
-        owner != 0
-            && owner <= self.mem.layout.slots
-            && self.mem.record(owner - 1).lists(at.bracket).current[at.class as usize - 1]
-                .holds_seen_from_afar(at.slab.link(), at.block)
+        if owner == 0 || owner > self.mem.layout.slots {
+            return false;
+        }
+        let current = &self.mem.record(owner - 1).lists(at.bracket).current[at.class as usize - 1];
+        // Best effort across hosts: the owner does not write its cached word back on every
+        // allocation, so a double free of a block it holds there may go unseen.
+        self.mem.swcc.refresh((current as *const Current).cast(), std::mem::size_of::<Current>());
+        current.holds_seen_from_afar(at.slab.link(), at.block)
     }
 
     fn mark_word(&self, at: &Located<'_>) -> &AtomicU64 {
@@ -432,8 +485,15 @@ impl<'a> SlabThread<'a> {
 
     #[inline(always)]
     fn free_in(&self, b: Bracket, ptr: *const u8, offset: usize, rel: usize) -> Result<(), FreeError> {
-        let at = self.locate_in(b, offset, rel)?;
+        let at = match self.locate_in(b, offset, rel) {
+            Ok(at) => at,
+            // Our copy of another host's descriptor may be stale: locate again from memory.
+            Err(_) if !self.mem.swcc.is_coherent() => return self.free_remote(ptr),
+            Err(e) => return Err(e),
+        };
         let d = at.desc;
+        // Without coherence, "owner == me" in our copy is still exact: we evict a descriptor
+        // whenever we give its slab up, and re-read it whenever we take one.
         if d.head.owner.load(Ordering::Relaxed) != self.me() {
             return self.free_remote(ptr);
         }
@@ -521,6 +581,8 @@ impl<'a> SlabThread<'a> {
             return Err(FreeError::DoubleFree);
         }
         crash_point!(RemoteFreeMarked);
+        // The mark line must not be written back later over the block's next life.
+        self.mem.swcc.publish(self.mark_word(at) as *const AtomicU64 as *const u8, 8);
         let tag = self.tag(version);
         let outcome = remote::decrement(&self.hw(self.mem.remote(b, at.slab)), tag, self.helper(tag));
         ThreadRecord::bump(&self.rec.counters.remote_frees);
@@ -530,6 +592,7 @@ impl<'a> SlabThread<'a> {
                 // T8: every block was freed remotely; the slab is ours, empty.
                 self.log(Redo::new(Op::RemoteFree, b, at.slab.index(), version).flagged());
                 let d = at.desc;
+                self.refresh(d);
                 d.head.owner.store(self.me(), Ordering::Relaxed);
                 self.make_unsized(b, at.slab, d);
                 ThreadRecord::bump(&self.rec.counters.claims);
@@ -560,7 +623,12 @@ impl<'a> SlabThread<'a> {
             &self.hw(&mem.globals(b).global_head),
             self.tag(version),
             |link| match mem.link(b, link) {
-                Ok(Some(s)) => Ok(mem.desc(b, s).head.next.load(Ordering::Relaxed)),
+                Ok(Some(s)) => {
+                    // §14.3: the pusher wrote `next` on another host; read it from memory.
+                    let (p, len) = mem.desc(b, s).head_line();
+                    mem.swcc.refresh(p, len);
+                    Ok(mem.desc(b, s).head.next.load(Ordering::Relaxed))
+                }
                 _ => Err(AllocError::Corrupt("global list link beyond heap length")),
             },
             |link| self.log(Redo::new(Op::GlobalPop, b, link - 1, version)),
@@ -578,6 +646,7 @@ impl<'a> SlabThread<'a> {
             .and_then(|s| s.ok_or(AllocError::Corrupt("popped null")))
             .inspect_err(|_| self.clear_log())?;
         let d = mem.desc(b, slab);
+        self.refresh(d);
         d.head.owner.store(self.me(), Ordering::Relaxed);
         self.push_unsized(b, slab, d);
         ThreadRecord::bump(&self.rec.counters.global_pops);
@@ -679,6 +748,7 @@ impl<'a> SlabThread<'a> {
         self.log(Redo::new(Op::Abandon, b, slab.index(), version));
         // Release: disowned before the counter can reach 0, so a claimer never finds us owner.
         d.head.owner.store(0, Ordering::Release);
+        self.publish(d);
         crash_point!(AbandonDisowned);
         let free = d.head.free.load(Ordering::Relaxed);
         let tag = self.tag(version);
@@ -686,6 +756,7 @@ impl<'a> SlabThread<'a> {
             remote::subtract(&self.hw(self.mem.remote(b, slab)), free, tag, self.helper(tag))
         {
             self.log(Redo::new(Op::Abandon, b, slab.index(), version).flagged());
+            self.refresh(d);
             d.head.owner.store(self.me(), Ordering::Relaxed);
             self.make_unsized(b, slab, d);
         }
@@ -723,7 +794,11 @@ impl<'a> SlabThread<'a> {
                 &self.hw(&self.mem.globals(b).global_head),
                 tag,
                 slab.link(),
-                |next| d.head.next.store(next, Ordering::Relaxed),
+                // §14.3: `next` is written before the write-back that precedes publication.
+                |next| {
+                    d.head.next.store(next, Ordering::Relaxed);
+                    self.publish(d);
+                },
                 self.helper(tag),
             );
             ThreadRecord::bump(&self.rec.counters.global_pushes);

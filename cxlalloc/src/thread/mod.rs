@@ -103,6 +103,9 @@ fn handle(heap: &Heap, slot: u32, holder: u64) -> Result<ThreadHandle, AttachErr
     let size = std::mem::size_of::<ThreadRecord>();
     mem.commit_region(RegionId::Owned, slot as usize * size, size).map_err(AttachError::OutOfMemory)?;
     mem.lease(slot).tid.store(identity::current_tid(), Ordering::Relaxed);
+    // The previous holder may have run on another host: read its record from memory.
+    let (record, len) = mem.record_bytes(slot);
+    mem.swcc.refresh(record, len);
     // SAFETY: the HeapMem lives in the Arc that the handle's `heap` field keeps alive for as
     // long as the handle exists, and `ops` lends these references out only for the lifetime of
     // a borrow of the handle.
@@ -409,6 +412,9 @@ impl Drop for ThreadHandle {
             ops.drain_unsized(b);
         }
         let mem = self.heap.mem();
+        // The next holder may run on another host: our record reaches memory first.
+        let (record, len) = mem.record_bytes(self.ops.slot);
+        mem.swcc.persist(record, len);
         lease::release(&mem.hw_process(&mem.lease(self.ops.slot).holder), self.holder);
     }
 }

@@ -345,3 +345,43 @@ impl<T> Ctx<T> for Option<T> {
         self.ok_or_else(|| format!("{what}: none"))
     }
 }
+
+/// A software mCAS device serving a no-HWcc heap's window from a thread of this process, for
+/// as long as the guard lives.
+pub struct Device {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl Device {
+    /// Serves the window of the heap named `name`, `latency` per CAS.
+    pub fn serve(name: &str, latency: Duration) -> Self {
+        let path = cxlalloc::Heap::path_of(name).unwrap().join(cxlalloc::coherence::WINDOW_FILE);
+        let window = cxlalloc::mcas::Window::open(&path).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            cxlalloc::mcas::device::serve(&window, latency, &s).map(|served| served.requests).unwrap_or(0)
+        });
+        while cxlalloc::mcas::Window::open(&path).ok().and_then(|w| w.served_by()).is_none() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Device { stop, thread: Some(thread) }
+    }
+
+    /// Stops the device; the number of requests it answered.
+    pub fn stop(mut self) -> u64 {
+        self.halt()
+    }
+
+    fn halt(&mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().map_or(0, |t| t.join().unwrap_or(0))
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}

@@ -1,0 +1,163 @@
+//! The coherence models (DESIGN §9.1): the model is fixed at creation and checked at open; the
+//! no-HWcc model keeps its HWcc words in an mCAS window and runs every CAS on them through the
+//! software mCAS device, from threads and from processes.
+
+mod common;
+
+use std::ptr::NonNull;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::{fork_child, serial, Ctx, Device, HeapName};
+use cxlalloc::{AttachError, Coherence, Config, Heap, OpenError};
+
+fn config(coherence: Coherence) -> Config {
+    Config { coherence, huge_capacity: 0, thread_slots: 16, ..Config::with_capacity(64 << 20) }
+}
+
+#[test]
+fn a_heap_records_its_coherence_model_and_refuses_another_at_open() {
+    for model in [Coherence::Limited, Coherence::NoHwcc] {
+        let name = HeapName::new("model");
+        let heap = Heap::create(name.as_str(), &config(model)).unwrap();
+        assert_eq!(heap.config().coherence, model);
+        drop(heap);
+        assert_eq!(Heap::open(name.as_str()).unwrap().config().coherence, model);
+        let r = Heap::open_or_create(name.as_str(), &config(Coherence::Full));
+        assert!(matches!(r, Err(OpenError::Mismatch { field: "coherence", .. })), "{model:?}: {r:?}");
+    }
+}
+
+#[test]
+fn the_huge_heap_is_refused_outside_full_coherence() {
+    let c = Config { coherence: Coherence::Limited, ..Config::with_capacity(64 << 20) };
+    assert!(matches!(Heap::anonymous(&c), Err(OpenError::InvalidConfig(_))));
+}
+
+#[test]
+fn a_no_hwcc_heap_needs_a_heap_directory() {
+    assert!(matches!(Heap::anonymous(&config(Coherence::NoHwcc)), Err(OpenError::Mcas(_))));
+}
+
+#[test]
+fn attaching_to_a_no_hwcc_heap_nobody_serves_is_refused() {
+    let name = HeapName::new("unserved");
+    let heap = Heap::create(name.as_str(), &config(Coherence::NoHwcc)).unwrap();
+    assert!(matches!(heap.attach(), Err(AttachError::DeviceUnserved(_))));
+    let device = Device::serve(name.as_str(), Duration::ZERO);
+    let t = heap.attach().unwrap();
+    t.free(t.alloc(64).unwrap()).unwrap();
+    drop(t);
+    assert!(device.stop() > 0);
+}
+
+#[test]
+fn no_hwcc_hwcc_words_live_in_the_mcas_window() {
+    let name = HeapName::new("window");
+    let heap = Heap::create(name.as_str(), &config(Coherence::NoHwcc)).unwrap();
+    let device = Device::serve(name.as_str(), Duration::ZERO);
+    let t = heap.attach().unwrap();
+    let _block = t.alloc(64).unwrap();
+    let window = cxlalloc::mcas::Window::open(&Heap::path_of(name.as_str()).unwrap().join("mcas-window")).unwrap();
+    // Target 0 is the small bracket's length word (the shared region comes first): the bump
+    // that gave the thread its first slabs went through the device.
+    let length = window.target(0).unwrap().load(std::sync::atomic::Ordering::Acquire);
+    assert_ne!(length & 0xffff_ffff, 0, "length word {length:#x}");
+    drop(t);
+    assert!(device.stop() > 0);
+}
+
+/// Threads allocate and hand every block to the next thread, which frees it remotely: every
+/// counter decrement, claim, global push and pop goes through the device.
+fn remote_free_ring(heap: &Heap, threads: usize, per_thread: usize) {
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..threads).map(|_| mpsc::channel::<usize>()).unzip();
+    std::thread::scope(|s| {
+        for (i, rx) in receivers.into_iter().enumerate() {
+            let tx = senders[(i + 1) % threads].clone();
+            let heap = heap.clone();
+            s.spawn(move || {
+                let t = heap.attach().unwrap();
+                for n in 0..per_thread {
+                    let size = [24, 64, 200, 1024, 4096][n % 5];
+                    let p = t.alloc(size).unwrap();
+                    // SAFETY: a fresh block of `size` bytes.
+                    unsafe { p.as_ptr().write_bytes(i as u8, size) };
+                    tx.send(p.as_ptr() as usize).unwrap();
+                }
+                drop(tx);
+                for addr in rx {
+                    t.free(NonNull::new(addr as *mut u8).unwrap()).unwrap();
+                }
+            });
+        }
+        drop(senders);
+    });
+}
+
+#[test]
+fn no_hwcc_threads_allocate_and_free_remotely_through_the_device() {
+    let name = HeapName::new("ring");
+    let heap = Heap::create(name.as_str(), &config(Coherence::NoHwcc)).unwrap();
+    let device = Device::serve(name.as_str(), Duration::ZERO);
+    remote_free_ring(&heap, 4, 3000);
+    let report = heap.check();
+    assert!(report.is_clean(), "{report}");
+    assert!(device.stop() > 1000);
+}
+
+#[test]
+fn limited_coherence_threads_allocate_and_free_remotely() {
+    let heap = Heap::anonymous(&config(Coherence::Limited)).unwrap();
+    remote_free_ring(&heap, 4, 3000);
+    let report = heap.check();
+    assert!(report.is_clean(), "{report}");
+}
+
+#[test]
+fn no_hwcc_processes_share_the_device_window() {
+    let _serial = serial();
+    let name = HeapName::new("procs");
+    let heap = Heap::create(name.as_str(), &config(Coherence::NoHwcc)).unwrap();
+    let device = Device::serve(name.as_str(), Duration::ZERO);
+    let mut children: Vec<_> = (0..3u64)
+        .map(|i| {
+            let name = name.as_str().to_string();
+            fork_child("no-hwcc worker", move || {
+                let heap = Heap::open(&name).ctx("open")?;
+                let t = heap.attach().ctx("attach")?;
+                let mut kept = Vec::new();
+                for n in 0..2000usize {
+                    let p = t.alloc(16 + n % 300).ctx("alloc")?;
+                    if n % 3 == 0 {
+                        t.free(p).ctx("free")?;
+                    } else {
+                        kept.push(p);
+                    }
+                }
+                // Leave one block per child in a root for the parent to free remotely.
+                let last = kept.pop().ctx("a kept block")?;
+                heap.root(i as usize)
+                    .ctx("root")?
+                    .store(heap.offset_of(last.as_ptr()).ctx("offset")?.raw(), std::sync::atomic::Ordering::Release);
+                for p in kept {
+                    t.free(p).ctx("free kept")?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for c in &mut children {
+        c.succeeds();
+    }
+    let t = heap.attach().unwrap();
+    for i in 0..3 {
+        let off = heap.root(i).unwrap().load(std::sync::atomic::Ordering::Acquire);
+        let p = heap.pointer(cxlalloc::Offset::<u8>::from_raw(off)).unwrap();
+        t.free(p).unwrap();
+    }
+    drop(t);
+    let report = heap.check();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(cxlalloc::class::Bracket::ALL.iter().map(|&b| report.bracket(b).live_blocks()).sum::<u64>(), 0);
+    assert!(device.stop() > 0);
+}
