@@ -59,6 +59,7 @@ step doc env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 step test cargo test --workspace --no-fail-fast
 step test-validate cargo test -p cxlalloc --features validate
 step crash-points cargo test -p cxlalloc --features crash-points --test crash_points
+step noncoherent cargo test -p cxlalloc --features noncoherent-sim --test noncoherent
 
 if [ -x script/loom.sh ]; then
   step loom script/loom.sh

@@ -110,10 +110,8 @@ impl From<&Config> for CxlConfig {
 
 impl CxlConfig {
     fn to_config(self) -> Result<Config, String> {
-        let coherence = match self.coherence {
-            x if x == Coherence::Full as u32 => Coherence::Full,
-            other => return Err(format!("unknown coherence model {other}")),
-        };
+        let coherence =
+            Coherence::from_raw(self.coherence).ok_or_else(|| format!("unknown coherence model {}", self.coherence))?;
         Ok(Config {
             small_capacity: self.small_capacity,
             large_capacity: self.large_capacity,
@@ -1149,6 +1147,11 @@ mod tests {
         let get = |n: &str| defines.iter().find(|(name, _)| name == n).map(|&(_, v)| v);
         assert_eq!(get("CXL_ROOTS"), Some(Heap::ROOTS as i64));
         assert_eq!(get("CXL_COHERENCE_FULL"), Some(Coherence::Full as i64));
+        assert_eq!(get("CXL_COHERENCE_LIMITED"), Some(Coherence::Limited as i64));
+        assert_eq!(get("CXL_COHERENCE_NONE"), Some(Coherence::NoHwcc as i64));
+        // Every model has its constant, and no other CXL_COHERENCE_* is defined.
+        let models: Vec<_> = defines.iter().filter(|(n, _)| n.starts_with("CXL_COHERENCE_")).collect();
+        assert_eq!(models.len(), Coherence::ALL.len(), "{models:?}");
     }
 
     #[test]
@@ -1164,6 +1167,10 @@ mod tests {
         assert_eq!(CxlConfig::from(&c).to_config(), Ok(c));
         let bad = CxlConfig { coherence: 99, ..CxlConfig::from(&Config::default()) };
         assert!(bad.to_config().is_err());
+        for coherence in Coherence::ALL {
+            let c = Config { coherence, huge_capacity: 0, ..Config::with_capacity(1 << 30) };
+            assert_eq!(CxlConfig::from(&c).to_config(), Ok(c));
+        }
     }
 
     #[test]

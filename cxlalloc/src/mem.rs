@@ -9,7 +9,7 @@ use nix::errno::Errno;
 use crate::backing::Backing;
 use crate::class::Bracket;
 use crate::coherence::hwcc::{Hw, Targets};
-use crate::coherence::{window_geometry, McasHub, Swcc};
+use crate::coherence::{window_geometry, McasHub, Site, Swcc};
 use crate::error::OpenError;
 use crate::huge::view::HugeView;
 use crate::layout::{BracketGlobals, Coherence, Header, Layout, RegionId, SharedHeader, SlotLease, Span, HEADER_BYTES};
@@ -235,6 +235,11 @@ impl HeapMem {
             RegionId::Remote,
             RegionId::Local,
         ] {
+            #[cfg(feature = "noncoherent-sim")]
+            if mem.simulated(r) {
+                mem.simulate(r)?;
+                continue;
+            }
             mem.map_whole(r)?;
         }
         mem.lazy = Some(mem.lazy_map());
@@ -255,6 +260,29 @@ impl HeapMem {
         // the file offset is page-aligned (a region's place in its file).
         unsafe { map::map_shared_fixed(self.addr(span.offset), len, fd, at, r != RegionId::Header) }
             .map_err(OpenError::Map)
+    }
+
+    /// Whether region `r` is one of the SWcc regions a simulated host caches.
+    #[cfg(feature = "noncoherent-sim")]
+    fn simulated(&self, r: RegionId) -> bool {
+        crate::coherence::sim::enabled()
+            && self.coherence != Coherence::Full
+            && matches!(r, RegionId::Owned | RegionId::Hazard | RegionId::Local)
+    }
+
+    /// Maps region `r` as this simulated host's private cache of its file.
+    #[cfg(feature = "noncoherent-sim")]
+    fn simulate(&mut self, r: RegionId) -> Result<(), OpenError> {
+        let span = self.layout.region(r);
+        let fd = self.backing.fd(r).ok_or(OpenError::Map(Errno::EBADF))?;
+        let at = self.backing.region_offset(r) as usize;
+        let addr = self.addr(span.offset);
+        if !matches!(self.swcc, Swcc::Sim(_)) {
+            self.swcc = Swcc::Sim(crate::coherence::sim::Host::new());
+        }
+        let Swcc::Sim(host) = &mut self.swcc else { return Err(OpenError::Map(Errno::EINVAL)) };
+        // SAFETY: the span lies inside our reservation and is page-aligned (layout invariant).
+        unsafe { host.add(addr, span.size, fd, at) }.map_err(OpenError::Map)
     }
 
     /// No-HWcc model: opens the mCAS window that holds the HWcc regions just mapped.
@@ -478,7 +506,7 @@ impl HeapMem {
         }
         let len = self.refresh_length(b) as usize;
         let local = self.arrays[b as usize].local;
-        self.swcc.refresh(local as *const u8, len * b.descriptor_size());
+        self.swcc.refresh(Site::Scan, local as *const u8, len * b.descriptor_size());
     }
 
     /// Limited and no-HWcc models: invalidates (`refresh`) or writes back (`persist`) the whole

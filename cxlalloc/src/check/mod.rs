@@ -293,7 +293,7 @@ pub fn check(heap: &Heap) -> Report {
     }
     for slot in mem.used_slots() {
         let (record, len) = mem.record_bytes(slot);
-        mem.swcc.refresh(record, len);
+        mem.swcc.refresh(crate::coherence::Site::Scan, record, len);
     }
     for slot in mem.used_slots() {
         let holder = Holder::unpack(mem.lease(slot).holder.load(Ordering::Acquire));

@@ -12,6 +12,8 @@
 
 pub mod flush;
 pub mod hwcc;
+#[cfg(feature = "noncoherent-sim")]
+pub mod sim;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -34,13 +36,51 @@ pub fn window_geometry(slots: u32, hwcc_bytes: u64) -> Geometry {
     Geometry { slots: slots + PROCESS_REQUESTERS, target_bytes: hwcc_bytes }
 }
 
-/// How this process keeps SWcc memory coherent.
+/// Where in the protocol a coherence operation is applied: each call site names its step, so
+/// that the non-coherence simulator can remove one ([`sim::skip`]) and show that a test fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Site {
+    /// The record's recovery line after a redo or pending write.
+    Record,
+    /// T3: a freshly sized slab's head line, before its first block is handed out.
+    Sized,
+    /// T4: a full slab kept off-list.
+    Detached,
+    /// T5: a full slab given up to remote freers.
+    Disowned,
+    /// A partly used slab abandoned at detach.
+    Abandoned,
+    /// T9: an empty slab pushed on the global list (`next` written first).
+    GlobalPush,
+    /// T2: the `next` link of the global head, read before the pop.
+    PopNext,
+    /// T2: the popped slab's descriptor, read once it is ours.
+    Popped,
+    /// T8 (and an abandon claimed back): the claimed slab's descriptor.
+    Claimed,
+    /// A remote free locating its block from the slab's head line.
+    Located,
+    /// A remote free's mark, written back before the counter moves.
+    RemoteMark,
+    /// A slot's record when the slot is leased or adopted.
+    SlotTaken,
+    /// A slot's record when its holder releases it.
+    SlotReleased,
+    /// Recovery and the checker reading every descriptor and record.
+    Scan,
+}
+
+/// How this process keeps SWcc memory coherent.
+#[derive(Debug)]
 pub enum Swcc {
     /// The device is coherent: nothing to do.
     Coherent,
     /// Explicit write-backs and invalidations with these instructions.
     Flush(Instructions),
+    /// A simulated host of the non-coherence simulator (tests).
+    #[cfg(feature = "noncoherent-sim")]
+    Sim(sim::Host),
 }
 
 impl Swcc {
@@ -52,41 +92,71 @@ impl Swcc {
         }
     }
 
-    /// Whether any operation does anything.
+    /// Whether every operation is a no-op.
     #[inline]
-    pub fn is_coherent(self) -> bool {
-        self == Swcc::Coherent
+    pub fn is_coherent(&self) -> bool {
+        matches!(self, Swcc::Coherent)
     }
 
     /// Before a line's ownership moves to another host, or another host may read it: writes
     /// `[p, p + len)` back and evicts it (so a later read of ours sees the next owner's
     /// writes), then fences.
     #[inline]
-    pub fn publish(self, p: *const u8, len: usize) {
-        if let Swcc::Flush(i) = self {
-            i.evict(p, len);
-            flush::store_fence();
+    pub fn publish(&self, site: Site, p: *const u8, len: usize) {
+        match self {
+            Swcc::Coherent => {}
+            Swcc::Flush(i) => {
+                i.evict(p, len);
+                flush::store_fence();
+            }
+            #[cfg(feature = "noncoherent-sim")]
+            Swcc::Sim(host) => {
+                if !sim::skipped(site) {
+                    host.evict(p, len);
+                }
+            }
         }
+        let _ = site;
     }
 
     /// Writes lines this thread keeps owning back to memory (records a recovering host must
     /// find), keeping them cached where the CPU can, then fences.
     #[inline]
-    pub fn persist(self, p: *const u8, len: usize) {
-        if let Swcc::Flush(i) = self {
-            i.write_back(p, len);
-            flush::store_fence();
+    pub fn persist(&self, site: Site, p: *const u8, len: usize) {
+        match self {
+            Swcc::Coherent => {}
+            Swcc::Flush(i) => {
+                i.write_back(p, len);
+                flush::store_fence();
+            }
+            #[cfg(feature = "noncoherent-sim")]
+            Swcc::Sim(host) => {
+                if !sim::skipped(site) {
+                    host.write_back(p, len);
+                }
+            }
         }
+        let _ = site;
     }
 
     /// Before reading lines another host may have written: evicts `[p, p + len)` so the reads
     /// that follow come from memory.
     #[inline]
-    pub fn refresh(self, p: *const u8, len: usize) {
-        if let Swcc::Flush(i) = self {
-            i.evict(p, len);
-            flush::full_fence();
+    pub fn refresh(&self, site: Site, p: *const u8, len: usize) {
+        match self {
+            Swcc::Coherent => {}
+            Swcc::Flush(i) => {
+                i.evict(p, len);
+                flush::full_fence();
+            }
+            #[cfg(feature = "noncoherent-sim")]
+            Swcc::Sim(host) => {
+                if !sim::skipped(site) {
+                    host.evict(p, len);
+                }
+            }
         }
+        let _ = site;
     }
 }
 

@@ -17,6 +17,7 @@ use std::ptr::NonNull;
 
 use crate::class::{Bracket, ClassInfo};
 use crate::coherence::hwcc::{Hw, McasPort};
+use crate::coherence::Site;
 use crate::crash::crash_point;
 use crate::error::{AllocError, FreeError};
 use crate::mem::{HeapMem, Slab};
@@ -135,23 +136,23 @@ impl<'a> SlabThread<'a> {
     /// one's crash reads it (§14.3: the published build never flushed its records).
     #[inline]
     fn persist_record(&self) {
-        self.mem.swcc.persist((self.rec as *const ThreadRecord).cast(), 64);
+        self.mem.swcc.persist(Site::Record, (self.rec as *const ThreadRecord).cast(), 64);
     }
 
     /// Limited and no-HWcc models: before `d`'s ownership can move, or another host reads it,
     /// writes it back and evicts it (so that our next read sees the next owner's writes).
     #[inline]
-    fn publish(&self, d: Descriptor<'_>) {
+    fn publish(&self, site: Site, d: Descriptor<'_>) {
         let (p, len) = d.bytes();
-        self.mem.swcc.publish(p, len);
+        self.mem.swcc.publish(site, p, len);
     }
 
     /// Limited and no-HWcc models: before reading a descriptor that another host may have
     /// written (taking ownership of its slab), invalidates our copy.
     #[inline]
-    fn refresh(&self, d: Descriptor<'_>) {
+    fn refresh(&self, site: Site, d: Descriptor<'_>) {
         let (p, len) = d.bytes();
-        self.mem.swcc.refresh(p, len);
+        self.mem.swcc.refresh(site, p, len);
     }
 
     /// Starts an outer operation (see [`crate::thread::redo::PendingRecord`]): fields first, then the word that
@@ -320,7 +321,7 @@ impl<'a> SlabThread<'a> {
         // Remote freers on other hosts locate blocks from the head line: it reaches memory
         // before the first block is handed out.
         let (head, len) = d.head_line();
-        self.mem.swcc.persist(head, len);
+        self.mem.swcc.persist(Site::Sized, head, len);
         let version = self.next_version();
         remote::reset(
             &self.hw(self.mem.remote(b, slab)),
@@ -379,7 +380,7 @@ impl<'a> SlabThread<'a> {
                 // T4 keeps the slab ours but on no list: written back, so that whoever holds
                 // the slot next (maybe on another host) finds it as we left it.
                 let (p, len) = d.bytes();
-                self.mem.swcc.persist(p, len);
+                self.mem.swcc.persist(Site::Detached, p, len);
                 ThreadRecord::bump(&self.rec.counters.detaches);
             }
             remote::Retire::Disown => {
@@ -389,7 +390,7 @@ impl<'a> SlabThread<'a> {
                 d.head.owner.store(0, Ordering::Release);
                 // T5: written back before we return the block we still hold, whose free may
                 // be the one that lets the claimer take the slab.
-                self.publish(d);
+                self.publish(Site::Disowned, d);
                 ThreadRecord::bump(&self.rec.counters.disowns);
             }
         }
@@ -405,7 +406,7 @@ impl<'a> SlabThread<'a> {
             // The slab may belong to another host: read its head line from memory.
             if let Some(slab) = self.mem.slab(b, (rel >> b.slab_shift()) as u32) {
                 let (p, len) = self.mem.desc(b, slab).head_line();
-                self.mem.swcc.refresh(p, len);
+                self.mem.swcc.refresh(Site::Located, p, len);
             }
         }
         self.locate_in(b, offset, rel)
@@ -452,18 +453,20 @@ impl<'a> SlabThread<'a> {
 
     /// Whether the located block is free: in the owner's bitset, or in the owner's cached word.
     fn is_free(&self, at: &Located<'_>) -> bool {
+        let owner = at.desc.head.owner.load(Ordering::Relaxed);
+        // Without coherence another host's bitset and cached word reach memory only when its
+        // slabs change hands, so they name blocks it has allocated since: they would refuse
+        // good frees. A remote free then relies on the free mark and the counter alone.
+        if owner != self.me() && !self.mem.swcc.is_coherent() {
+            return false;
+        }
         if at.desc.is_free(at.block) {
             return true;
         }
-        let owner = at.desc.head.owner.load(Ordering::Relaxed);
-        if owner == 0 || owner > self.mem.layout.slots {
-            return false;
-        }
-        let current = &self.mem.record(owner - 1).lists(at.bracket).current[at.class as usize - 1];
-        // Best effort across hosts: the owner does not write its cached word back on every
-        // allocation, so a double free of a block it holds there may go unseen.
-        self.mem.swcc.refresh((current as *const Current).cast(), std::mem::size_of::<Current>());
-        current.holds_seen_from_afar(at.slab.link(), at.block)
+        owner != 0
+            && owner <= self.mem.layout.slots
+            && self.mem.record(owner - 1).lists(at.bracket).current[at.class as usize - 1]
+                .holds_seen_from_afar(at.slab.link(), at.block)
     }
 
     fn mark_word(&self, at: &Located<'_>) -> &AtomicU64 {
@@ -582,7 +585,7 @@ impl<'a> SlabThread<'a> {
         }
         crash_point!(RemoteFreeMarked);
         // The mark line must not be written back later over the block's next life.
-        self.mem.swcc.publish(self.mark_word(at) as *const AtomicU64 as *const u8, 8);
+        self.mem.swcc.publish(Site::RemoteMark, self.mark_word(at) as *const AtomicU64 as *const u8, 8);
         let tag = self.tag(version);
         let outcome = remote::decrement(&self.hw(self.mem.remote(b, at.slab)), tag, self.helper(tag));
         ThreadRecord::bump(&self.rec.counters.remote_frees);
@@ -592,7 +595,7 @@ impl<'a> SlabThread<'a> {
                 // T8: every block was freed remotely; the slab is ours, empty.
                 self.log(Redo::new(Op::RemoteFree, b, at.slab.index(), version).flagged());
                 let d = at.desc;
-                self.refresh(d);
+                self.refresh(Site::Claimed, d);
                 d.head.owner.store(self.me(), Ordering::Relaxed);
                 self.make_unsized(b, at.slab, d);
                 ThreadRecord::bump(&self.rec.counters.claims);
@@ -626,7 +629,7 @@ impl<'a> SlabThread<'a> {
                 Ok(Some(s)) => {
                     // §14.3: the pusher wrote `next` on another host; read it from memory.
                     let (p, len) = mem.desc(b, s).head_line();
-                    mem.swcc.refresh(p, len);
+                    mem.swcc.refresh(Site::PopNext, p, len);
                     Ok(mem.desc(b, s).head.next.load(Ordering::Relaxed))
                 }
                 _ => Err(AllocError::Corrupt("global list link beyond heap length")),
@@ -646,7 +649,7 @@ impl<'a> SlabThread<'a> {
             .and_then(|s| s.ok_or(AllocError::Corrupt("popped null")))
             .inspect_err(|_| self.clear_log())?;
         let d = mem.desc(b, slab);
-        self.refresh(d);
+        self.refresh(Site::Popped, d);
         d.head.owner.store(self.me(), Ordering::Relaxed);
         self.push_unsized(b, slab, d);
         ThreadRecord::bump(&self.rec.counters.global_pops);
@@ -748,7 +751,7 @@ impl<'a> SlabThread<'a> {
         self.log(Redo::new(Op::Abandon, b, slab.index(), version));
         // Release: disowned before the counter can reach 0, so a claimer never finds us owner.
         d.head.owner.store(0, Ordering::Release);
-        self.publish(d);
+        self.publish(Site::Abandoned, d);
         crash_point!(AbandonDisowned);
         let free = d.head.free.load(Ordering::Relaxed);
         let tag = self.tag(version);
@@ -756,7 +759,7 @@ impl<'a> SlabThread<'a> {
             remote::subtract(&self.hw(self.mem.remote(b, slab)), free, tag, self.helper(tag))
         {
             self.log(Redo::new(Op::Abandon, b, slab.index(), version).flagged());
-            self.refresh(d);
+            self.refresh(Site::Claimed, d);
             d.head.owner.store(self.me(), Ordering::Relaxed);
             self.make_unsized(b, slab, d);
         }
@@ -797,7 +800,7 @@ impl<'a> SlabThread<'a> {
                 // §14.3: `next` is written before the write-back that precedes publication.
                 |next| {
                     d.head.next.store(next, Ordering::Relaxed);
-                    self.publish(d);
+                    self.publish(Site::GlobalPush, d);
                 },
                 self.helper(tag),
             );

@@ -13,6 +13,7 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 
 use crate::class::{class_aligned, class_of, Bracket, LARGE_MAX, SMALL_MAX};
+use crate::coherence::Site;
 use crate::crash::crash_point;
 use crate::error::{AdoptError, AllocError, AttachError, FreeError};
 use crate::heap::Heap;
@@ -105,7 +106,7 @@ fn handle(heap: &Heap, slot: u32, holder: u64) -> Result<ThreadHandle, AttachErr
     mem.lease(slot).tid.store(identity::current_tid(), Ordering::Relaxed);
     // The previous holder may have run on another host: read its record from memory.
     let (record, len) = mem.record_bytes(slot);
-    mem.swcc.refresh(record, len);
+    mem.swcc.refresh(Site::SlotTaken, record, len);
     // SAFETY: the HeapMem lives in the Arc that the handle's `heap` field keeps alive for as
     // long as the handle exists, and `ops` lends these references out only for the lifetime of
     // a borrow of the handle.
@@ -414,7 +415,7 @@ impl Drop for ThreadHandle {
         let mem = self.heap.mem();
         // The next holder may run on another host: our record reaches memory first.
         let (record, len) = mem.record_bytes(self.ops.slot);
-        mem.swcc.persist(record, len);
+        mem.swcc.persist(Site::SlotReleased, record, len);
         lease::release(&mem.hw_process(&mem.lease(self.ops.slot).holder), self.holder);
     }
 }

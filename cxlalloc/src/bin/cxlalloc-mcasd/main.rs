@@ -1,6 +1,18 @@
-//! `cxlalloc-mcasd`: the software mCAS device. Creates the window file if none exists (never
-//! reshaping or zeroing an existing one), serves it until SIGTERM or SIGINT, answers what is in
-//! flight, releases the window and exits 0.
+//! `cxlalloc-mcasd`: the software mCAS device (DESIGN §9.3). Serves one mCAS window until
+//! SIGTERM or SIGINT, answers what is in flight, releases the window and exits 0.
+//!
+//! What it serves:
+//!
+//! - `--heap NAME`: the window of the no-HWcc heap `NAME` in `/dev/shm`
+//!   (`/dev/shm/cxlalloc.NAME/mcas-window`, made when the heap was created with coherence
+//!   `none`); threads of such a heap cannot attach while no device serves it.
+//! - `--heap-dir PATH`: the same for a heap directory anywhere.
+//! - `--window FILE`: any window file; created if absent (`--slots`, `--target-bytes`, or 64
+//!   slots and 1 MiB), never reshaped or zeroed if present.
+//!
+//! An existing window is served with the geometry in its header; `--slots` / `--target-bytes`
+//! given for one must match it. `--latency-ns` injects device time per CAS (the paper's device:
+//! 2300).
 
 // Under `--cfg loom` the library holds only the model-checked protocols (see `lib.rs`), so the
 // daemon is compiled out; cargo still builds this binary for `tests/loom.rs`.

@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use cxlalloc::check::SlabState;
 use cxlalloc::class::Bracket;
-use cxlalloc::{Config, Heap, OpenError};
+use cxlalloc::coherence::WINDOW_FILE;
+use cxlalloc::mcas::Window;
+use cxlalloc::{Coherence, Config, Heap, OpenError};
 
 #[derive(Parser)]
 #[command(name = "cxlalloc", version, about = "Manage cxlalloc shared heaps")]
@@ -30,9 +32,15 @@ enum Command {
         /// Thread slots (most threads attached at once over all processes).
         #[arg(long)]
         slots: Option<u32>,
-        /// Huge address space for blocks above 512 KiB (a multiple of 1G; 0 = none).
+        /// Huge address space for blocks above 512 KiB (a multiple of 1G; 0 = none). Default
+        /// 1T with coherence full, 0 otherwise (the huge heap needs full coherence).
         #[arg(long, value_parser = parse_bytes)]
         huge_capacity: Option<u64>,
+        /// Coherence model of the device: full (hardware-coherent), limited (only the HWcc
+        /// regions are coherent; the rest is flushed) or none (HWcc words through mCAS: serve
+        /// the heap's window with `cxlalloc-mcasd --heap NAME` before attaching threads).
+        #[arg(long, value_parser = parse_coherence, default_value = "full")]
+        coherence: Coherence,
         /// Create without crash recovery (only to measure what recovery costs).
         #[arg(long)]
         no_recovery: bool,
@@ -78,6 +86,20 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
     n.checked_mul(1 << shift).ok_or_else(|| format!("byte size overflows: {s:?}"))
 }
 
+fn parse_coherence(s: &str) -> Result<Coherence, String> {
+    Coherence::from_name(s).ok_or_else(|| {
+        let names: Vec<_> = Coherence::ALL.iter().map(|c| c.name()).collect();
+        format!("unknown coherence model {s:?} (known: {})", names.join(", "))
+    })
+}
+
+/// `huge_capacity` as given, or the default for `coherence`: the huge heap exists only under
+/// full coherence, so the other models default to none (an explicit size is kept, and
+/// `Config::validate` refuses it with its reason).
+fn huge_capacity_for(coherence: Coherence, given: Option<u64>) -> u64 {
+    given.unwrap_or(if coherence == Coherence::Full { Config::default().huge_capacity } else { 0 })
+}
+
 fn is_path(heap: &str) -> bool {
     heap.contains('/')
 }
@@ -90,8 +112,25 @@ fn open(heap: &str) -> Result<Heap, OpenError> {
     }
 }
 
+/// The heap's coherence model; for no-HWcc, its mCAS window and whether a device serves it.
+fn coherence_line(heap: &Heap) -> String {
+    let coherence = heap.config().coherence;
+    if coherence != Coherence::NoHwcc {
+        return coherence.name().to_string();
+    }
+    let path = Path::new(&heap.location()).join(WINDOW_FILE);
+    let served = match Window::open(&path) {
+        Ok(w) => {
+            w.served_by().map_or("not served: start cxlalloc-mcasd".to_string(), |pid| format!("served by pid {pid}"))
+        }
+        Err(e) => format!("unusable: {e}"),
+    };
+    format!("none (mCAS window {}, {served})", path.display())
+}
+
 fn print_stats(heap: &Heap, per_class: bool) {
     let s = heap.stats();
+    println!("coherence model:       {}", coherence_line(heap));
     println!("data bytes:            {}", s.data_bytes);
     println!("HWcc metadata bytes:   {} ({} for recovery's help words)", s.hwcc_bytes, s.recovery_hwcc_bytes);
     println!("SWcc metadata bytes:   {}", s.swcc_metadata_bytes);
@@ -131,13 +170,14 @@ fn print_stats(heap: &Heap, per_class: bool) {
 
 fn run(cli: Cli) -> Result<ExitCode, OpenError> {
     match cli.command {
-        Command::Create { heap, small_capacity, large_capacity, slots, huge_capacity, no_recovery } => {
+        Command::Create { heap, small_capacity, large_capacity, slots, huge_capacity, coherence, no_recovery } => {
             let d = Config::default();
             let config = Config {
                 small_capacity: small_capacity.unwrap_or(d.small_capacity),
                 large_capacity: large_capacity.unwrap_or(d.large_capacity),
                 thread_slots: slots.unwrap_or(d.thread_slots),
-                huge_capacity: huge_capacity.unwrap_or(d.huge_capacity),
+                huge_capacity: huge_capacity_for(coherence, huge_capacity),
+                coherence,
                 recovery: !no_recovery,
                 ..d
             };
@@ -146,7 +186,11 @@ fn run(cli: Cli) -> Result<ExitCode, OpenError> {
             } else {
                 Heap::create(&heap, &config)?
             };
-            println!("created {}", h.location());
+            println!("created {} (coherence {})", h.location(), coherence.name());
+            if coherence == Coherence::NoHwcc {
+                let which = if is_path(&heap) { format!("--heap-dir {heap}") } else { format!("--heap {heap}") };
+                println!("serve its mCAS window before attaching threads: cxlalloc-mcasd {which}");
+            }
         }
         Command::Inspect { heap } => {
             let h = open(&heap)?;
@@ -203,5 +247,21 @@ mod tests {
         assert_eq!(parse_bytes("16G"), Ok(16 << 30));
         assert!(parse_bytes("x").is_err());
         assert!(parse_bytes("99999999999T").is_err());
+    }
+
+    #[test]
+    fn coherence_models_are_parsed_by_name() {
+        for c in Coherence::ALL {
+            assert_eq!(parse_coherence(c.name()), Ok(c));
+        }
+        assert!(parse_coherence("partial").unwrap_err().contains("full, limited, none"));
+    }
+
+    #[test]
+    fn reduced_coherence_defaults_to_no_huge_heap_but_keeps_an_explicit_size() {
+        assert_eq!(huge_capacity_for(Coherence::Full, None), Config::default().huge_capacity);
+        assert_eq!(huge_capacity_for(Coherence::Limited, None), 0);
+        assert_eq!(huge_capacity_for(Coherence::NoHwcc, None), 0);
+        assert_eq!(huge_capacity_for(Coherence::NoHwcc, Some(1 << 30)), 1 << 30);
     }
 }

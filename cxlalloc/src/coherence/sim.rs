@@ -1,0 +1,189 @@
+//! The non-coherence simulator (DESIGN §9.3), for tests: a process that calls [`enable`] before
+//! opening a limited or no-HWcc heap becomes a simulated *host* whose SWcc regions (records,
+//! hazard sets, descriptors) are a private write-back cache of the shared files. Nothing it
+//! writes there reaches other hosts until a write-back, and nothing other hosts write back
+//! reaches it until it invalidates the line: a missing flush or invalidate in the protocol
+//! shows up as a stale read or a lost write instead of passing silently on coherent hardware.
+//!
+//! Each simulated region has three views of the same bytes:
+//! - the *cache*: private memory mapped where the region belongs, which the allocator uses;
+//! - the *memory*: a shared mapping of the region's file elsewhere, what other hosts see;
+//! - the *snapshot*: private memory holding each line as it was last filled or written back,
+//!   so that a line is *dirty* exactly when cache and snapshot differ.
+//!
+//! Write-back and eviction work on whole 64-byte lines, like a CPU cache: a host writing back
+//! a line also writes back its stale copy of the bytes it did not change. A simulated host
+//! must run one allocator thread (the simulation does not make a line's fill atomic with
+//! respect to another thread's stores on the same host). Slab data stays coherent: it is the
+//! application's, and its own protocol's business.
+
+use std::ptr::NonNull;
+
+use nix::errno::Errno;
+
+use super::flush::LINE;
+use super::Site;
+use crate::layout::REGION_ALIGN;
+use crate::map;
+use crate::sync::{AtomicBool, AtomicU64, Ordering};
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+static SKIPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Makes this process a simulated host for every limited or no-HWcc heap it opens afterwards.
+pub fn enable() {
+    ENABLED.store(true, Ordering::Relaxed);
+}
+
+/// Whether [`enable`] was called.
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// Removes the coherence operation at `site` from this process's protocol: the test proving
+/// that the simulator catches a missing flush.
+pub fn skip(site: Site) {
+    SKIPPED.fetch_or(1 << site as u32, Ordering::Relaxed);
+}
+
+/// Whether the operation at `site` was removed with [`skip`].
+pub fn skipped(site: Site) -> bool {
+    SKIPPED.load(Ordering::Relaxed) & (1 << site as u32) != 0
+}
+
+/// One simulated region.
+#[derive(Debug)]
+struct Region {
+    cache: usize,
+    memory: NonNull<u8>,
+    snapshot: NonNull<u8>,
+    len: usize,
+}
+
+/// A simulated host's caches of one heap's SWcc regions.
+#[derive(Debug)]
+pub struct Host {
+    regions: Vec<Region>,
+}
+
+// SAFETY: the raw pointers name mappings owned by the Host until drop; all accesses through
+// them are atomic word operations.
+unsafe impl Send for Host {}
+// SAFETY: as above.
+unsafe impl Sync for Host {}
+
+fn word(base: usize, off: usize) -> &'static AtomicU64 {
+    // SAFETY: callers pass offsets of 8-aligned words inside one of the host's mappings, which
+    // live until the Host (and the heap holding it) is dropped; AtomicU64 is valid for any bits.
+    unsafe { &*((base + off) as *const AtomicU64) }
+}
+
+impl Host {
+    /// A host with no simulated region yet.
+    pub fn new() -> Self {
+        Host { regions: Vec::new() }
+    }
+
+    /// Simulates the region at `cache` (`len` bytes, page-aligned, inside the caller's
+    /// reservation, not mapped yet) backed by `fd` at `file_offset`: maps the memory and
+    /// snapshot views and fills the cache from memory.
+    ///
+    /// # Safety
+    /// `[cache, cache + len)` must lie inside the caller's heap reservation, page-aligned.
+    pub unsafe fn add(&mut self, cache: *mut u8, len: usize, fd: i32, file_offset: usize) -> Result<(), Errno> {
+        let memory = map::reserve(len, REGION_ALIGN)?;
+        let snapshot = map::reserve(len, REGION_ALIGN).inspect_err(|_| {
+            // SAFETY: the reservation was just made and nothing uses it.
+            unsafe { map::release(memory, len) }
+        })?;
+        let region = Region { cache: cache as usize, memory, snapshot, len };
+        // SAFETY: the views are our fresh reservations; the cache range is the caller's
+        // (this function's contract); all are page-aligned.
+        let mapped = unsafe {
+            map::map_shared_fixed(memory.as_ptr(), len, fd, file_offset, true)
+                .and_then(|()| map::map_private_fixed(snapshot.as_ptr(), len))
+                .and_then(|()| map::map_private_fixed(cache, len))
+        };
+        // Pushed first, so that the views are released on every path (drop).
+        self.regions.push(region);
+        mapped?;
+        let r = &self.regions[self.regions.len() - 1];
+        for off in (0..len).step_by(8) {
+            let v = word(r.memory.as_ptr() as usize, off).load(Ordering::Relaxed);
+            if v != 0 {
+                word(r.cache, off).store(v, Ordering::Relaxed);
+                word(r.snapshot.as_ptr() as usize, off).store(v, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    fn region_of(&self, addr: usize) -> Option<(&Region, usize)> {
+        self.regions.iter().find_map(|r| {
+            let off = addr.wrapping_sub(r.cache);
+            (off < r.len).then_some((r, off))
+        })
+    }
+
+    fn lines(&self, p: *const u8, len: usize) -> impl Iterator<Item = (&Region, usize)> + '_ {
+        let start = p as usize & !(LINE - 1);
+        let end = p as usize + len.max(1);
+        (start..end).step_by(LINE).filter_map(|l| self.region_of(l))
+    }
+
+    /// Copies one line between two views.
+    fn copy(from: usize, to: usize, off: usize) {
+        for w in (off..off + LINE).step_by(8) {
+            word(to, w).store(word(from, w).load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+
+    fn dirty(r: &Region, off: usize) -> bool {
+        (off..off + LINE).step_by(8).any(|w| {
+            word(r.cache, w).load(Ordering::Relaxed) != word(r.snapshot.as_ptr() as usize, w).load(Ordering::Relaxed)
+        })
+    }
+
+    /// Writes the dirty lines of `[p, p + len)` back to memory (keeping them cached).
+    pub fn write_back(&self, p: *const u8, len: usize) {
+        for (r, off) in self.lines(p, len) {
+            if Self::dirty(r, off) {
+                Self::copy(r.cache, r.memory.as_ptr() as usize, off);
+                Self::copy(r.cache, r.snapshot.as_ptr() as usize, off);
+            }
+        }
+        crate::sync::fence(Ordering::SeqCst);
+    }
+
+    /// Writes the dirty lines of `[p, p + len)` back, then refills them from memory: the next
+    /// read sees what other hosts wrote back.
+    pub fn evict(&self, p: *const u8, len: usize) {
+        for (r, off) in self.lines(p, len) {
+            if Self::dirty(r, off) {
+                Self::copy(r.cache, r.memory.as_ptr() as usize, off);
+            }
+            Self::copy(r.memory.as_ptr() as usize, r.cache, off);
+            Self::copy(r.memory.as_ptr() as usize, r.snapshot.as_ptr() as usize, off);
+        }
+        crate::sync::fence(Ordering::SeqCst);
+    }
+}
+
+impl Default for Host {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        for r in &self.regions {
+            // SAFETY: the memory and snapshot views are reservations this Host made and only
+            // it used; the cache range belongs to the heap reservation, released by its owner.
+            unsafe {
+                map::release(r.memory, r.len);
+                map::release(r.snapshot, r.len);
+            }
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! The allocator under the non-coherence simulator (DESIGN §9.3; feature `noncoherent-sim`):
+//! each forked child is a simulated host whose records and descriptors live in a private
+//! write-back cache, so only what the SWcc protocol writes back reaches the other hosts.
+//!
+//! Hosts run a seeded random workload against a model of their live blocks: they allocate
+//! blocks of every small and large class, fill them with a pattern, hand a random share to the
+//! next host (which checks the pattern and frees them remotely: T10/T8 claims across hosts),
+//! free others locally, and with no slab cache every empty slab crosses the global list
+//! (T9/T2) between hosts. At the end the parent — which reads memory, not any host's cache —
+//! runs the checker: clean, and no block live. A host that got a block another host holds
+//! finds its pattern overwritten.
+//!
+//! With one write-back removed from the protocol (`sim::skip`), the same run must fail: that
+//! is what shows the simulator can catch a protocol bug.
+
+mod common;
+
+use std::ptr::NonNull;
+use std::time::Duration;
+
+use common::{fork_child, pattern, serial, Ctx, Device, HeapName, Pipe, Rng};
+use cxlalloc::class::Bracket;
+use cxlalloc::coherence::{sim, Site};
+use cxlalloc::{Coherence, Config, Heap, Offset};
+
+const HOSTS: usize = 3;
+const ROUNDS: usize = 60;
+const DEADLINE: Duration = Duration::from_secs(5);
+
+fn config(coherence: Coherence) -> Config {
+    Config {
+        coherence,
+        huge_capacity: 0,
+        thread_slots: 8,
+        cache_local: 0,
+        small_batch: 1,
+        ..Config::with_capacity(64 << 20)
+    }
+}
+
+fn size(rng: &mut Rng) -> usize {
+    match rng.below(8) {
+        0..=4 => 8 + rng.below(1016) as usize,
+        5 | 6 => 1025 + rng.below(15 << 10) as usize,
+        _ => (16 << 10) + rng.below(200 << 10) as usize,
+    }
+}
+
+/// Offset of the block's last whole word (its first word too when the block has only one).
+fn last_word(size: usize) -> usize {
+    (size & !7).max(8) - 8
+}
+
+/// Writes the block's pattern (of its heap offset `off`) into its first and last words.
+fn fill(p: NonNull<u8>, off: u64, size: usize, salt: u64) {
+    // SAFETY: a live block of at least `size` ≥ 8 bytes, 8-aligned.
+    unsafe {
+        (p.as_ptr().add(last_word(size)) as *mut u64).write(pattern(off, salt ^ 1));
+        (p.as_ptr() as *mut u64).write(pattern(off, salt));
+    }
+}
+
+fn intact(p: NonNull<u8>, off: u64, size: usize, salt: u64) -> bool {
+    let last = if last_word(size) == 0 { pattern(off, salt) } else { pattern(off, salt ^ 1) };
+    // SAFETY: as for `fill`.
+    unsafe {
+        (p.as_ptr() as *const u64).read() == pattern(off, salt)
+            && (p.as_ptr().add(last_word(size)) as *const u64).read() == last
+    }
+}
+
+/// Which host's pattern a block holds (a diagnostic for a failed check).
+fn whose(p: NonNull<u8>, off: u64, size: usize) -> String {
+    // SAFETY: as for `fill`.
+    let (first, last) =
+        unsafe { ((p.as_ptr() as *const u64).read(), (p.as_ptr().add(last_word(size)) as *const u64).read()) };
+    let owner = |w: u64, x: u64| (0..HOSTS).find(|&h| w == pattern(off, (0x51ed + h as u64) ^ x));
+    format!(
+        "first word from host {:?}, last word from host {:?} ({first:#x}, {last:#x})",
+        owner(first, 0),
+        owner(last, 1)
+    )
+}
+
+/// One simulated host: `ROUNDS` rounds of allocate / hand over / free.
+fn host(name: &str, me: usize, to_next: &Pipe, from_prev: &Pipe, skip: Option<Site>) -> Result<(), String> {
+    sim::enable();
+    if let Some(site) = skip {
+        sim::skip(site);
+    }
+    let heap = Heap::open(name).ctx("open")?;
+    let t = heap.attach().ctx("attach")?;
+    let mut rng = Rng::new(me as u64 * 7919 + 1);
+    let mut live: Vec<(NonNull<u8>, u64, usize)> = Vec::new();
+    let salt = |h: usize| 0x51ed + h as u64;
+    let prev = (me + HOSTS - 1) % HOSTS;
+    for round in 0..ROUNDS {
+        for _ in 0..8 {
+            let n = size(&mut rng);
+            let p = t.alloc(n).ctx("alloc")?;
+            let off = heap.offset_of(p.as_ptr()).ctx("offset")?.raw();
+            fill(p, off, n, salt(me));
+            live.push((p, off, n));
+        }
+        // Hand a random share over; the size travels with the offset.
+        let mut batch = Vec::new();
+        for _ in 0..rng.below(5) {
+            if live.is_empty() {
+                break;
+            }
+            let (_, off, n) = live.swap_remove(rng.below(live.len() as u64) as usize);
+            batch.push((off, n as u64));
+        }
+        to_next.send_u64(batch.len() as u64);
+        for (off, n) in batch {
+            to_next.send_u64(off);
+            to_next.send_u64(n);
+        }
+        let count = from_prev.recv_u64(DEADLINE).ctx("batch count")?;
+        for _ in 0..count {
+            let off = from_prev.recv_u64(DEADLINE).ctx("offset")?;
+            let n = from_prev.recv_u64(DEADLINE).ctx("size")? as usize;
+            let p = heap.pointer(Offset::<u8>::from_raw(off)).ctx("pointer")?;
+            ensure!(
+                intact(p, off, n, salt(prev)),
+                "round {round}: block {off:#x} from host {prev} overwritten: {}",
+                whose(p, off, n)
+            );
+            t.free(p).ctx("remote free")?;
+        }
+        for _ in 0..rng.below(9) {
+            if live.is_empty() {
+                break;
+            }
+            let (p, off, n) = live.swap_remove(rng.below(live.len() as u64) as usize);
+            ensure!(
+                intact(p, off, n, salt(me)),
+                "round {round}: own block {off:#x} ({n} bytes) overwritten: {}",
+                whose(p, off, n)
+            );
+            t.free(p).ctx("local free")?;
+        }
+    }
+    for (p, off, n) in live {
+        ensure!(intact(p, off, n, salt(me)), "own block {off:#x} overwritten at the end: {}", whose(p, off, n));
+        t.free(p).ctx("final free")?;
+    }
+    Ok(())
+}
+
+/// Runs the hosts on a fresh heap of `model`; `Err` describes how the run went wrong.
+fn run(model: Coherence, skip: Option<Site>) -> Result<(), String> {
+    let _serial = serial();
+    let name = HeapName::new("sim");
+    let heap = Heap::create(name.as_str(), &config(model)).ctx("create")?;
+    let device = (model == Coherence::NoHwcc).then(|| Device::serve(name.as_str(), Duration::ZERO));
+    let pipes: Vec<Pipe> = (0..HOSTS).map(|_| Pipe::new()).collect();
+    let mut children: Vec<_> = (0..HOSTS)
+        .map(|i| {
+            let (name, to_next, from_prev) = (name.as_str(), &pipes[(i + 1) % HOSTS], &pipes[i]);
+            fork_child("simulated host", move || host(name, i, to_next, from_prev, skip))
+        })
+        .collect();
+    let failed = children.iter_mut().map(|c| c.exit_code()).filter(|&code| code != 0).count();
+    drop(device);
+    if failed > 0 {
+        return Err(format!("{failed} of {HOSTS} hosts failed"));
+    }
+    let report = heap.check();
+    if !report.is_clean() {
+        return Err(format!("checker: {report}"));
+    }
+    let live: u64 = Bracket::ALL.iter().map(|&b| report.bracket(b).live_blocks()).sum();
+    if live != 0 {
+        return Err(format!("{live} blocks live after every host freed everything"));
+    }
+    Ok(())
+}
+
+#[test]
+fn limited_coherence_hosts_keep_the_heap_consistent() {
+    run(Coherence::Limited, None).unwrap();
+}
+
+#[test]
+fn no_hwcc_hosts_keep_the_heap_consistent() {
+    run(Coherence::NoHwcc, None).unwrap();
+}
+
+/// T3 without its write-back: the head line of a freshly sized slab stays in its owner's
+/// cache, so another host locating one of its blocks reads a slab with no class.
+#[test]
+fn the_simulator_catches_a_sizing_without_its_write_back() {
+    for model in [Coherence::Limited, Coherence::NoHwcc] {
+        let r = run(model, Some(Site::Sized));
+        assert!(r.is_err(), "{model:?}: a run without the sizing's write-back passed");
+        eprintln!("{model:?}: caught: {}", r.unwrap_err());
+    }
+}
