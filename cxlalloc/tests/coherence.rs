@@ -161,3 +161,29 @@ fn no_hwcc_processes_share_the_device_window() {
     assert_eq!(cxlalloc::class::Bracket::ALL.iter().map(|&b| report.bracket(b).live_blocks()).sum::<u64>(), 0);
     assert!(device.stop() > 0);
 }
+
+/// Co-simulation end to end: the heap's window is served by the Verilated RTL (`mcas-cosim`)
+/// instead of the software device, and threads allocate and free remotely through it.
+/// `script/fpga.sh` builds the server and runs this with `MCAS_COSIM` set.
+#[test]
+#[ignore = "needs MCAS_COSIM=path/to/mcas-cosim (script/fpga.sh builds it and runs this)"]
+fn no_hwcc_threads_allocate_and_free_remotely_through_the_rtl() {
+    let bin = std::env::var("MCAS_COSIM").expect("MCAS_COSIM names the mcas-cosim binary");
+    let name = HeapName::new("rtl");
+    let heap = Heap::create(name.as_str(), &config(Coherence::NoHwcc)).unwrap();
+    let window = Heap::path_of(name.as_str()).unwrap().join(cxlalloc::coherence::WINDOW_FILE);
+    let mut server = std::process::Command::new(&bin)
+        .args(["--window", window.to_str().unwrap(), "--latency", "4"])
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {bin}: {e}"));
+    let started = std::time::Instant::now();
+    while cxlalloc::mcas::Window::open(&window).ok().and_then(|w| w.served_by()).is_none() {
+        assert!(started.elapsed() < Duration::from_secs(20), "mcas-cosim never served the heap's window");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    remote_free_ring(&heap, 4, 400);
+    let report = heap.check();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(server.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert!(server.wait().unwrap().success(), "mcas-cosim did not exit cleanly");
+    assert!(report.is_clean(), "{report}");
+}

@@ -25,7 +25,7 @@ use hwcc::{McasPort, Targets};
 
 /// Requester slots of a heap's mCAS window beyond its thread slots: one per process that has
 /// the heap open, for the lease operations that run before a thread holds a slot.
-pub const PROCESS_REQUESTERS: u32 = 64;
+pub const PROCESS_REQUESTERS: u32 = 32;
 
 /// The file name of a no-HWcc heap's mCAS window, in the heap directory.
 pub const WINDOW_FILE: &str = "mcas-window";
