@@ -3,7 +3,7 @@
 //! ```text
 //! cxlalloc-bench run WORKLOAD.toml [--out FILE] [--resume] [--only TEXT] [--dry-run]
 //! cxlalloc-bench table FILE.ndjson...
-//! cxlalloc-bench cas-latency [--threads 1,2,4] [--ops N] [--mcas-latency-ns NS] [--cosim BIN]
+//! cxlalloc-bench cas-latency [--threads 1,2,4] [--ops N] [--mcas-latency-ns NS [--uncalibrated]] [--cosim BIN]
 //! ```
 //!
 //! `run` is the driver: it expands the workload file into configurations, runs each (a
@@ -62,9 +62,13 @@ enum Cmd {
         /// Successful CASes per thread.
         #[arg(long, default_value_t = 20_000)]
         ops: usize,
-        /// The software mCAS device's time per CAS, ns (the paper's device: 2300 at p50).
+        /// The software mCAS CAS time at one thread (p50), ns: the paper's device took 2300.
+        /// The device injects this less its measured round trip (calibration).
         #[arg(long, default_value_t = 2300)]
         mcas_latency_ns: u64,
+        /// Inject `--mcas-latency-ns` as device time as it is, without calibration.
+        #[arg(long)]
+        uncalibrated: bool,
         /// `mcas-cosim` (built by script/fpga.sh) to measure the RTL too.
         #[arg(long)]
         cosim: Option<PathBuf>,
@@ -144,8 +148,11 @@ fn run(cmd: Cmd) -> Result<ExitCode, Error> {
                 Ok(ExitCode::FAILURE)
             }
         }
-        Cmd::CasLatency { threads, ops, mcas_latency_ns, cosim, out } => {
-            let opts = caslat::Options { threads, ops, mcas_latency: Duration::from_nanos(mcas_latency_ns), cosim };
+        Cmd::CasLatency { threads, ops, mcas_latency_ns, uncalibrated, cosim, out } => {
+            let target = Duration::from_nanos(mcas_latency_ns);
+            let mcas_latency = if uncalibrated { target } else { cxlalloc::mcas::device::calibrate(target)? };
+            eprintln!("software mCAS: {} ns of device time per CAS", mcas_latency.as_nanos());
+            let opts = caslat::Options { threads, ops, mcas_latency, cosim };
             let rows = caslat::run(&opts)?;
             print!("{}", caslat::table(&rows));
             if let Some(out) = out {

@@ -10,6 +10,29 @@ use crate::mcas::{McasClient, McasError, Window};
 use crate::protocol::HwWord;
 use crate::sync::{AtomicU64, Ordering};
 
+/// Nanoseconds added to every HWcc access of this process (0: none).
+static INJECTED_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Latency injection (DESIGN §9.3): every HWcc load, CAS and store of this process afterwards
+/// first waits `extra`, modelling device memory slower than local DRAM on a machine without a
+/// CXL device ([`crate::mcas::device::PAPER_CXL_READ_EXTRA`] is the paper's device). Process-
+/// wide, for benchmarks; `Duration::ZERO` turns it off.
+pub fn inject_latency(extra: Duration) {
+    INJECTED_NS.store(u64::try_from(extra.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+}
+
+/// Waits the injected latency, if any.
+#[inline]
+fn device_access() {
+    let ns = INJECTED_NS.load(Ordering::Relaxed);
+    if ns != 0 {
+        let until = std::time::Instant::now() + Duration::from_nanos(ns);
+        while std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
+    }
+}
+
 /// Where the HWcc regions of one process's mapping sit in the window's target area.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Targets {
@@ -107,13 +130,17 @@ impl HwWord for Hw<'_> {
     fn load(&self, order: Ordering) -> u64 {
         // Device memory is read directly (uncachable in hardware): the unit writes a swap
         // before it answers.
+        device_access();
         self.word.load(order)
     }
 
     #[inline]
     fn compare_exchange_weak(&self, current: u64, new: u64, success: Ordering, failure: Ordering) -> Result<u64, u64> {
         match self.port {
-            None => self.word.compare_exchange_weak(current, new, success, failure),
+            None => {
+                device_access();
+                self.word.compare_exchange_weak(current, new, success, failure)
+            }
             Some(port) => {
                 // The device does not order this CPU's earlier stores: fence them out first.
                 crate::sync::fence(Ordering::SeqCst);
@@ -127,7 +154,10 @@ impl HwWord for Hw<'_> {
     #[inline]
     fn store(&self, value: u64, order: Ordering) {
         match self.port {
-            None => self.word.store(value, order),
+            None => {
+                device_access();
+                self.word.store(value, order)
+            }
             Some(_) => {
                 // Only the unit writes device words: a store is a CAS from what is there.
                 let mut cur = self.word.load(Ordering::Acquire);

@@ -21,6 +21,58 @@ use crate::sync::{AtomicBool, Ordering};
 /// The paper's measured mCAS latency at one thread (p50), for calibrated runs.
 pub const PAPER_MCAS_LATENCY: Duration = Duration::from_nanos(2300);
 
+/// The paper's device: a CXL read takes 357 ns against 112 ns from local DRAM (§5.1); the
+/// difference is what latency injection adds to each HWcc access on a machine without one.
+pub const PAPER_CXL_READ_EXTRA: Duration = Duration::from_nanos(357 - 112);
+
+/// The device time to inject so that one thread's mCAS takes `target` (p50) end to end here:
+/// `target` less the round trip measured through a scratch window served with none (client
+/// write, doorbell, server poll, answer), so that calibrated runs match the paper's 2.3 µs
+/// rather than 2.3 µs plus this machine's polling overhead.
+pub fn calibrate(target: Duration) -> Result<Duration, CalibrationError> {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("cxlalloc-mcas-calibrate-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let window = Window::create_or_open(&path, crate::mcas::Geometry { slots: 1, target_bytes: 8 })
+        .map_err(|e| CalibrationError(e.to_string()));
+    let _ = std::fs::remove_file(&path);
+    let window = std::sync::Arc::new(window?);
+    let stop = AtomicBool::new(false);
+    let round_trip = std::thread::scope(|s| {
+        let server = s.spawn(|| serve(&window, Duration::ZERO, &stop));
+        let measured = (|| {
+            let mut client =
+                crate::mcas::McasClient::new(window.clone(), 0).map_err(|e| CalibrationError(e.to_string()))?;
+            // The least median of five batches: a busy machine only ever slows a batch down.
+            let mut best = Duration::MAX;
+            for batch in 0..6u64 {
+                let mut samples = Vec::with_capacity(400);
+                for i in 0..400u64 {
+                    let t0 = Instant::now();
+                    let v = batch * 400 + i;
+                    client.compare_exchange_weak(0, v, v + 1).map_err(|e| CalibrationError(e.to_string()))?;
+                    samples.push(t0.elapsed());
+                }
+                samples.sort_unstable();
+                if batch > 0 {
+                    best = best.min(samples[samples.len() / 2]);
+                }
+            }
+            Ok(best)
+        })();
+        stop.store(true, Ordering::Relaxed);
+        let _ = server.join();
+        measured
+    })?;
+    Ok(target.saturating_sub(round_trip))
+}
+
+/// Calibration could not measure the round trip.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("mCAS calibration: {0}")]
+pub struct CalibrationError(String);
+
 /// Why the device could not serve.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DeviceError {
