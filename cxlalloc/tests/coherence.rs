@@ -187,3 +187,39 @@ fn no_hwcc_threads_allocate_and_free_remotely_through_the_rtl() {
     assert!(server.wait().unwrap().success(), "mcas-cosim did not exit cleanly");
     assert!(report.is_clean(), "{report}");
 }
+
+/// No-HWcc remote frees are batched per slab (one mCAS per run): a holder killed with a batch
+/// counted but not yet subtracted leaves it in its record, and adoption applies it.
+#[test]
+fn a_batch_of_remote_frees_left_by_a_killed_process_is_applied_by_recovery() {
+    let _serial = serial();
+    let name = HeapName::new("batch");
+    let heap = Heap::create(name.as_str(), &config(Coherence::NoHwcc)).unwrap();
+    let _device = Device::serve(name.as_str(), Duration::ZERO);
+    let owner = heap.attach().unwrap();
+    let blocks: Vec<u64> = (0..10).map(|_| heap.offset_of(owner.alloc(64).unwrap().as_ptr()).unwrap().raw()).collect();
+    let n = name.as_str().to_string();
+    let mut child = common::fork_code("batching freer", move || {
+        let Ok(heap) = Heap::open(&n) else { return 1 };
+        let Ok(t) = heap.attach() else { return 2 };
+        for &off in &blocks {
+            let Ok(p) = heap.pointer(cxlalloc::Offset::<u8>::from_raw(off)) else { return 3 };
+            if t.free(p).is_err() {
+                return 4;
+            }
+        }
+        // Killed holding the batch: nothing subtracted yet.
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+        5
+    });
+    assert_eq!(child.killed_by(), nix::sys::signal::Signal::SIGKILL);
+    let live =
+        |h: &Heap| cxlalloc::class::Bracket::ALL.iter().map(|&b| h.check().bracket(b).live_blocks()).sum::<u64>();
+    assert_eq!(live(&heap), 10, "the batch is not applied before recovery");
+    let reports = heap.recover_dead();
+    assert_eq!(reports.len(), 1);
+    let report = heap.check();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(live(&heap), 0, "recovery applied the dead holder's batch");
+    drop(owner);
+}

@@ -30,8 +30,8 @@ pub const PAPER_CXL_READ_EXTRA: Duration = Duration::from_nanos(357 - 112);
 /// write, doorbell, server poll, answer), so that calibrated runs match the paper's 2.3 µs
 /// rather than 2.3 µs plus this machine's polling overhead.
 pub fn calibrate(target: Duration) -> Result<Duration, CalibrationError> {
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    static NEXT: crate::sync::AtomicU32 = crate::sync::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let path = std::env::temp_dir().join(format!("cxlalloc-mcas-calibrate-{}-{n}", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let window = Window::create_or_open(&path, crate::mcas::Geometry { slots: 1, target_bytes: 8 })

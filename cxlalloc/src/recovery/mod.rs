@@ -91,6 +91,8 @@ pub(crate) fn recover(t: &SlabThread<'_>, huge: Option<&HugeView>, dead: Option<
     for b in Bracket::ALL {
         t.rebuild_lists(b, &mut rebuilt);
     }
+    // Remote frees the dead holder had counted but not yet subtracted (no-HWcc batching).
+    t.flush_remote_batch();
     let huge = huge.map(|view| HugeThread { t, view });
     if let Some(h) = &huge {
         h.end_epoch();

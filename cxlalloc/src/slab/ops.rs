@@ -24,7 +24,7 @@ use crate::mem::{HeapMem, Slab};
 use crate::protocol::{detectable, global_list, length, remote};
 use crate::slab::descriptor::Descriptor;
 use crate::sync::{fence, AtomicU64, Ordering};
-use crate::thread::record::{Current, ThreadRecord};
+use crate::thread::record::{Current, RemoteBatch, ThreadRecord};
 use crate::thread::redo::{Op, Pending, Redo};
 use crate::word::{Tag, Tagged};
 
@@ -61,6 +61,9 @@ pub struct SlabThread<'a> {
     pub recoverable: bool,
     /// No-HWcc model: this slot's mCAS requester, through which every HWcc CAS goes.
     port: Option<McasPort>,
+    /// No-HWcc model: remote frees are counted per slab in the record and subtracted with one
+    /// mCAS per run ([`RemoteBatch`]) instead of one each.
+    batching: bool,
 }
 
 /// A fresh free-block mark for a slab being sized: unpredictable (salted by the heap secret)
@@ -93,7 +96,8 @@ impl<'a> SlabThread<'a> {
     pub fn new(mem: &'a HeapMem, slot: u32) -> Self {
         // The window has a requester per thread slot (checked when the heap was opened).
         let port = mem.mcas().and_then(|hub| hub.thread_port(slot).ok());
-        Self { mem, slot, rec: mem.record(slot), recoverable: mem.recoverable(), port }
+        let batching = mem.coherence == crate::layout::Coherence::NoHwcc;
+        Self { mem, slot, rec: mem.record(slot), recoverable: mem.recoverable(), port, batching }
     }
 
     /// HWcc word `word` as this thread reaches it (through its mCAS requester when the heap
@@ -569,6 +573,12 @@ impl<'a> SlabThread<'a> {
         if self.is_free(at) {
             return Err(FreeError::DoubleFree);
         }
+        // A detectable free (pending record set) stays a free of its own: its recovery decides
+        // from the block alone.
+        if self.batching && self.rec.pending.word.load(Ordering::Relaxed) == 0 {
+            return self.free_batched(at);
+        }
+        self.flush_remote_batch();
         let mark = at.desc.head.mark.load(Ordering::Relaxed);
         let b = at.bracket;
         let version = self.next_version();
@@ -606,6 +616,78 @@ impl<'a> SlabThread<'a> {
         };
         self.clear_log();
         result
+    }
+
+    /// A remote free joining this slot's batch (no-HWcc model). A batch of another slab, or a
+    /// full one, is applied first.
+    fn free_batched(&self, at: &Located<'_>) -> Result<(), FreeError> {
+        let before = RemoteBatch::unpack(self.rec.remote_batch.load(Ordering::Relaxed));
+        let same = |x: &RemoteBatch| x.bracket == at.bracket && x.slab == at.slab.index();
+        let before = match before {
+            Some(x) if same(&x) && x.count < RemoteBatch::LIMIT => Some(x),
+            Some(_) => {
+                self.flush_remote_batch();
+                None
+            }
+            None => None,
+        };
+        let count = before.map_or(1, |x| x.count + 1);
+        // Counted before the mark: a crash in between frees the block (recovery applies the
+        // batch), never leaks it.
+        self.set_batch(Some(RemoteBatch { bracket: at.bracket, slab: at.slab.index(), count }));
+        let mark = at.desc.head.mark.load(Ordering::Relaxed);
+        if self.mark_word(at).swap(mark, Ordering::Relaxed) == mark {
+            self.set_batch(before);
+            return Err(FreeError::DoubleFree);
+        }
+        self.mem.swcc.publish(Site::RemoteMark, self.mark_word(at) as *const AtomicU64 as *const u8, 8);
+        ThreadRecord::bump(&self.rec.counters.remote_frees);
+        Ok(())
+    }
+
+    /// Writes the batch word (and, with recovery, writes it back for an adopting host).
+    fn set_batch(&self, batch: Option<RemoteBatch>) {
+        self.rec.remote_batch.store(batch.map_or(0, RemoteBatch::pack), Ordering::Relaxed);
+        if self.recoverable {
+            fence(Ordering::Release);
+            self.persist_record();
+        }
+    }
+
+    /// Applies this slot's batch of remote frees, if any: one logged subtraction (T10, or T8
+    /// when it empties the slab). Called before any other remote free and at detach.
+    pub(crate) fn flush_remote_batch(&self) {
+        let Some(batch) = RemoteBatch::unpack(self.rec.remote_batch.load(Ordering::Relaxed)) else { return };
+        let b = batch.bracket;
+        let Some(slab) = self.mem.slab(b, batch.slab) else {
+            self.set_batch(None);
+            return;
+        };
+        let version = self.next_version();
+        self.log(Redo::new(Op::RemoteFree, b, batch.slab, version));
+        self.apply_batch(b, slab, batch.count, version);
+        self.clear_log();
+    }
+
+    /// Subtracts `count` remote frees of `slab` (the operation already logged with `version`)
+    /// and clears the batch word; the subtraction that takes the counter to 0 claims the slab.
+    pub(crate) fn apply_batch(&self, b: Bracket, slab: Slab, count: u32, version: u32) {
+        let tag = self.tag(version);
+        let outcome = remote::subtract(&self.hw(self.mem.remote(b, slab)), count, tag, self.helper(tag));
+        if let Ok(remote::Decrement::Claimed) = outcome {
+            self.log(Redo::new(Op::RemoteFree, b, slab.index(), version).flagged());
+            let d = self.mem.desc(b, slab);
+            self.refresh(Site::Claimed, d);
+            d.head.owner.store(self.me(), Ordering::Relaxed);
+            self.make_unsized(b, slab, d);
+            ThreadRecord::bump(&self.rec.counters.claims);
+            self.set_batch(None);
+            self.trim_cache(b);
+        } else {
+            // An underflow is a double free the marks missed: the batch is dropped, the
+            // counter left as it was.
+            self.set_batch(None);
+        }
     }
 
     /// The usable size of the allocated block at `ptr`.

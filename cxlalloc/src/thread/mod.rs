@@ -408,6 +408,7 @@ impl Drop for ThreadHandle {
             self.with_huge(|h, space| h.maintain(space));
         }
         let ops = self.ops();
+        ops.flush_remote_batch();
         for b in Bracket::ALL {
             ops.release_classes(b);
             ops.drain_unsized(b);

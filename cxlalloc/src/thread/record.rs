@@ -118,6 +118,36 @@ impl Current {
     }
 }
 
+/// A run of remote frees of one slab whose counter decrement is deferred (no-HWcc model: one
+/// mCAS subtracts them all, DESIGN §15's lever). Each block is marked freed when it joins, so a
+/// double free is still seen at once; the subtraction claims the slab when it reaches 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteBatch {
+    /// Bracket of the slab.
+    pub bracket: Bracket,
+    /// Slab index.
+    pub slab: u32,
+    /// Frees counted (≥ 1).
+    pub count: u32,
+}
+
+impl RemoteBatch {
+    /// Most frees one batch holds before it is applied.
+    pub const LIMIT: u32 = 4096;
+
+    /// The record word: count in bits 48..63, bracket in bit 32, slab in bits 0..31.
+    pub fn pack(self) -> u64 {
+        u64::from(self.count) << 48 | (self.bracket as u64) << 32 | u64::from(self.slab)
+    }
+
+    /// Decodes a record word; `None` for 0 (no batch).
+    pub fn unpack(w: u64) -> Option<Self> {
+        let count = (w >> 48) as u32;
+        let bracket = if w >> 32 & 1 == 0 { Bracket::Small } else { Bracket::Large };
+        (count != 0).then_some(RemoteBatch { bracket, slab: w as u32, count })
+    }
+}
+
 /// Operation counters of one slot. Single writer (the holder), read by `stats` with stale values
 /// tolerated. Only slow-path events are counted, so the fast path stays free of them.
 #[repr(C)]
@@ -176,6 +206,9 @@ pub struct ThreadRecord {
     /// The block index of the remote free in flight (written before its redo record), so that
     /// recovery can write the block's free mark when it completes the free.
     pub remote_block: AtomicU32,
+    /// No-HWcc model: remote frees counted here and not yet subtracted from their slab's
+    /// counter ([`RemoteBatch`]; 0 = none). Recovery applies what a dead holder left.
+    pub remote_batch: AtomicU64,
     /// The outer operation in flight ([`crate::thread::redo::PendingRecord`]).
     pub pending: crate::thread::redo::PendingRecord,
     /// Slow-path counters.
