@@ -103,61 +103,59 @@ impl Swcc {
     /// writes), then fences.
     #[inline]
     pub fn publish(&self, site: Site, p: *const u8, len: usize) {
-        match self {
-            Swcc::Coherent => {}
-            Swcc::Flush(i) => {
-                i.evict(p, len);
-                flush::store_fence();
-            }
-            #[cfg(feature = "noncoherent-sim")]
-            Swcc::Sim(host) => {
-                if !sim::skipped(site) {
-                    host.evict(p, len);
-                }
-            }
-        }
-        let _ = site;
+        self.apply(Action::Publish, site, p, len);
     }
 
     /// Writes lines this thread keeps owning back to memory (records a recovering host must
     /// find), keeping them cached where the CPU can, then fences.
     #[inline]
     pub fn persist(&self, site: Site, p: *const u8, len: usize) {
-        match self {
-            Swcc::Coherent => {}
-            Swcc::Flush(i) => {
-                i.write_back(p, len);
-                flush::store_fence();
-            }
-            #[cfg(feature = "noncoherent-sim")]
-            Swcc::Sim(host) => {
-                if !sim::skipped(site) {
-                    host.write_back(p, len);
-                }
-            }
-        }
-        let _ = site;
+        self.apply(Action::Persist, site, p, len);
     }
 
     /// Before reading lines another host may have written: evicts `[p, p + len)` so the reads
     /// that follow come from memory.
     #[inline]
     pub fn refresh(&self, site: Site, p: *const u8, len: usize) {
+        self.apply(Action::Refresh, site, p, len);
+    }
+
+    #[inline]
+    fn apply(&self, action: Action, site: Site, p: *const u8, len: usize) {
         match self {
             Swcc::Coherent => {}
-            Swcc::Flush(i) => {
-                i.evict(p, len);
-                flush::full_fence();
-            }
-            #[cfg(feature = "noncoherent-sim")]
-            Swcc::Sim(host) => {
-                if !sim::skipped(site) {
-                    host.evict(p, len);
+            Swcc::Flush(i) => match action {
+                Action::Publish => {
+                    i.evict(p, len);
+                    flush::store_fence();
                 }
-            }
+                Action::Persist => {
+                    i.write_back(p, len);
+                    flush::store_fence();
+                }
+                Action::Refresh => {
+                    i.evict(p, len);
+                    flush::full_fence();
+                }
+            },
+            #[cfg(feature = "noncoherent-sim")]
+            Swcc::Sim(host) if !sim::skipped(site) => match action {
+                Action::Persist => host.write_back(p, len),
+                Action::Publish | Action::Refresh => host.evict(p, len),
+            },
+            #[cfg(feature = "noncoherent-sim")]
+            Swcc::Sim(_) => {}
         }
         let _ = site;
     }
+}
+
+/// The three SWcc operations.
+#[derive(Clone, Copy)]
+enum Action {
+    Publish,
+    Persist,
+    Refresh,
 }
 
 /// A process's connection to a no-HWcc heap's mCAS window.
