@@ -85,8 +85,18 @@ extern "C" {
 /** Number of application roots: valid root indexes are 0 .. CXL_ROOTS - 1. */
 #define CXL_ROOTS 64
 
-/** Coherence model: every access is hardware-coherent (the only model so far). */
+/** Coherence model: every access is hardware-coherent (plain atomics, no flushes). */
 #define CXL_COHERENCE_FULL 0
+/** Coherence model: only the HWcc regions (shared, claims, remote) are hardware-coherent;
+ *  descriptors and records are written back and invalidated with cache-line flushes. Needs
+ *  huge_capacity 0. */
+#define CXL_COHERENCE_LIMITED 1
+/** Coherence model: nothing is hardware-coherent; every CAS on an HWcc word goes through the
+ *  device's mCAS unit, served here by the software device (`cxlalloc-mcasd --heap NAME`, or
+ *  `--heap-dir PATH`) on the heap directory's `mcas-window`. Needs huge_capacity 0 and a
+ *  file-backed heap (not cxl_heap_anonymous); cxl_thread_attach() fails with CXL_EIO while no
+ *  device serves the window. */
+#define CXL_COHERENCE_NONE 2
 
 /* ------------------------------------------------------------------------------------------ */
 /* Types                                                                                        */
@@ -117,7 +127,8 @@ typedef struct cxl_config {
     uint32_t large_batch;
     /** Empty slabs a thread keeps cached before returning extras to the heap. Default 8. */
     uint32_t cache_local;
-    /** Coherence model of the device: CXL_COHERENCE_FULL. Default CXL_COHERENCE_FULL. */
+    /** Coherence model of the device: CXL_COHERENCE_FULL, CXL_COHERENCE_LIMITED or
+     *  CXL_COHERENCE_NONE (the latter two need huge_capacity 0). Default CXL_COHERENCE_FULL. */
     uint32_t coherence;
     /** Non-zero: reserve backing store as the heap grows, so a full /dev/shm is an
      *  out-of-memory error instead of SIGBUS. Default 1. */
@@ -195,7 +206,8 @@ void cxl_heap_close(cxl_heap_t* heap);
 /* ------------------------------------------------------------------------------------------ */
 
 /** Leases a thread slot of `heap` for the calling thread. Returns NULL on failure
- *  (CXL_ESLOTS_EXHAUSTED when every slot is leased). */
+ *  (CXL_ESLOTS_EXHAUSTED when every slot is leased; CXL_EIO for a CXL_COHERENCE_NONE heap
+ *  whose mCAS window no device serves). */
 cxl_thread_t* cxl_thread_attach(cxl_heap_t* heap);
 
 /** Releases a thread slot (its cached empty slabs go back to the heap). Blocks allocated

@@ -578,6 +578,44 @@ static void test_heap_at(void) {
     at_path[0] = at_dir[0] = '\0';
 }
 
+static void test_coherence_models(const char* name) {
+    cxl_config_t cfg;
+    cxl_config_default(&cfg);
+    cfg.small_capacity = cfg.large_capacity = (uint64_t)16 << 20;
+    /* The huge heap needs full coherence: the default huge_capacity is refused. */
+    cfg.coherence = CXL_COHERENCE_LIMITED;
+    CHECK_ERR(cxl_heap_anonymous(&cfg), CXL_EINVAL, EINVAL);
+    CHECK(strstr(cxl_last_error_message(), "huge") != NULL);
+    cfg.huge_capacity = 0;
+
+    /* Limited HWcc: an ordinary heap to its user. */
+    cxl_heap_t* heap = cxl_heap_anonymous(&cfg);
+    CHECK(heap != NULL);
+    cxl_thread_t* t = cxl_thread_attach(heap);
+    CHECK(t != NULL);
+    void* p = cxl_malloc(t, 100);
+    CHECK(p != NULL);
+    fill(p, 100, 5);
+    CHECK(holds(p, 100, 5));
+    CHECK(cxl_free(t, p) == CXL_OK);
+    size_t problems = 99;
+    CHECK(cxl_heap_check(heap, &problems) == CXL_OK && problems == 0);
+    cxl_thread_detach(t);
+    cxl_heap_close(heap);
+
+    /* No HWcc: the HWcc words live in the heap directory's mCAS window, so an anonymous heap
+     * cannot have them, and no thread attaches while no device serves the window. */
+    cfg.coherence = CXL_COHERENCE_NONE;
+    CHECK_ERR(cxl_heap_anonymous(&cfg), CXL_EIO, EIO);
+    heap = cxl_heap_create(name, &cfg);
+    CHECK(heap != NULL);
+    CHECK_ERR(cxl_thread_attach(heap), CXL_EIO, EIO);
+    CHECK(strstr(cxl_last_error_message(), "mcas-window") != NULL);
+    CHECK(cxl_heap_check(heap, &problems) == CXL_OK && problems == 0);
+    cxl_heap_close(heap);
+    CHECK(cxl_heap_unlink(name) == CXL_OK);
+}
+
 int main(void) {
     char* name = heap_name;
     snprintf(name, sizeof heap_name, "capi-test-%ld", (long)getpid());
@@ -628,6 +666,7 @@ int main(void) {
     test_slots_exhausted();
     test_heap_exhausted();
     test_heap_at();
+    test_coherence_models(name);
 
     printf("api_test: %d checks passed\n", checks);
     return 0;
