@@ -8,6 +8,12 @@
 //! nothing here keeps a second copy of the region names or their coherence classes. (The published
 //! harness matched file-name substrings and silently reported 0 HWcc after a rename.)
 //!
+//! A no-HWcc heap keeps its HWcc regions in its mCAS window file instead
+//! ([`cxlalloc::coherence::WINDOW_FILE`], next to the other region files), with the requesters'
+//! request and answer slots that a device keeps in uncachable memory: every mapping of
+//! `DIR/mcas-window` is HWcc ([`Class::Window`]), counted in the HWcc totals but in no single
+//! region's.
+//!
 //! An anonymous heap ([`cxlalloc::Heap::anonymous`]) has no files, so its memory is `Other`.
 //!
 //! # Peak
@@ -22,6 +28,7 @@
 
 use std::path::{Path, PathBuf};
 
+use cxlalloc::coherence::WINDOW_FILE;
 use cxlalloc::layout::{RegionId, REGIONS};
 
 /// What went wrong reading or parsing `/proc/self/smaps` or `/proc/self/status`.
@@ -225,6 +232,8 @@ pub enum Class {
     Hwcc(RegionId),
     /// Any other heap region file (`header`, `owned`, `local`, `data`).
     Swcc(RegionId),
+    /// A no-HWcc heap's mCAS window file: its HWcc regions and the requester slots (HWcc).
+    Window,
     /// Everything else: the binary, libraries, stack, the process's own heap, other files.
     Other,
 }
@@ -233,6 +242,8 @@ pub enum Class {
 #[derive(Clone, Debug)]
 pub struct RegionTable {
     entries: Vec<(PathBuf, RegionId)>,
+    /// Every heap directory's mCAS window file (present only for no-HWcc heaps).
+    windows: Vec<PathBuf>,
 }
 
 impl RegionTable {
@@ -243,7 +254,8 @@ impl RegionTable {
     pub fn new(heap_dirs: &[PathBuf]) -> Self {
         let entries =
             heap_dirs.iter().flat_map(|d| RegionId::ALL.into_iter().map(move |r| (d.join(r.file_name()), r))).collect();
-        RegionTable { entries }
+        let windows = heap_dirs.iter().map(|d| d.join(WINDOW_FILE)).collect();
+        RegionTable { entries, windows }
     }
 
     /// The heap region whose file is exactly `path` (a ` (deleted)` suffix allowed).
@@ -252,11 +264,20 @@ impl RegionTable {
         self.entries.iter().find(|(p, _)| p == path).map(|&(_, r)| r)
     }
 
+    /// Whether `path` is exactly a heap directory's mCAS window file (a ` (deleted)` suffix
+    /// allowed).
+    pub fn is_window(&self, path: &str) -> bool {
+        let path = Path::new(path.strip_suffix(DELETED).unwrap_or(path));
+        self.windows.iter().any(|w| w == path)
+    }
+
     /// The class of `mapping`.
     pub fn classify(&self, mapping: &Mapping) -> Class {
-        match mapping.pathname.as_deref().and_then(|p| self.region_of(p)) {
+        let Some(path) = mapping.pathname.as_deref() else { return Class::Other };
+        match self.region_of(path) {
             Some(r) if r.is_hwcc() => Class::Hwcc(r),
             Some(r) => Class::Swcc(r),
+            None if self.is_window(path) => Class::Window,
             None => Class::Other,
         }
     }
@@ -265,8 +286,8 @@ impl RegionTable {
 /// This process's memory split by coherence class, in bytes.
 ///
 /// Invariants: `total_pss_bytes == hwcc_pss_bytes + swcc_pss_bytes + other_pss_bytes`, the same
-/// for RSS, and `region_pss_bytes` (indexed by `RegionId as usize`) sums to
-/// `hwcc_pss_bytes + swcc_pss_bytes`.
+/// for RSS, and `region_pss_bytes` (indexed by `RegionId as usize`) plus `window_pss_bytes` sums
+/// to `hwcc_pss_bytes + swcc_pss_bytes`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct MemorySplit {
     /// PSS of HWcc heap regions.
@@ -287,6 +308,8 @@ pub struct MemorySplit {
     pub total_rss_bytes: u64,
     /// PSS per heap region, indexed by `RegionId as usize`, summed over heaps.
     pub region_pss_bytes: [u64; REGIONS],
+    /// PSS of no-HWcc heaps' mCAS window files (part of `hwcc_pss_bytes`, of no region's).
+    pub window_pss_bytes: u64,
 }
 
 impl MemorySplit {
@@ -302,14 +325,16 @@ impl MemorySplit {
     /// Adds one mapping's sizes under `class`.
     fn add(&mut self, class: Class, pss: u64, rss: u64) {
         let (p, r) = match class {
-            Class::Hwcc(_) => (&mut self.hwcc_pss_bytes, &mut self.hwcc_rss_bytes),
+            Class::Hwcc(_) | Class::Window => (&mut self.hwcc_pss_bytes, &mut self.hwcc_rss_bytes),
             Class::Swcc(_) => (&mut self.swcc_pss_bytes, &mut self.swcc_rss_bytes),
             Class::Other => (&mut self.other_pss_bytes, &mut self.other_rss_bytes),
         };
         *p += pss;
         *r += rss;
-        if let Class::Hwcc(region) | Class::Swcc(region) = class {
-            self.region_pss_bytes[region as usize] += pss;
+        match class {
+            Class::Hwcc(region) | Class::Swcc(region) => self.region_pss_bytes[region as usize] += pss,
+            Class::Window => self.window_pss_bytes += pss,
+            Class::Other => {}
         }
         self.total_pss_bytes += pss;
         self.total_rss_bytes += rss;

@@ -208,6 +208,7 @@ fn split_sums_each_class_and_totals_equal_the_sum() {
     assert_eq!(s.total_pss_bytes, s.hwcc_pss_bytes + s.swcc_pss_bytes + s.other_pss_bytes);
     assert_eq!(s.total_rss_bytes, s.hwcc_rss_bytes + s.swcc_rss_bytes + s.other_rss_bytes);
     assert_eq!(s.region_pss_bytes.iter().sum::<u64>(), s.hwcc_pss_bytes + s.swcc_pss_bytes);
+    assert_eq!(s.window_pss_bytes, 0, "no window among the fixture's mappings");
     assert_eq!(s.region_pss_bytes[RegionId::Data as usize], (2048 + 1024 + 256) * KB);
     assert_eq!(s.region_pss_bytes[RegionId::Remote as usize], 4 * KB);
     assert!((s.hwcc_share() - 20.0 / (pss_total / KB) as f64).abs() < 1e-12);
@@ -349,4 +350,32 @@ fn live_dev_shm_heap_is_split_into_swcc_data_and_a_small_hwcc_share() {
     for p in blocks {
         thread.free(p).unwrap();
     }
+}
+
+#[test]
+fn a_no_hwcc_heaps_mcas_window_is_hwcc_memory_of_no_single_region() {
+    let dirs = heap_dirs();
+    let table = RegionTable::new(&dirs);
+    let rows = [
+        // The heap's mappings of its HWcc regions, at their places in the window file, and the
+        // process's own mapping of the whole window (requester slots).
+        ("7f1200001000-7f1200011000 rw-s 00201000 00:1a 4001                       /dev/shm/cxlalloc.kv/mcas-window", 16, 8),
+        ("7f1300000000-7f1300010000 rw-s 00000000 00:1a 4001                       /dev/shm/cxlalloc.kv/mcas-window", 8, 4),
+        ("7f1300010000-7f1300020000 rw-s 00000000 00:1a 4002                       /dev/shm/cxlalloc.old/mcas-window (deleted)", 4, 4),
+        ("7f1400000000-7f1400010000 rw-s 00000000 00:1a 4003                       /dev/shm/cxlalloc.kv/owned", 32, 16),
+        ("7f1500000000-7f1500010000 rw-s 00000000 00:1a 4004                       /dev/shm/mcas-window", 8, 8),
+        ("7f1600000000-7f1600010000 rw-s 00000000 00:1a 4005                       /dev/shm/cxlalloc.kv/mcas-window.bak", 8, 8),
+    ];
+    let text: String = rows.iter().map(|&(h, rss, pss)| block(h, rss, pss)).collect();
+    let maps = memory::parse_smaps(&text).unwrap();
+    let classes: Vec<Class> = maps.iter().map(|m| table.classify(m)).collect();
+    assert_eq!(
+        classes,
+        [Class::Window, Class::Window, Class::Window, Class::Swcc(RegionId::Owned), Class::Other, Class::Other]
+    );
+    let s = memory::split(&text, &dirs).unwrap();
+    assert_eq!(s.hwcc_pss_bytes, (8 + 4 + 4) * KB);
+    assert_eq!(s.window_pss_bytes, s.hwcc_pss_bytes);
+    assert_eq!(s.region_pss_bytes.iter().sum::<u64>() + s.window_pss_bytes, s.hwcc_pss_bytes + s.swcc_pss_bytes);
+    assert_eq!(s.total_pss_bytes, s.hwcc_pss_bytes + s.swcc_pss_bytes + s.other_pss_bytes);
 }

@@ -5,13 +5,33 @@
 //! one process only); `capacity_mib` (per bracket, default 8192 — address space reserved, not
 //! memory used); `thread_slots` (default 1024); `recovery` (default `true`: threads log their
 //! metadata transitions and a dead process's slots can be adopted and repaired; `false`
-//! measures what that costs, and a dead slot is then lost with its memory).
+//! measures what that costs, and a dead slot is then lost with its memory); `coherence` =
+//! `"full"` (default), `"limited"` or `"none"` (DESIGN §9.1; the two reduced models have no huge
+//! heap, and `"none"` needs the `shm` backend); `mcas_latency_ns` (only with `"none"`: one
+//! thread's mCAS latency, p50, default the paper's 2300; the device injects it less this
+//! machine's measured round trip, see [`device::calibrate`]).
+//!
+//! # The mCAS device of a no-HWcc run
+//!
+//! A no-HWcc heap's HWcc words live in the mCAS window in its directory, and no thread can
+//! attach while no device serves it. The process that creates the run's heap ([`prepare`], in
+//! the coordinator) therefore also starts the software device ([`Device`]: a thread running
+//! [`device::serve`]) and returns only once the window is served; the device runs until the
+//! coordinator has checked or discarded the heap after the last worker, then stops. Every
+//! worker process's threads and the coordinator's own share the one device, as hosts share one
+//! memory device.
 
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use cxlalloc::{Config, Heap, ThreadHandle};
+use cxlalloc::coherence::WINDOW_FILE;
+use cxlalloc::mcas::device::{self, DeviceError, Served};
+use cxlalloc::mcas::Window;
+use cxlalloc::{Coherence, Config, Heap, ThreadHandle};
 use serde_json::{json, Value};
 
 use super::{Allocator, Audit, Handles, Recovered, Spec, ThreadAlloc};
@@ -27,7 +47,10 @@ pub enum Backend {
 }
 
 /// The settings cxlalloc knows.
-const KNOWN: [&str; 4] = ["backend", "capacity_mib", "thread_slots", "recovery"];
+const KNOWN: [&str; 6] = ["backend", "capacity_mib", "thread_slots", "recovery", "coherence", "mcas_latency_ns"];
+
+/// How long [`prepare`] waits for the device thread to claim the window.
+const DEVICE_START: Duration = Duration::from_secs(10);
 
 /// cxlalloc's settings in a workload file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,6 +59,8 @@ pub struct Settings {
     pub backend: Backend,
     /// Heap configuration.
     pub config: Config,
+    /// One thread's mCAS latency (p50) the software device is calibrated to (no-HWcc heaps).
+    pub mcas_latency: Duration,
 }
 
 impl Settings {
@@ -58,7 +83,30 @@ impl Settings {
                 v.as_bool().ok_or_else(|| format!("cxlalloc: setting recovery must be true or false, got {v}"))?
             }
         };
-        Ok(Self { backend, config })
+        let coherence = spec.str_setting("coherence", Coherence::Full.name())?;
+        config.coherence = Coherence::from_name(coherence).ok_or_else(|| {
+            let names: Vec<_> = Coherence::ALL.iter().map(|c| format!("{:?}", c.name())).collect();
+            format!("cxlalloc: coherence must be one of {}, got {coherence:?}", names.join(", "))
+        })?;
+        if config.coherence != Coherence::Full {
+            // The huge heap needs full coherence (`Config::validate`).
+            config.huge_capacity = 0;
+        }
+        let paper_ns = device::PAPER_MCAS_LATENCY.as_nanos() as u64;
+        let mcas_latency = Duration::from_nanos(spec.u64_setting("mcas_latency_ns", paper_ns)?);
+        if config.coherence == Coherence::NoHwcc {
+            if backend != Backend::Shm {
+                return Err("cxlalloc: coherence \"none\" needs backend \"shm\" (the mCAS window is a file of the heap directory)".into());
+            }
+        } else if spec.settings.contains_key("mcas_latency_ns") {
+            return Err(format!(
+                "cxlalloc: mcas_latency_ns applies only to coherence \"none\", not {:?}",
+                config.coherence.name()
+            )
+            .into());
+        }
+        config.validate()?;
+        Ok(Self { backend, config, mcas_latency })
     }
 
     /// Whether several processes can share the heap.
@@ -71,12 +119,96 @@ fn heap_dir(run_dir: &Path) -> PathBuf {
     run_dir.join("heap")
 }
 
-/// Creates the shared heap (file backend) before the workers start.
-pub fn prepare(settings: &Settings, run_dir: &Path) -> Result<(), Error> {
-    if settings.backend == Backend::Shm {
-        Heap::create_at(&heap_dir(run_dir), &settings.config)?;
+/// Creates the shared heap (file backend) before the workers start; for a no-HWcc heap, also
+/// starts the software mCAS device on its window and returns it once it serves (keep it until
+/// [`finish`] or [`discard`] has run, then [`Device::stop`] it).
+pub fn prepare(settings: &Settings, run_dir: &Path) -> Result<Option<Device>, Error> {
+    if settings.backend != Backend::Shm {
+        return Ok(None);
     }
-    Ok(())
+    let dir = heap_dir(run_dir);
+    Heap::create_at(&dir, &settings.config)?;
+    if settings.config.coherence != Coherence::NoHwcc {
+        return Ok(None);
+    }
+    let device = Device::start(&dir.join(WINDOW_FILE), settings.mcas_latency);
+    if device.is_err() {
+        // Nothing can use the heap: remove it as `discard` would.
+        let _ = Heap::unlink_at(&dir);
+    }
+    device.map(Some)
+}
+
+/// The software mCAS device serving a run's no-HWcc heap: a thread of the process that created
+/// the heap, running [`device::serve`] on its window until [`Device::stop`] (or drop).
+#[derive(Debug)]
+pub struct Device {
+    window: Arc<Window>,
+    stop: Arc<cxlalloc::sync::AtomicBool>,
+    thread: Option<JoinHandle<Result<Served, DeviceError>>>,
+    /// The mCAS latency asked for.
+    latency: Duration,
+    /// The device time injected per CAS to give it.
+    injected: Duration,
+}
+
+impl Device {
+    /// Starts serving the window at `path` so that one thread's mCAS takes `latency` (the
+    /// device injects it less the round trip measured here, [`device::calibrate`]), and waits
+    /// until the window names this process as its server (so that workers started afterwards
+    /// can attach).
+    pub fn start(path: &Path, latency: Duration) -> Result<Self, Error> {
+        let injected = if latency.is_zero() { latency } else { device::calibrate(latency)? };
+        let window = Arc::new(Window::open(path)?);
+        let stop = Arc::new(cxlalloc::sync::AtomicBool::new(false));
+        let (w, s) = (window.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("mcas-device".into())
+            .spawn(move || device::serve(&w, injected, &s))
+            .map_err(|e| format!("starting the mCAS device thread: {e}"))?;
+        let device = Device { window, stop, thread: Some(thread), latency, injected };
+        let started = Instant::now();
+        while device.window.served_by() != Some(std::process::id()) {
+            if device.thread.as_ref().is_some_and(JoinHandle::is_finished) {
+                // It ended without serving: another process serves the window.
+                return Err(device.stop().map_or_else(|e| e, |_| "the mCAS device stopped at once".into()));
+            }
+            if started.elapsed() > DEVICE_START {
+                let _ = device.stop();
+                return Err(format!("the mCAS device did not serve {} within {DEVICE_START:?}", path.display()).into());
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        Ok(device)
+    }
+
+    /// Stops the device (it answers what is in flight first) and returns what it served, as
+    /// recorded in the run's lines.
+    pub fn stop(mut self) -> Result<Value, Error> {
+        self.halt()
+    }
+
+    fn halt(&mut self) -> Result<Value, Error> {
+        // Relaxed: `serve` polls the flag; nothing else is published through it.
+        self.stop.store(true, cxlalloc::sync::Ordering::Relaxed);
+        let Some(thread) = self.thread.take() else { return Ok(Value::Null) };
+        let served = thread.join().map_err(|_| "the mCAS device thread panicked")??;
+        Ok(json!({
+            "latency_ns": self.latency.as_nanos() as u64,
+            "injected_ns": self.injected.as_nanos() as u64,
+            "requests": served.requests,
+            "successes": served.successes,
+            "conflicts": served.conflicts,
+            "errors": served.errors,
+        }))
+    }
+}
+
+impl Drop for Device {
+    /// A device left running would spin forever in this process: an error path stops it too.
+    fn drop(&mut self) {
+        let _ = self.halt();
+    }
 }
 
 /// Opens the run's heap in a worker (or makes the private one).
@@ -212,6 +344,7 @@ impl Allocator for Cxl {
     fn stats(&self) -> Value {
         let s = self.heap.stats();
         json!({
+            "coherence": self.heap.config().coherence.name(),
             "hwcc_bytes": s.hwcc_bytes,
             "swcc_metadata_bytes": s.swcc_metadata_bytes,
             "data_bytes": s.data_bytes,
@@ -280,6 +413,75 @@ mod tests {
         assert!(!Settings::from_spec(&spec).unwrap().config.recovery);
         spec.settings.insert("recovery".into(), Value::from("off"));
         assert!(Settings::from_spec(&spec).unwrap_err().to_string().contains("true or false"));
+    }
+
+    fn with(settings: &[(&str, Value)]) -> Result<Settings, Error> {
+        let mut spec = Spec::named("cxlalloc");
+        for (k, v) in settings {
+            spec.settings.insert((*k).into(), v.clone());
+        }
+        Settings::from_spec(&spec)
+    }
+
+    #[test]
+    fn coherence_defaults_to_full_with_a_huge_heap() {
+        let s = with(&[]).unwrap();
+        assert_eq!(s.config.coherence, Coherence::Full);
+        assert!(s.config.huge_capacity > 0);
+    }
+
+    #[test]
+    fn reduced_coherence_models_have_no_huge_heap() {
+        for c in [Coherence::Limited, Coherence::NoHwcc] {
+            let s = with(&[("coherence", Value::from(c.name()))]).unwrap();
+            assert_eq!((s.config.coherence, s.config.huge_capacity), (c, 0));
+        }
+        assert!(with(&[("coherence", Value::from("partial"))]).unwrap_err().to_string().contains("\"limited\""));
+    }
+
+    #[test]
+    fn mcas_latency_defaults_to_the_papers_and_belongs_to_no_hwcc_only() {
+        let none = Value::from("none");
+        assert_eq!(with(&[("coherence", none.clone())]).unwrap().mcas_latency, device::PAPER_MCAS_LATENCY);
+        let s = with(&[("coherence", none), ("mcas_latency_ns", Value::from(0))]).unwrap();
+        assert_eq!(s.mcas_latency, Duration::ZERO);
+        let e = with(&[("coherence", Value::from("limited")), ("mcas_latency_ns", Value::from(5))]).unwrap_err();
+        assert!(e.to_string().contains("only to coherence"), "{e}");
+    }
+
+    #[test]
+    fn no_hwcc_needs_a_heap_directory() {
+        let e = with(&[("coherence", Value::from("none")), ("backend", Value::from("anon"))]).unwrap_err();
+        assert!(e.to_string().contains("shm"), "{e}");
+        assert!(with(&[("coherence", Value::from("limited")), ("backend", Value::from("anon"))]).is_ok());
+    }
+
+    #[test]
+    fn a_no_hwcc_heap_is_served_from_prepare_until_stopped() {
+        let run_dir = PathBuf::from(format!("/dev/shm/cxlbench-cxl-unit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&run_dir);
+        std::fs::create_dir_all(&run_dir).unwrap();
+        let s = with(&[
+            ("coherence", Value::from("none")),
+            ("capacity_mib", Value::from(16)),
+            ("thread_slots", Value::from(4)),
+            ("mcas_latency_ns", Value::from(0)),
+        ])
+        .unwrap();
+        let device = prepare(&s, &run_dir).unwrap().expect("a no-HWcc heap gets a device");
+        let cxl = open(&s, &run_dir).unwrap();
+        {
+            let mut t = cxl.heap.attach().unwrap();
+            let p = t.alloc(64).unwrap();
+            // SAFETY: `p` came from this handle and is freed once.
+            unsafe { ThreadAlloc::free(&mut t, p, 64) }.unwrap();
+        }
+        drop(cxl);
+        assert_eq!(finish(&s, &run_dir).unwrap()["problems"], 0);
+        let served = device.stop().unwrap();
+        assert!(served["requests"].as_u64().unwrap() > 0, "{served}");
+        assert_eq!(served["errors"], 0);
+        std::fs::remove_dir_all(&run_dir).unwrap();
     }
 
     #[test]

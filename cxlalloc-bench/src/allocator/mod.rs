@@ -334,13 +334,33 @@ pub trait Visit {
 }
 
 /// Creates what a run of `spec` shares (a heap, a segment) under `run_dir`, before any worker
-/// starts. Process-local allocators need nothing.
-pub fn prepare(spec: &Spec, run_dir: &Path) -> Result<(), Error> {
-    match spec.kind()? {
-        Kind::Cxlalloc => cxl::prepare(&cxl::Settings::from_spec(spec)?, run_dir),
-        Kind::Mimalloc | Kind::System | Kind::Jemalloc => Ok(()),
-        Kind::Boost => boost::prepare(&boost::Settings::from_spec(spec)?, run_dir),
-        Kind::Pmdk => pmdk::prepare(&pmdk::Settings::from_spec(spec)?, run_dir),
+/// starts, and starts what must serve it for the whole run (the software mCAS device of a
+/// no-HWcc cxlalloc heap). Process-local allocators need nothing. Keep the returned
+/// [`Prepared`] until [`finish`] or [`discard`] has run, then [`Prepared::stop`] it.
+pub fn prepare(spec: &Spec, run_dir: &Path) -> Result<Prepared, Error> {
+    let device = match spec.kind()? {
+        Kind::Cxlalloc => cxl::prepare(&cxl::Settings::from_spec(spec)?, run_dir)?,
+        Kind::Mimalloc | Kind::System | Kind::Jemalloc => None,
+        Kind::Boost => boost::prepare(&boost::Settings::from_spec(spec)?, run_dir).map(|()| None)?,
+        Kind::Pmdk => pmdk::prepare(&pmdk::Settings::from_spec(spec)?, run_dir).map(|()| None)?,
+    };
+    Ok(Prepared { device })
+}
+
+/// What [`prepare`] started that runs alongside a run's workers: for a no-HWcc cxlalloc heap,
+/// the software mCAS device (a thread of this process). Dropping it stops it too.
+#[derive(Debug)]
+#[must_use = "dropping it stops the mCAS device a no-HWcc run needs"]
+pub struct Prepared {
+    device: Option<cxl::Device>,
+}
+
+impl Prepared {
+    /// Stops what runs alongside the run and returns what it did, for the run's lines
+    /// (`Null` when nothing ran; a device's requests, conflicts, ...). Call it after [`finish`]
+    /// or [`discard`]: checking a no-HWcc heap can still need the device.
+    pub fn stop(self) -> Result<Value, Error> {
+        self.device.map_or(Ok(Value::Null), cxl::Device::stop)
     }
 }
 

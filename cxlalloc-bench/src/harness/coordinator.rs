@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use serde_json::Value;
+
 use super::job::{Job, CONTROL_FILE, HARNESS_WORDS};
 use super::record::Record;
 use crate::allocator;
@@ -27,12 +29,15 @@ pub fn coordinate(job: &Job, exe: &Path) -> Result<Vec<Record>, Error> {
     let c = &job.config;
     let words = bench::with_benchmark(&c.benchmark, &Params(c.params.clone()), c.processes, c.threads, SharedWords)?;
     let area = SharedArea::create(&dir.0.join(CONTROL_FILE), HARNESS_WORDS + words)?;
-    allocator::prepare(&c.allocator, &dir.0)?;
+    let prepared = allocator::prepare(&c.allocator, &dir.0)?;
     let outcome = run_workers(job, exe, &dir.0, &area);
-    // The allocator is checked and its shared state removed even when a worker failed.
+    // The allocator is checked and its shared state removed even when a worker failed; what
+    // serves it (a no-HWcc heap's mCAS device) stops only after the check.
     let check = allocator::finish(&c.allocator, &dir.0);
+    let device = prepared.stop();
     let mut records = outcome?;
     let check = check?;
+    let device = device?;
     let allocated: u64 = records.iter().map(|r| r.allocated).sum();
     let freed: u64 = records.iter().map(|r| r.freed).sum();
     if allocated != freed {
@@ -40,6 +45,10 @@ pub fn coordinate(job: &Job, exe: &Path) -> Result<Vec<Record>, Error> {
     }
     for r in &mut records {
         r.heap_check = check.clone();
+        if let (false, Value::Object(stats)) = (device.is_null(), &mut r.allocator_stats) {
+            // The run's device, the same in every line of the run.
+            stats.insert("mcas_device".into(), device.clone());
+        }
     }
     records.sort_by_key(|r| r.process);
     Ok(records)

@@ -71,7 +71,7 @@ pub fn coordinate(job: &Job, exe: &Path) -> Result<Vec<Record>, Error> {
     let control = dir.0.join(CONTROL_FILE);
     let area = SharedArea::create(&control, HARNESS_WORDS + crash.shared_words())?;
     let ctl = Control::new(&crash, area.words().get(HARNESS_WORDS..).ok_or("control area too small")?)?;
-    allocator::prepare(&c.allocator, &dir.0)?;
+    let prepared = allocator::prepare(&c.allocator, &dir.0)?;
     let result = (|| -> Result<(bool, Killed, Option<CleanUp>), Error> {
         let recoverable = allocator::open(&c.allocator, &dir.0, SetUp { crash: &crash, ctl: &ctl })?;
         let killed = kill_and_replace(job, &crash, &ctl, exe, &dir.0)?;
@@ -86,8 +86,11 @@ pub fn coordinate(job: &Job, exe: &Path) -> Result<Vec<Record>, Error> {
     // What prepare made goes unchecked: a wedged Boost mutex would hang its check, and the
     // check has been done (or could not be).
     let discarded = allocator::discard(&c.allocator, &dir.0);
+    // A no-HWcc heap's mCAS device served the clean-up's adoptions: it stops last.
+    let stopped = prepared.stop();
     let (recoverable, mut killed, cleaned) = result?;
     discarded?;
+    stopped?;
     if cleaned.is_none() && killed.timed_out.is_none() {
         killed.timed_out = Some("the end-of-run clean-up did not finish (a lock held by a killed worker?)".into());
     }
