@@ -193,41 +193,90 @@ def fig10_huge(configs: pd.DataFrame):
     return fig
 
 
-def fig12_coherence(configs: pd.DataFrame):
-    """Figure 12: cxlalloc per coherence model, normalized to full HWcc, per thread count."""
+def coherence_tables(configs: pd.DataFrame):
+    """Figure 12's numbers: `(ratio, hwcc)`, or a string saying why there are none.
+
+    Both are indexed by (benchmark, params_text, processes, threads) with one column per
+    coherence model present (full first). `ratio` is each model's median throughput over full
+    HWcc's at the same point (a 2-process run is never compared with a 1-process one); `hwcc` is
+    each model's median end-of-run HWcc PSS in bytes, summed over the run's processes (for no
+    HWcc, the heap's mCAS window). Only points with full and at least one other model are kept.
+    """
     sel = configs[
         (configs["allocator"] == "cxlalloc")
         & (configs["recovery"] == True)  # noqa: E712 (recovery is an object column)
         & configs["benchmark"].isin(["threadtest", "xmalloc"])
     ]
-    # Normalize within a (processes, threads) point: a 2-process run is not compared to a 1-process one.
-    med = sel.groupby(["benchmark", "params_text", "processes", "threads", "coherence"])["throughput"].median()
-    if med.empty:
+    if sel.empty:
         return "no cxlalloc threadtest or xmalloc runs"
-    table = med.unstack("coherence")
+    keys = ["benchmark", "params_text", "processes", "threads", "coherence"]
+    grouped = sel.groupby(keys)
+    table = grouped["throughput"].median().unstack("coherence")
+    hwcc = grouped["hwcc_bytes"].median().unstack("coherence")
     others = [c for c in table.columns if c != "full"]
     if "full" not in table or not others:
         return "no cxlalloc runs with a coherence model other than full next to full"
-    # Keep the configurations that have full and at least one other model to compare with it.
-    norm = table.div(table["full"], axis=0).dropna(subset=["full"]).dropna(subset=others, how="all")
-    if norm.empty:
+    ratio = table.div(table["full"], axis=0).dropna(subset=["full"]).dropna(subset=others, how="all")
+    if ratio.empty:
         return "no coherence model matched with a full-coherence run"
-    models = [m for m in COHERENCE_ORDER if m in norm.columns] + sorted(set(norm.columns) - set(COHERENCE_ORDER))
-    panels = list(dict.fromkeys(norm.index.droplevel(["processes", "threads"])))
-    fig, axes = _grid(len(panels))
+    models = [m for m in COHERENCE_ORDER if m in ratio.columns] + sorted(set(ratio.columns) - set(COHERENCE_ORDER))
+    # Panels in Figure 9's order: benchmark, then params with numbers as numbers.
+    params = sel.groupby(["benchmark", "params_text"])["params"].first()
+    order = sorted(ratio.index, key=lambda k: (MICRO_BENCHMARKS.index(k[0]), param_sort_key(params[k[:2]]),
+                                               k[3], k[2]))
+    return ratio.loc[order, models], hwcc.reindex(index=order, columns=models)
+
+
+def fig12_coherence(configs: pd.DataFrame):
+    """Figure 12: cxlalloc per coherence model, normalized to full HWcc, per thread count; below,
+    each model's HWcc memory (end-of-run PSS) when the runs recorded any."""
+    tables = coherence_tables(configs)
+    if isinstance(tables, str):
+        return tables
+    ratio, hwcc = tables
+    models = list(ratio.columns)
+    panels = list(dict.fromkeys(ratio.index.droplevel(["processes", "threads"])))
+    with_memory = bool((hwcc.fillna(0) > 0).to_numpy().any())
+    rows = 2 if with_memory else 1
+    fig, axes = plt.subplots(rows, len(panels), figsize=(4.2 * len(panels) + 2, 3.2 * rows), squeeze=False,
+                             layout="constrained")
     width = 0.8 / len(models)
-    for ax, (bench, ptext) in zip(axes, panels):
-        rows = norm.loc[(bench, ptext)].sort_index(level=["threads", "processes"])
+    for col, (bench, ptext) in enumerate(panels):
+        # Rows by position, not a partial .loc: the index is in plotting order, not sorted.
+        at = [i for i, key in enumerate(ratio.index) if key[:2] == (bench, ptext)]
+        points, memory = ratio.iloc[at], hwcc.iloc[at]
+        ticks = [str(t) if p == 1 else f"{t} ({p} proc)" for _, _, p, t in points.index]
+        ax = axes[0][col]
         for i, model in enumerate(models):
-            xs = np.arange(len(rows)) + (i - (len(models) - 1) / 2) * width
-            ax.bar(xs, rows[model].fillna(0).values, width, label=COHERENCE_LABEL.get(model, model))
+            xs = np.arange(len(points)) + (i - (len(models) - 1) / 2) * width
+            values = points[model].to_numpy(dtype=float)
+            ax.bar(xs, np.nan_to_num(values), width, label=COHERENCE_LABEL.get(model, model))
+            # Printed too: a model 100x slower than full is a bar too thin to see.
+            for x, v in zip(xs, values):
+                if not np.isnan(v):
+                    ax.annotate(f"{v:.2g}", (x, v), ha="center", va="bottom", fontsize=7, xytext=(0, 1),
+                                textcoords="offset points")
         ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-        ticks = [str(t) if p == 1 else f"{t} ({p} proc)" for p, t in rows.index]
-        ax.set_xticks(range(len(rows)), ticks)
+        ax.margins(y=0.12)
+        ax.set_xticks(range(len(points)), ticks)
         ax.set_xlabel("threads")
         ax.set_ylabel("throughput / full HWcc")
         ax.set_title(f"{bench} {ptext}".strip())
-    _legend(fig, axes)
+        if with_memory:
+            ax = axes[1][col]
+            for i, model in enumerate(models):
+                xs = np.arange(len(memory)) + (i - (len(models) - 1) / 2) * width
+                values = memory[model].to_numpy(dtype=float) / 1024
+                ax.bar(xs, np.nan_to_num(values), width, label=COHERENCE_LABEL.get(model, model))
+                for x, v in zip(xs, values):
+                    if not np.isnan(v):
+                        ax.annotate(f"{v:.0f}", (x, v), ha="center", va="bottom", fontsize=7, xytext=(0, 1),
+                                    textcoords="offset points")
+            ax.margins(y=0.12)
+            ax.set_xticks(range(len(memory)), ticks)
+            ax.set_xlabel("threads")
+            ax.set_ylabel("HWcc PSS at end (KiB)")
+    _legend(fig, axes[0])
     fig.suptitle("Figure 12: cxlalloc by coherence model")
     return fig
 

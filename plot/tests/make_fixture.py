@@ -23,6 +23,10 @@ Run throughputs (ops/s, sum over a run's processes) and the ratios they are chos
   memcached MC-12, P=1 T=2     mimalloc 4 M, cxlalloc 4 M -> 1.00; KV geomean 0.99^(1/3)
   crash, P=3 T=3               survivors 0 and 2 (process 1 killed), kills at 0.7 s and 1.3 s
 
+End-of-run HWcc PSS by coherence model, P=1 T=2 (Figure 12's lower row): threadtest size=8
+  full 4096 (median of 4096, 4096), limited 4096, none 12288 (the mCAS window); xmalloc full
+  8192, limited 8192, none 16384.
+
 HWcc share of default-cxlalloc KV runs (hwcc / total end PSS summed over processes):
   ycsb load 1e-4, 1e-4; ycsb a 1e-4, 1.5e-4; ycsb d 1e-4, 1e-4 (40 000 / (300 M + 100 M));
   MC-12 2e-4, 2e-4  ->  max 2e-4, mean 1.3125e-4.
@@ -111,7 +115,7 @@ def fixture():
     add("threadtest", tt8, "mimalloc", {}, 1, 2, [[100], [200], [120]])
     add("threadtest", tt8, "cxlalloc", {}, 1, 2, [[90], [102]], hwcc=[4096])
     add("threadtest", tt8, "cxlalloc", {"recovery": False}, 1, 2, [[98], [102]], hwcc=[4096])
-    add("threadtest", tt8, "cxlalloc", {"coherence": "none"}, 1, 2, [[86.4]])
+    add("threadtest", tt8, "cxlalloc", {"coherence": "none"}, 1, 2, [[86.4]], hwcc=[12288])
     add("threadtest", tt8, "cxlalloc", {"coherence": "limited"}, 1, 2, [[91.2]], hwcc=[4096])
     add("threadtest", tt8, "mimalloc", {}, 1, 4, [[200], [220]])
     add("threadtest", tt8, "cxlalloc", {}, 1, 4, [[200], [220]], hwcc=[8192])
@@ -124,7 +128,7 @@ def fixture():
     add("xmalloc", {}, "cxlalloc", {}, 1, 2, [[55], [65]], hwcc=[8192])
     add("xmalloc", {}, "mimalloc", {}, 1, 4, [[80], [80]])
     add("xmalloc", {}, "cxlalloc", {}, 1, 4, [[96], [96]], hwcc=[8192])
-    add("xmalloc", {}, "cxlalloc", {"coherence": "none"}, 1, 2, [[15]])
+    add("xmalloc", {}, "cxlalloc", {"coherence": "none"}, 1, 2, [[15]], hwcc=[16384])
     add("xmalloc", {}, "cxlalloc", {"coherence": "limited"}, 1, 2, [[30]], hwcc=[8192])
     add("xmalloc", {}, "cxlalloc", {}, 2, 2, [[20, 22], [21, 23]], hwcc=[8192, 8192])
 

@@ -234,6 +234,44 @@ class Figures(unittest.TestCase):
             self.write(records)
 
 
+class Coherence(unittest.TestCase):
+    """Figure 12's numbers: each model over full HWcc, and each model's HWcc memory."""
+
+    @classmethod
+    def setUpClass(cls):
+        _, _, cls.configs = load.load([FIXTURE])
+        cls.ratio, cls.hwcc = figures.coherence_tables(cls.configs)
+
+    def test_each_model_is_normalized_to_full_at_the_same_point(self):
+        self.assertEqual(list(self.ratio.columns), ["full", "limited", "none"])
+        tt = self.ratio.loc[("threadtest", "size=8", 1, 2)]
+        self.assertAlmostEqual(tt["full"], 1.0)
+        self.assertAlmostEqual(tt["limited"], 0.95)
+        self.assertAlmostEqual(tt["none"], 0.90)
+        xm = self.ratio.loc[("xmalloc", "", 1, 2)]
+        self.assertAlmostEqual(xm["limited"], 0.50)
+        self.assertAlmostEqual(xm["none"], 0.25)
+
+    def test_only_points_with_full_and_another_model_are_kept_in_figure_9_order(self):
+        self.assertEqual(list(self.ratio.index), [("threadtest", "size=8", 1, 2), ("xmalloc", "", 1, 2)])
+
+    def test_hwcc_memory_is_reported_per_model(self):
+        self.assertEqual(list(self.hwcc.loc[("threadtest", "size=8", 1, 2)]), [4096, 4096, 12288])
+        self.assertEqual(list(self.hwcc.loc[("xmalloc", "", 1, 2)]), [8192, 8192, 16384])
+
+    def test_the_figure_has_a_memory_row_only_when_runs_recorded_hwcc_memory(self):
+        fig = figures.fig12_coherence(self.configs)
+        self.assertEqual([ax.get_ylabel() for ax in fig.axes if ax.get_visible()],
+                         ["throughput / full HWcc"] * 2 + ["HWcc PSS at end (KiB)"] * 2)
+        no_memory = self.configs.assign(hwcc_bytes=0)
+        fig = figures.fig12_coherence(no_memory)
+        self.assertEqual([ax.get_ylabel() for ax in fig.axes], ["throughput / full HWcc"] * 2)
+
+    def test_without_a_reduced_model_there_is_nothing_to_draw(self):
+        full_only = self.configs[self.configs["coherence"].isin(["full", None])]
+        self.assertIn("other than full", figures.coherence_tables(full_only))
+
+
 class Table(unittest.TestCase):
     def test_one_row_per_configuration_with_medians(self):
         _, _, configs = load.load([FIXTURE])
