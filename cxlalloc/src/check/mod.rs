@@ -470,7 +470,8 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
         c.slabs += 1;
         c.blocks += u64::from(info.blocks);
         c.free_blocks += u64::from(free + cached_here);
-        c.remote_freed += u64::from(info.blocks.saturating_sub(counter) - abandoned);
+        // Saturating: a live heap can be read between a disown and the subtraction it precedes.
+        c.remote_freed += u64::from(info.blocks.saturating_sub(counter).saturating_sub(abandoned));
     }
     census
 }
