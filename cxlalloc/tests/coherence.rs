@@ -102,7 +102,9 @@ fn no_hwcc_threads_allocate_and_free_remotely_through_the_device() {
     remote_free_ring(&heap, 4, 3000);
     let report = heap.check();
     assert!(report.is_clean(), "{report}");
-    assert!(device.stop() > 1000);
+    // 12,000 remote frees, batched per slab: far fewer device requests, but some.
+    let requests = device.stop();
+    assert!(requests > 0 && requests < 12_000, "{requests} mCAS requests");
 }
 
 #[test]

@@ -11,7 +11,6 @@ use crate::protocol::{detectable, remote};
 use crate::slab::descriptor::Descriptor;
 use crate::slab::ops::SlabThread;
 use crate::sync::{AtomicU64, Ordering};
-use crate::thread::record::RemoteBatch;
 use crate::thread::redo::{Op, Redo};
 use crate::word::Tagged;
 
@@ -158,7 +157,7 @@ impl SlabThread<'_> {
             }
             (Op::RemoteFree, true) | (Op::Abandon, true) => {
                 self.own_empty(d);
-                self.batch_done(b, slab);
+                self.batch_applied(b, slab);
                 Resolution::Completed
             }
             (Op::RemoteFree, false) => {
@@ -167,11 +166,11 @@ impl SlabThread<'_> {
                     if self.claimed_by(word, r.arg) {
                         self.own_empty(d);
                     }
-                    self.batch_done(b, slab);
+                    self.batch_applied(b, slab);
                     return Resolution::Completed;
                 }
                 // A batch being applied (no-HWcc): its blocks are marked already.
-                if let Some(batch) = self.batch_of(b, slab) {
+                if let Some((_, batch)) = self.batch_of(b, slab) {
                     let version = self.next_version();
                     self.log(Redo::new(Op::RemoteFree, b, slab.index(), version));
                     self.apply_batch(b, slab, batch.count, version);
@@ -213,19 +212,6 @@ impl SlabThread<'_> {
                 self.own_empty(d);
                 Resolution::Completed
             }
-        }
-    }
-
-    /// The slot's batch of remote frees if it is of `slab`.
-    fn batch_of(&self, b: Bracket, slab: Slab) -> Option<RemoteBatch> {
-        RemoteBatch::unpack(self.rec.remote_batch.load(Ordering::Relaxed))
-            .filter(|x| x.bracket == b && x.slab == slab.index())
-    }
-
-    /// A batch whose subtraction took effect before the crash is no longer pending.
-    fn batch_done(&self, b: Bracket, slab: Slab) {
-        if self.batch_of(b, slab).is_some() {
-            self.rec.remote_batch.store(0, Ordering::Relaxed);
         }
     }
 

@@ -135,12 +135,13 @@ impl<'a> SlabThread<'a> {
         }
     }
 
-    /// Limited and no-HWcc models: writes the record's recovery line (redo word, version,
-    /// remote block, pending record) back to memory, where a host adopting the slot after this
-    /// one's crash reads it (§14.3: the published build never flushed its records).
+    /// Limited and no-HWcc models: writes the record's recovery lines (redo word, version,
+    /// remote block, pending record, remote-free batches) back to memory, where a host adopting
+    /// the slot after this one's crash reads them (§14.3: the published build never flushed
+    /// its records).
     #[inline]
     fn persist_record(&self) {
-        self.mem.swcc.persist(Site::Record, (self.rec as *const ThreadRecord).cast(), 64);
+        self.mem.swcc.persist(Site::Record, (self.rec as *const ThreadRecord).cast(), RemoteBatch::RECOVERY_BYTES);
     }
 
     /// Limited and no-HWcc models: before `d`'s ownership can move, or another host reads it,
@@ -618,15 +619,23 @@ impl<'a> SlabThread<'a> {
         result
     }
 
-    /// A remote free joining this slot's batch (no-HWcc model). A batch of another slab, or a
-    /// full one, is applied first.
+    /// A remote free joining this slot's batch of its slab (no-HWcc model). A full batch, or
+    /// the fullest one when every entry names another slab, is applied first.
     fn free_batched(&self, at: &Located<'_>) -> Result<(), FreeError> {
-        let before = RemoteBatch::unpack(self.rec.remote_batch.load(Ordering::Relaxed));
-        let same = |x: &RemoteBatch| x.bracket == at.bracket && x.slab == at.slab.index();
-        let before = match before {
-            Some(x) if same(&x) && x.count < RemoteBatch::LIMIT => Some(x),
+        let entry = |i: usize| RemoteBatch::unpack(self.rec.remote_batch[i].load(Ordering::Relaxed));
+        let mine = |x: &RemoteBatch| x.bracket == at.bracket && x.slab == at.slab.index();
+        let entries = 0..RemoteBatch::ENTRIES;
+        let i = match entries.clone().find(|&i| entry(i).is_some_and(|x| mine(&x))) {
+            Some(i) => i,
+            None => match entries.clone().find(|&i| entry(i).is_none()) {
+                Some(i) => i,
+                None => entries.max_by_key(|&i| entry(i).map_or(0, |x| x.count)).unwrap_or(0),
+            },
+        };
+        let before = match entry(i) {
+            Some(x) if mine(&x) && x.count < RemoteBatch::LIMIT => Some(x),
             Some(_) => {
-                self.flush_remote_batch();
+                self.flush_entry(i);
                 None
             }
             None => None,
@@ -634,10 +643,10 @@ impl<'a> SlabThread<'a> {
         let count = before.map_or(1, |x| x.count + 1);
         // Counted before the mark: a crash in between frees the block (recovery applies the
         // batch), never leaks it.
-        self.set_batch(Some(RemoteBatch { bracket: at.bracket, slab: at.slab.index(), count }));
+        self.set_batch(i, Some(RemoteBatch { bracket: at.bracket, slab: at.slab.index(), count }));
         let mark = at.desc.head.mark.load(Ordering::Relaxed);
         if self.mark_word(at).swap(mark, Ordering::Relaxed) == mark {
-            self.set_batch(before);
+            self.set_batch(i, before);
             return Err(FreeError::DoubleFree);
         }
         self.mem.swcc.publish(Site::RemoteMark, self.mark_word(at) as *const AtomicU64 as *const u8, 8);
@@ -645,28 +654,45 @@ impl<'a> SlabThread<'a> {
         Ok(())
     }
 
-    /// Writes the batch word (and, with recovery, writes it back for an adopting host).
-    fn set_batch(&self, batch: Option<RemoteBatch>) {
-        self.rec.remote_batch.store(batch.map_or(0, RemoteBatch::pack), Ordering::Relaxed);
+    /// Writes batch entry `i` (and, with recovery, writes it back for an adopting host).
+    fn set_batch(&self, i: usize, batch: Option<RemoteBatch>) {
+        self.rec.remote_batch[i].store(batch.map_or(0, RemoteBatch::pack), Ordering::Relaxed);
         if self.recoverable {
             fence(Ordering::Release);
             self.persist_record();
         }
     }
 
-    /// Applies this slot's batch of remote frees, if any: one logged subtraction (T10, or T8
-    /// when it empties the slab). Called before any other remote free and at detach.
+    /// Applies every batch of remote frees this slot holds: before any other remote free, at
+    /// detach, and in recovery.
     pub(crate) fn flush_remote_batch(&self) {
-        let Some(batch) = RemoteBatch::unpack(self.rec.remote_batch.load(Ordering::Relaxed)) else { return };
+        for i in 0..RemoteBatch::ENTRIES {
+            self.flush_entry(i);
+        }
+    }
+
+    /// Applies batch entry `i`, if any: one logged subtraction (T10, or T8 when it empties the
+    /// slab).
+    fn flush_entry(&self, i: usize) {
+        let Some(batch) = RemoteBatch::unpack(self.rec.remote_batch[i].load(Ordering::Relaxed)) else { return };
         let b = batch.bracket;
         let Some(slab) = self.mem.slab(b, batch.slab) else {
-            self.set_batch(None);
+            self.set_batch(i, None);
             return;
         };
         let version = self.next_version();
         self.log(Redo::new(Op::RemoteFree, b, batch.slab, version));
         self.apply_batch(b, slab, batch.count, version);
         self.clear_log();
+    }
+
+    /// The batch entry of `slab`, if this slot holds one.
+    pub(crate) fn batch_of(&self, b: Bracket, slab: Slab) -> Option<(usize, RemoteBatch)> {
+        (0..RemoteBatch::ENTRIES).find_map(|i| {
+            RemoteBatch::unpack(self.rec.remote_batch[i].load(Ordering::Relaxed))
+                .filter(|x| x.bracket == b && x.slab == slab.index())
+                .map(|x| (i, x))
+        })
     }
 
     /// Subtracts `count` remote frees of `slab` (the operation already logged with `version`)
@@ -681,12 +707,19 @@ impl<'a> SlabThread<'a> {
             d.head.owner.store(self.me(), Ordering::Relaxed);
             self.make_unsized(b, slab, d);
             ThreadRecord::bump(&self.rec.counters.claims);
-            self.set_batch(None);
+            self.batch_applied(b, slab);
             self.trim_cache(b);
         } else {
             // An underflow is a double free the marks missed: the batch is dropped, the
             // counter left as it was.
-            self.set_batch(None);
+            self.batch_applied(b, slab);
+        }
+    }
+
+    /// Empties the batch entry of `slab` once its subtraction took effect.
+    pub(crate) fn batch_applied(&self, b: Bracket, slab: Slab) {
+        if let Some((i, _)) = self.batch_of(b, slab) {
+            self.set_batch(i, None);
         }
     }
 

@@ -134,6 +134,11 @@ pub struct RemoteBatch {
 impl RemoteBatch {
     /// Most frees one batch holds before it is applied.
     pub const LIMIT: u32 = 4096;
+    /// Slabs a slot batches at once.
+    pub const ENTRIES: usize = 8;
+    /// Bytes at the start of a record that hold everything recovery reads (redo, version,
+    /// remote block, pending record, batches).
+    pub const RECOVERY_BYTES: usize = 128;
 
     /// The record word: count in bits 48..63, bracket in bit 32, slab in bits 0..31.
     pub fn pack(self) -> u64 {
@@ -206,9 +211,11 @@ pub struct ThreadRecord {
     /// The block index of the remote free in flight (written before its redo record), so that
     /// recovery can write the block's free mark when it completes the free.
     pub remote_block: AtomicU32,
-    /// No-HWcc model: remote frees counted here and not yet subtracted from their slab's
-    /// counter ([`RemoteBatch`]; 0 = none). Recovery applies what a dead holder left.
-    pub remote_batch: AtomicU64,
+    /// No-HWcc model: remote frees counted here and not yet subtracted from their slabs'
+    /// counters, one slab per entry ([`RemoteBatch`]; 0 = none). Recovery applies what a dead
+    /// holder left. With the words above they fill the record's first two lines, which are
+    /// written back together.
+    pub remote_batch: [AtomicU64; RemoteBatch::ENTRIES],
     /// The outer operation in flight ([`crate::thread::redo::PendingRecord`]).
     pub pending: crate::thread::redo::PendingRecord,
     /// Slow-path counters.
@@ -222,6 +229,7 @@ pub struct ThreadRecord {
 }
 
 const _: () = assert!(std::mem::size_of::<ThreadRecord>() % 64 == 0);
+const _: () = assert!(std::mem::offset_of!(ThreadRecord, counters) <= RemoteBatch::RECOVERY_BYTES);
 
 /// A bracket's lists, with the class count erased.
 pub struct ListsRef<'a> {
