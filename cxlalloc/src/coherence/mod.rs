@@ -120,6 +120,27 @@ impl Swcc {
         self.apply(Action::Refresh, site, p, len);
     }
 
+    /// [`Swcc::publish`] without its fence: the caller issues [`Swcc::fence`] before anything
+    /// that depends on the write-back (a batch of remote frees fences once, before its mCAS).
+    #[inline]
+    pub fn publish_unfenced(&self, site: Site, p: *const u8, len: usize) {
+        self.apply(Action::PublishLater, site, p, len);
+    }
+
+    /// [`Swcc::persist`] without its fence (see [`Swcc::publish_unfenced`]).
+    #[inline]
+    pub fn persist_unfenced(&self, site: Site, p: *const u8, len: usize) {
+        self.apply(Action::PersistLater, site, p, len);
+    }
+
+    /// Orders every earlier unfenced write-back before later stores and CASes.
+    #[inline]
+    pub fn fence(&self) {
+        if let Swcc::Flush(_) = self {
+            flush::store_fence();
+        }
+    }
+
     #[inline]
     fn apply(&self, action: Action, site: Site, p: *const u8, len: usize) {
         match self {
@@ -137,11 +158,13 @@ impl Swcc {
                     i.evict(p, len);
                     flush::full_fence();
                 }
+                Action::PublishLater => i.evict(p, len),
+                Action::PersistLater => i.write_back(p, len),
             },
             #[cfg(feature = "noncoherent-sim")]
             Swcc::Sim(host) if !sim::skipped(site) => match action {
-                Action::Persist => host.write_back(p, len),
-                Action::Publish | Action::Refresh => host.evict(p, len),
+                Action::Persist | Action::PersistLater => host.write_back(p, len),
+                Action::Publish | Action::PublishLater | Action::Refresh => host.evict(p, len),
             },
             #[cfg(feature = "noncoherent-sim")]
             Swcc::Sim(_) => {}
@@ -150,12 +173,14 @@ impl Swcc {
     }
 }
 
-/// The three SWcc operations.
+/// The SWcc operations.
 #[derive(Clone, Copy)]
 enum Action {
     Publish,
     Persist,
     Refresh,
+    PublishLater,
+    PersistLater,
 }
 
 /// A process's connection to a no-HWcc heap's mCAS window.

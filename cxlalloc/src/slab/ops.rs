@@ -61,9 +61,13 @@ pub struct SlabThread<'a> {
     pub recoverable: bool,
     /// No-HWcc model: this slot's mCAS requester, through which every HWcc CAS goes.
     port: Option<McasPort>,
-    /// No-HWcc model: remote frees are counted per slab in the record and subtracted with one
-    /// mCAS per run ([`RemoteBatch`]) instead of one each.
+    /// Limited and no-HWcc models: remote frees are counted per slab in the record and
+    /// subtracted with one CAS (mCAS) per run ([`RemoteBatch`]) instead of one each, which also
+    /// spares each free its log write-backs and its read of the slab's head from memory.
     batching: bool,
+    /// When each batch entry was last used (this thread's remote-free count then): a free of a
+    /// slab no entry names applies the least recently used one.
+    batch_used: [AtomicU64; RemoteBatch::ENTRIES],
 }
 
 /// A fresh free-block mark for a slab being sized: unpredictable (salted by the heap secret)
@@ -96,8 +100,9 @@ impl<'a> SlabThread<'a> {
     pub fn new(mem: &'a HeapMem, slot: u32) -> Self {
         // The window has a requester per thread slot (checked when the heap was opened).
         let port = mem.mcas().and_then(|hub| hub.thread_port(slot).ok());
-        let batching = mem.coherence == crate::layout::Coherence::NoHwcc;
-        Self { mem, slot, rec: mem.record(slot), recoverable: mem.recoverable(), port, batching }
+        let batching = mem.coherence != crate::layout::Coherence::Full;
+        let batch_used = std::array::from_fn(|_| AtomicU64::new(0));
+        Self { mem, slot, rec: mem.record(slot), recoverable: mem.recoverable(), port, batching, batch_used }
     }
 
     /// HWcc word `word` as this thread reaches it (through its mCAS requester when the heap
@@ -135,13 +140,12 @@ impl<'a> SlabThread<'a> {
         }
     }
 
-    /// Limited and no-HWcc models: writes the record's recovery lines (redo word, version,
-    /// remote block, pending record, remote-free batches) back to memory, where a host adopting
-    /// the slot after this one's crash reads them (§14.3: the published build never flushed
-    /// its records).
+    /// Limited and no-HWcc models: writes the record's recovery line (redo word, version,
+    /// remote block, pending record) back to memory, where a host adopting the slot after this
+    /// one's crash reads it (§14.3: the published build never flushed its records).
     #[inline]
     fn persist_record(&self) {
-        self.mem.swcc.persist(Site::Record, (self.rec as *const ThreadRecord).cast(), RemoteBatch::RECOVERY_BYTES);
+        self.mem.swcc.persist(Site::Record, (self.rec as *const ThreadRecord).cast(), 64);
     }
 
     /// Limited and no-HWcc models: before `d`'s ownership can move, or another host reads it,
@@ -408,8 +412,13 @@ impl<'a> SlabThread<'a> {
     pub fn locate(&self, ptr: *const u8) -> Result<Located<'a>, FreeError> {
         let (b, offset, rel) = self.bracket_of(ptr)?;
         if !self.mem.swcc.is_coherent() {
-            // The slab may belong to another host: read its head line from memory.
-            if let Some(slab) = self.mem.slab(b, (rel >> b.slab_shift()) as u32) {
+            // The slab may belong to another host: read its head line from memory. Not while
+            // we batch frees of it: our uncounted frees keep it from being claimed and re-sized.
+            if let Some(slab) = self
+                .mem
+                .slab(b, (rel >> b.slab_shift()) as u32)
+                .filter(|&s| !self.batching || self.batch_of(b, s).is_none())
+            {
                 let (p, len) = self.mem.desc(b, slab).head_line();
                 self.mem.swcc.refresh(Site::Located, p, len);
             }
@@ -619,8 +628,8 @@ impl<'a> SlabThread<'a> {
         result
     }
 
-    /// A remote free joining this slot's batch of its slab (no-HWcc model). A full batch, or
-    /// the fullest one when every entry names another slab, is applied first.
+    /// A remote free joining this slot's batch of its slab (limited and no-HWcc models). A full batch, or
+    /// the least recently used one when every entry names another slab, is applied first.
     fn free_batched(&self, at: &Located<'_>) -> Result<(), FreeError> {
         let entry = |i: usize| RemoteBatch::unpack(self.rec.remote_batch[i].load(Ordering::Relaxed));
         let mine = |x: &RemoteBatch| x.bracket == at.bracket && x.slab == at.slab.index();
@@ -629,7 +638,7 @@ impl<'a> SlabThread<'a> {
             Some(i) => i,
             None => match entries.clone().find(|&i| entry(i).is_none()) {
                 Some(i) => i,
-                None => entries.max_by_key(|&i| entry(i).map_or(0, |x| x.count)).unwrap_or(0),
+                None => entries.min_by_key(|&i| self.batch_used[i].load(Ordering::Relaxed)).unwrap_or(0),
             },
         };
         let before = match entry(i) {
@@ -649,17 +658,21 @@ impl<'a> SlabThread<'a> {
             self.set_batch(i, before);
             return Err(FreeError::DoubleFree);
         }
-        self.mem.swcc.publish(Site::RemoteMark, self.mark_word(at) as *const AtomicU64 as *const u8, 8);
+        // Fenced once per batch, before its subtraction.
+        self.mem.swcc.publish_unfenced(Site::RemoteMark, self.mark_word(at) as *const AtomicU64 as *const u8, 8);
         ThreadRecord::bump(&self.rec.counters.remote_frees);
+        // Relaxed: this thread's own bookkeeping.
+        self.batch_used[i].store(self.rec.counters.remote_frees.load(Ordering::Relaxed), Ordering::Relaxed);
         Ok(())
     }
 
-    /// Writes batch entry `i` (and, with recovery, writes it back for an adopting host).
+    /// Writes batch entry `i` (and, with recovery, writes it back for an adopting host; the
+    /// fence comes with the next logged operation, as for a plain free's bitset).
     fn set_batch(&self, i: usize, batch: Option<RemoteBatch>) {
-        self.rec.remote_batch[i].store(batch.map_or(0, RemoteBatch::pack), Ordering::Relaxed);
+        let word = &self.rec.remote_batch[i];
+        word.store(batch.map_or(0, RemoteBatch::pack), Ordering::Relaxed);
         if self.recoverable {
-            fence(Ordering::Release);
-            self.persist_record();
+            self.mem.swcc.persist_unfenced(Site::Record, (word as *const AtomicU64).cast(), 8);
         }
     }
 
@@ -680,6 +693,8 @@ impl<'a> SlabThread<'a> {
             self.set_batch(i, None);
             return;
         };
+        // The batch's marks and entry reach memory before the subtraction can free its slab.
+        self.mem.swcc.fence();
         let version = self.next_version();
         self.log(Redo::new(Op::RemoteFree, b, batch.slab, version));
         self.apply_batch(b, slab, batch.count, version);

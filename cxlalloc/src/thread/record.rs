@@ -118,8 +118,8 @@ impl Current {
     }
 }
 
-/// A run of remote frees of one slab whose counter decrement is deferred (no-HWcc model: one
-/// mCAS subtracts them all, DESIGN §15's lever). Each block is marked freed when it joins, so a
+/// A run of remote frees of one slab whose counter decrement is deferred (limited and no-HWcc
+/// models: one CAS — an mCAS without HWcc — subtracts them all, DESIGN §15's lever). Each block is marked freed when it joins, so a
 /// double free is still seen at once; the subtraction claims the slab when it reaches 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RemoteBatch {
@@ -134,11 +134,11 @@ pub struct RemoteBatch {
 impl RemoteBatch {
     /// Most frees one batch holds before it is applied.
     pub const LIMIT: u32 = 4096;
-    /// Slabs a slot batches at once.
-    pub const ENTRIES: usize = 8;
+    /// Slabs a slot batches at once (xmalloc's consumers free from one slab per class).
+    pub const ENTRIES: usize = 32;
     /// Bytes at the start of a record that hold everything recovery reads (redo, version,
     /// remote block, pending record, batches).
-    pub const RECOVERY_BYTES: usize = 128;
+    pub const RECOVERY_BYTES: usize = 320;
 
     /// The record word: count in bits 48..63, bracket in bit 32, slab in bits 0..31.
     pub fn pack(self) -> u64 {
@@ -211,10 +211,9 @@ pub struct ThreadRecord {
     /// The block index of the remote free in flight (written before its redo record), so that
     /// recovery can write the block's free mark when it completes the free.
     pub remote_block: AtomicU32,
-    /// No-HWcc model: remote frees counted here and not yet subtracted from their slabs'
-    /// counters, one slab per entry ([`RemoteBatch`]; 0 = none). Recovery applies what a dead
-    /// holder left. With the words above they fill the record's first two lines, which are
-    /// written back together.
+    /// Limited and no-HWcc models: remote frees counted here and not yet subtracted from their
+    /// slabs' counters, one slab per entry ([`RemoteBatch`]; 0 = none). Recovery applies what a dead
+    /// holder left. Each entry is written back on its own when it changes.
     pub remote_batch: [AtomicU64; RemoteBatch::ENTRIES],
     /// The outer operation in flight ([`crate::thread::redo::PendingRecord`]).
     pub pending: crate::thread::redo::PendingRecord,
