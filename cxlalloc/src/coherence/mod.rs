@@ -37,7 +37,8 @@ pub fn window_geometry(slots: u32, hwcc_bytes: u64) -> Geometry {
 }
 
 /// Where in the protocol a coherence operation is applied: each call site names its step, so
-/// that the non-coherence simulator can remove one ([`sim::skip`]) and show that a test fails.
+/// that the non-coherence simulator can remove one (`sim::skip`, feature `noncoherent-sim`) and
+/// show that a test fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum Site {
