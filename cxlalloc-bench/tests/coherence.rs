@@ -3,55 +3,9 @@
 //! `none`, the latter against the software mCAS device the coordinator runs for the run (small
 //! parameters; not a measurement).
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
-use cxlalloc_bench::harness::driver::read_records;
-
-/// A test's files and its own run root in /dev/shm, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        let dir = PathBuf::from(format!("/dev/shm/cxlbench-coherence-test-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("runs")).unwrap();
-        Self(dir)
-    }
-
-    /// Runs `workload` with the real binary; returns its output and the records written.
-    fn run(&self, workload: &str) -> (Output, Vec<cxlalloc_bench::harness::record::Record>) {
-        let w = self.0.join("w.toml");
-        std::fs::write(&w, workload).unwrap();
-        let out = self.0.join("out.ndjson");
-        let o = Command::new(env!("CARGO_BIN_EXE_cxlalloc-bench"))
-            .arg("run")
-            .arg(&w)
-            .arg("--out")
-            .arg(&out)
-            .arg("--run-root")
-            .arg(self.0.join("runs"))
-            .output()
-            .unwrap();
-        let records = if out.exists() { read_records(&out).unwrap() } else { Vec::new() };
-        (o, records)
-    }
-
-    /// Run directories left behind.
-    fn leftovers(&self) -> usize {
-        std::fs::read_dir(self.0.join("runs")).unwrap().count()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn text(o: &Output) -> String {
-    format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
+use common::{text, Scratch};
 
 const MODELS: &str = r#"
 [run]
@@ -76,7 +30,7 @@ containers = 40
 
 #[test]
 fn threadtest_and_xmalloc_run_clean_in_the_limited_and_no_hwcc_models() {
-    let s = Scratch::new("models");
+    let s = Scratch::new("coherence", "models");
     let (o, records) = s.run(MODELS);
     assert!(o.status.success(), "{}", text(&o));
     // Two models x two benchmarks x (P=1: one line, P=2: two lines).
@@ -110,7 +64,7 @@ fn threadtest_and_xmalloc_run_clean_in_the_limited_and_no_hwcc_models() {
 
 #[test]
 fn a_no_hwcc_run_with_an_anonymous_heap_is_refused_before_anything_runs() {
-    let s = Scratch::new("anon");
+    let s = Scratch::new("coherence", "anon");
     let (o, records) = s.run(
         r#"
         [run]

@@ -2,59 +2,14 @@
 //! under load and replaced (small parameters; not a benchmark, and no timing is asserted
 //! beyond the bound that makes a wedged allocator a reported time-out instead of a hung test).
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::{text, Scratch};
 use cxlalloc_bench::allocator::boost;
-use cxlalloc_bench::harness::driver::read_records;
 use cxlalloc_bench::harness::record::Record;
 use serde_json::Value;
-
-/// A test's files and its own run root in /dev/shm.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        let dir = PathBuf::from(format!("/dev/shm/cxlbench-crash-test-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("runs")).unwrap();
-        Self(dir)
-    }
-
-    /// Runs `workload` through the driver; returns its output and the records written.
-    fn run(&self, workload: &str) -> (Output, Vec<Record>) {
-        let path = self.0.join("w.toml");
-        std::fs::write(&path, workload).unwrap();
-        let out = self.0.join("out.ndjson");
-        let o = Command::new(env!("CARGO_BIN_EXE_cxlalloc-bench"))
-            .arg("run")
-            .arg(&path)
-            .arg("--out")
-            .arg(&out)
-            .arg("--run-root")
-            .arg(self.0.join("runs"))
-            .output()
-            .unwrap();
-        let records = read_records(&out).unwrap();
-        (o, records)
-    }
-
-    /// Run directories left behind.
-    fn leftovers(&self) -> usize {
-        std::fs::read_dir(self.0.join("runs")).unwrap().count()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn text(o: &Output) -> String {
-    format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
 
 /// The run-wide numbers of `records`' crash runs, one per run: (label, params, extra of
 /// process 0, lines in the run).
@@ -71,7 +26,7 @@ fn runs(records: &[Record]) -> Vec<(String, String, serde_json::Map<String, Valu
 
 #[test]
 fn cxlalloc_survives_kills_with_no_inconsistency_and_no_leak() {
-    let s = Scratch::new("cxlalloc");
+    let s = Scratch::new("crash", "cxlalloc");
     let (o, records) = s.run(
         r#"
         [run]
@@ -122,7 +77,7 @@ fn boost_wedged_by_a_killed_mutex_holder_is_a_time_out_not_a_hang() {
         eprintln!("SKIPPED: {}", boost::UNAVAILABLE);
         return;
     }
-    let s = Scratch::new("boost");
+    let s = Scratch::new("crash", "boost");
     let started = Instant::now();
     // Survivors and replacements block forever on the segment's mutex once a worker dies
     // holding it; enough kills that one lands there (the run stops at the first).

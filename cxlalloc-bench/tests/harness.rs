@@ -1,60 +1,12 @@
 //! The harness end to end: the driver, coordinator and worker processes of the real binary
 //! (small parameters; not a measurement).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
+use std::path::Path;
+
+use common::{text, Scratch};
 use cxlalloc_bench::harness::driver::read_records;
-
-/// A test's files, and its own run root in /dev/shm (so leftovers are attributable).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        let dir = PathBuf::from(format!("/dev/shm/cxlbench-harness-test-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("runs")).unwrap();
-        Self(dir)
-    }
-
-    /// Run directories left behind.
-    fn leftovers(&self) -> usize {
-        std::fs::read_dir(self.0.join("runs")).unwrap().count()
-    }
-
-    fn workload(&self, text: &str) -> PathBuf {
-        let path = self.0.join("w.toml");
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-
-    fn out(&self) -> PathBuf {
-        self.0.join("out.ndjson")
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn run(s: &Scratch, workload: &Path, extra: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cxlalloc-bench"))
-        .arg("run")
-        .arg(workload)
-        .arg("--out")
-        .arg(s.out())
-        .arg("--run-root")
-        .arg(s.0.join("runs"))
-        .args(extra)
-        .output()
-        .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
 
 const THREADTEST: &str = r#"
 [run]
@@ -72,8 +24,8 @@ total_pairs = 20000
 
 #[test]
 fn a_workload_runs_every_configuration_and_writes_one_line_per_process() {
-    let s = Scratch::new("lines");
-    let o = run(&s, &s.workload(THREADTEST), &[]);
+    let s = Scratch::new("harness", "lines");
+    let o = s.command(&s.workload(THREADTEST), &[]);
     assert!(o.status.success(), "{}", text(&o));
     // cxlalloc: P=1 and P=2; mimalloc: P=1 (P=2 skipped); two sizes, two repeats.
     let records = read_records(&s.out()).unwrap();
@@ -97,23 +49,23 @@ fn a_workload_runs_every_configuration_and_writes_one_line_per_process() {
 
 #[test]
 fn resume_runs_only_what_is_missing() {
-    let s = Scratch::new("resume");
+    let s = Scratch::new("harness", "resume");
     let w = s.workload(THREADTEST);
-    assert!(run(&s, &w, &["--only", "mimalloc"]).status.success());
+    assert!(s.command(&w, &["--only", "mimalloc"]).status.success());
     let first = read_records(&s.out()).unwrap().len();
-    let o = run(&s, &w, &["--resume"]);
+    let o = s.command(&w, &["--resume"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("{first} already in")), "{}", text(&o));
     let all = read_records(&s.out()).unwrap();
     assert_eq!(all.len(), 16);
-    let again = run(&s, &w, &["--resume"]);
+    let again = s.command(&w, &["--resume"]);
     assert!(String::from_utf8_lossy(&again.stdout).contains("0 runs now"), "{}", text(&again));
     assert_eq!(read_records(&s.out()).unwrap().len(), 16);
 }
 
 #[test]
 fn a_failing_run_is_reported_and_the_others_still_run() {
-    let s = Scratch::new("fail");
+    let s = Scratch::new("harness", "fail");
     // 1 MiB per bracket cannot hold 64 blocks of 64 KiB at once: the worker fails with
     // OutOfMemory; mimalloc still runs.
     let w = s.workload(
@@ -128,7 +80,7 @@ fn a_failing_run_is_reported_and_the_others_still_run() {
         total_pairs = 640
         "#,
     );
-    let o = run(&s, &w, &[]);
+    let o = s.command(&w, &[]);
     assert!(!o.status.success());
     let t = text(&o);
     assert!(t.contains("FAIL") && t.contains("1 run(s) failed"), "{t}");
@@ -141,7 +93,7 @@ fn a_failing_run_is_reported_and_the_others_still_run() {
 
 #[test]
 fn a_run_past_its_time_limit_is_killed_and_reported() {
-    let s = Scratch::new("timeout");
+    let s = Scratch::new("harness", "timeout");
     let w = s.workload(
         r#"
         [run]
@@ -155,7 +107,7 @@ fn a_run_past_its_time_limit_is_killed_and_reported() {
         "#,
     );
     let started = std::time::Instant::now();
-    let o = run(&s, &w, &[]);
+    let o = s.command(&w, &[]);
     assert!(!o.status.success());
     assert!(text(&o).contains("limit"), "{}", text(&o));
     assert!(started.elapsed().as_secs() < 30, "the time limit was not enforced");
@@ -164,9 +116,9 @@ fn a_run_past_its_time_limit_is_killed_and_reported() {
 
 #[test]
 fn a_bad_parameter_fails_the_workload_before_anything_runs() {
-    let s = Scratch::new("badparam");
+    let s = Scratch::new("harness", "badparam");
     let w = s.workload("[run]\nallocators=['system']\n[[benchmark]]\nname='threadtest'\nsise=8\n");
-    let o = run(&s, &w, &[]);
+    let o = s.command(&w, &[]);
     assert!(!o.status.success());
     assert!(text(&o).contains("sise"), "{}", text(&o));
     assert!(!s.out().exists(), "something ran");
@@ -174,8 +126,8 @@ fn a_bad_parameter_fails_the_workload_before_anything_runs() {
 
 #[test]
 fn dry_run_lists_runs_without_running() {
-    let s = Scratch::new("dry");
-    let o = run(&s, &s.workload(THREADTEST), &["--dry-run"]);
+    let s = Scratch::new("harness", "dry");
+    let o = s.command(&s.workload(THREADTEST), &["--dry-run"]);
     assert!(o.status.success(), "{}", text(&o));
     // cxlalloc at P=1 and P=2, mimalloc at P=1; two sizes; two repeats.
     assert_eq!(String::from_utf8_lossy(&o.stdout).lines().filter(|l| l.starts_with("run ")).count(), 12);
@@ -191,8 +143,8 @@ fn every_shipped_workload_parses_and_validates() {
         if path.extension().is_none_or(|e| e != "toml") {
             continue;
         }
-        let s = Scratch::new(&format!("shipped-{seen}"));
-        let o = run(&s, &path, &["--dry-run"]);
+        let s = Scratch::new("harness", &format!("shipped-{seen}"));
+        let o = s.command(&path, &["--dry-run"]);
         assert!(o.status.success(), "{}: {}", path.display(), text(&o));
         assert!(String::from_utf8_lossy(&o.stdout).contains("run "), "{} runs nothing", path.display());
         seen += 1;
