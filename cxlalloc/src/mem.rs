@@ -226,15 +226,8 @@ impl HeapMem {
             };
             return Ok(mem);
         }
-        for r in [
-            RegionId::Header,
-            RegionId::Shared,
-            RegionId::Claims,
-            RegionId::Owned,
-            RegionId::Hazard,
-            RegionId::Remote,
-            RegionId::Local,
-        ] {
+        // Everything but slab data, which maps lazily.
+        for r in RegionId::ALL.into_iter().filter(|&r| r != RegionId::Data) {
             #[cfg(feature = "noncoherent-sim")]
             if mem.simulated(r) {
                 mem.simulate(r)?;

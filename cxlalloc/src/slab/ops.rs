@@ -148,19 +148,24 @@ impl<'a> SlabThread<'a> {
         self.mem.swcc.persist(Site::Record, (self.rec as *const ThreadRecord).cast(), 64);
     }
 
-    /// Limited and no-HWcc models: before `d`'s ownership can move, or another host reads it,
-    /// writes it back and evicts it (so that our next read sees the next owner's writes).
+    /// Limited and no-HWcc models: before a descriptor's ownership can move, or another host
+    /// reads it, writes `(ptr, len)` of it back and evicts it (so that our next read sees the
+    /// next owner's writes).
     #[inline]
-    fn publish(&self, site: Site, d: Descriptor<'_>) {
-        let (p, len) = d.bytes();
+    fn publish(&self, site: Site, (p, len): (*const u8, usize)) {
         self.mem.swcc.publish(site, p, len);
     }
 
-    /// Limited and no-HWcc models: before reading a descriptor that another host may have
-    /// written (taking ownership of its slab), invalidates our copy.
+    /// Limited and no-HWcc models: writes `(ptr, len)` of a descriptor we keep back to memory.
     #[inline]
-    fn refresh(&self, site: Site, d: Descriptor<'_>) {
-        let (p, len) = d.bytes();
+    fn persist(&self, site: Site, (p, len): (*const u8, usize)) {
+        self.mem.swcc.persist(site, p, len);
+    }
+
+    /// Limited and no-HWcc models: before reading `(ptr, len)` of a descriptor that another
+    /// host may have written, invalidates our copy.
+    #[inline]
+    fn refresh(&self, site: Site, (p, len): (*const u8, usize)) {
         self.mem.swcc.refresh(site, p, len);
     }
 
@@ -329,8 +334,7 @@ impl<'a> SlabThread<'a> {
         d.fill(info.blocks);
         // Remote freers on other hosts locate blocks from the head line: it reaches memory
         // before the first block is handed out.
-        let (head, len) = d.head_line();
-        self.mem.swcc.persist(Site::Sized, head, len);
+        self.persist(Site::Sized, d.head_line());
         let version = self.next_version();
         remote::reset(
             &self.hw(self.mem.remote(b, slab)),
@@ -388,8 +392,7 @@ impl<'a> SlabThread<'a> {
             remote::Retire::Detach => {
                 // T4 keeps the slab ours but on no list: written back, so that whoever holds
                 // the slot next (maybe on another host) finds it as we left it.
-                let (p, len) = d.bytes();
-                self.mem.swcc.persist(Site::Detached, p, len);
+                self.persist(Site::Detached, d.bytes());
                 ThreadRecord::bump(&self.rec.counters.detaches);
             }
             remote::Retire::Disown => {
@@ -399,7 +402,7 @@ impl<'a> SlabThread<'a> {
                 d.head.owner.store(0, Ordering::Release);
                 // T5: written back before we return the block we still hold, whose free may
                 // be the one that lets the claimer take the slab.
-                self.publish(Site::Disowned, d);
+                self.publish(Site::Disowned, d.bytes());
                 ThreadRecord::bump(&self.rec.counters.disowns);
             }
         }
@@ -419,8 +422,7 @@ impl<'a> SlabThread<'a> {
                 .slab(b, (rel >> b.slab_shift()) as u32)
                 .filter(|&s| !self.batching || self.batch_of(b, s).is_none())
             {
-                let (p, len) = self.mem.desc(b, slab).head_line();
-                self.mem.swcc.refresh(Site::Located, p, len);
+                self.refresh(Site::Located, self.mem.desc(b, slab).head_line());
             }
         }
         self.locate_in(b, offset, rel)
@@ -612,13 +614,7 @@ impl<'a> SlabThread<'a> {
         let result = match outcome {
             Ok(remote::Decrement::Counted) => Ok(()),
             Ok(remote::Decrement::Claimed) => {
-                // T8: every block was freed remotely; the slab is ours, empty.
-                self.log(Redo::new(Op::RemoteFree, b, at.slab.index(), version).flagged());
-                let d = at.desc;
-                self.refresh(Site::Claimed, d);
-                d.head.owner.store(self.me(), Ordering::Relaxed);
-                self.make_unsized(b, at.slab, d);
-                ThreadRecord::bump(&self.rec.counters.claims);
+                self.claim(b, at.slab, version);
                 self.trim_cache(b);
                 Ok(())
             }
@@ -715,20 +711,28 @@ impl<'a> SlabThread<'a> {
     pub(crate) fn apply_batch(&self, b: Bracket, slab: Slab, count: u32, version: u32) {
         let tag = self.tag(version);
         let outcome = remote::subtract(&self.hw(self.mem.remote(b, slab)), count, tag, self.helper(tag));
-        if let Ok(remote::Decrement::Claimed) = outcome {
-            self.log(Redo::new(Op::RemoteFree, b, slab.index(), version).flagged());
-            let d = self.mem.desc(b, slab);
-            self.refresh(Site::Claimed, d);
-            d.head.owner.store(self.me(), Ordering::Relaxed);
-            self.make_unsized(b, slab, d);
-            ThreadRecord::bump(&self.rec.counters.claims);
-            self.batch_applied(b, slab);
-            self.trim_cache(b);
-        } else {
-            // An underflow is a double free the marks missed: the batch is dropped, the
-            // counter left as it was.
-            self.batch_applied(b, slab);
+        let claimed = matches!(outcome, Ok(remote::Decrement::Claimed));
+        if claimed {
+            self.claim(b, slab, version);
         }
+        // Emptied before anything else is logged: recovery must not apply it again. (An
+        // underflow is a double free the marks missed: the batch is dropped, the counter left
+        // as it was.)
+        self.batch_applied(b, slab);
+        if claimed {
+            self.trim_cache(b);
+        }
+    }
+
+    /// T8: the remote free (or batch) `version` took the counter to 0; every block was freed
+    /// remotely and the slab is ours, empty.
+    fn claim(&self, b: Bracket, slab: Slab, version: u32) {
+        self.log(Redo::new(Op::RemoteFree, b, slab.index(), version).flagged());
+        let d = self.mem.desc(b, slab);
+        self.refresh(Site::Claimed, d.bytes());
+        d.head.owner.store(self.me(), Ordering::Relaxed);
+        self.make_unsized(b, slab, d);
+        ThreadRecord::bump(&self.rec.counters.claims);
     }
 
     /// Empties the batch entry of `slab` once its subtraction took effect.
@@ -758,9 +762,9 @@ impl<'a> SlabThread<'a> {
             |link| match mem.link(b, link) {
                 Ok(Some(s)) => {
                     // §14.3: the pusher wrote `next` on another host; read it from memory.
-                    let (p, len) = mem.desc(b, s).head_line();
-                    mem.swcc.refresh(Site::PopNext, p, len);
-                    Ok(mem.desc(b, s).head.next.load(Ordering::Relaxed))
+                    let d = mem.desc(b, s);
+                    self.refresh(Site::PopNext, d.head_line());
+                    Ok(d.head.next.load(Ordering::Relaxed))
                 }
                 _ => Err(AllocError::Corrupt("global list link beyond heap length")),
             },
@@ -779,7 +783,7 @@ impl<'a> SlabThread<'a> {
             .and_then(|s| s.ok_or(AllocError::Corrupt("popped null")))
             .inspect_err(|_| self.clear_log())?;
         let d = mem.desc(b, slab);
-        self.refresh(Site::Popped, d);
+        self.refresh(Site::Popped, d.bytes());
         d.head.owner.store(self.me(), Ordering::Relaxed);
         self.push_unsized(b, slab, d);
         ThreadRecord::bump(&self.rec.counters.global_pops);
@@ -881,7 +885,7 @@ impl<'a> SlabThread<'a> {
         self.log(Redo::new(Op::Abandon, b, slab.index(), version));
         // Release: disowned before the counter can reach 0, so a claimer never finds us owner.
         d.head.owner.store(0, Ordering::Release);
-        self.publish(Site::Abandoned, d);
+        self.publish(Site::Abandoned, d.bytes());
         crash_point!(AbandonDisowned);
         let free = d.head.free.load(Ordering::Relaxed);
         let tag = self.tag(version);
@@ -889,7 +893,7 @@ impl<'a> SlabThread<'a> {
             remote::subtract(&self.hw(self.mem.remote(b, slab)), free, tag, self.helper(tag))
         {
             self.log(Redo::new(Op::Abandon, b, slab.index(), version).flagged());
-            self.refresh(Site::Claimed, d);
+            self.refresh(Site::Claimed, d.bytes());
             d.head.owner.store(self.me(), Ordering::Relaxed);
             self.make_unsized(b, slab, d);
         }
@@ -930,7 +934,7 @@ impl<'a> SlabThread<'a> {
                 // §14.3: `next` is written before the write-back that precedes publication.
                 |next| {
                     d.head.next.store(next, Ordering::Relaxed);
-                    self.publish(Site::GlobalPush, d);
+                    self.publish(Site::GlobalPush, d.bytes());
                 },
                 self.helper(tag),
             );
