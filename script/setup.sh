@@ -74,6 +74,13 @@ ensure_rust() {
 
 # The nightly toolchain with miri, for script/miri.sh. Returns non-zero when it cannot be had
 # (offline, no rustup): miri is an optional check.
+# libclang, with which the userfaultfd crate generates its kernel bindings (feature
+# mcas-standin of cxlalloc: the hardware mCAS transport's stand-in).
+ensure_libclang() {
+  compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null || compgen -G '/usr/lib/*/libclang*.so*' >/dev/null ||
+    apt_install libclang-dev
+}
+
 ensure_miri() {
   command -v rustup >/dev/null 2>&1 || return 1
   if ! rustup +nightly component list --installed 2>/dev/null | grep -q '^miri'; then

@@ -96,7 +96,7 @@ impl McasPort {
                 Ok(a) => return Err(a.prev),
                 Err(e) => {
                     if !reported {
-                        eprintln!("cxlalloc: mCAS device ({}): {e}; retrying", client.window().path().display());
+                        eprintln!("cxlalloc: mCAS device ({}): {e}; retrying", client.link().describe());
                         reported = true;
                     }
                     if let McasError::Timeout(_) = e {

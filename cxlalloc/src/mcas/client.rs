@@ -1,9 +1,11 @@
-//! The mCAS client (DESIGN §9.2): one requester slot of a window, owned by one thread; a CAS is
-//! a request written to the slot's spwr, a doorbell, and the answer read from its sprd.
+//! The mCAS client (DESIGN §9.2): one requester slot, owned by one thread, of a shared-memory
+//! window (a CAS is a request written to the slot's spwr, a doorbell, and the answer read from
+//! its sprd) or of a hardware device ([`crate::mcas::mmio`]: one request line, one answer load).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::mcas::mmio::Device;
 use crate::mcas::window::{sprd, spwr, Window};
 use crate::sync::Ordering;
 
@@ -30,6 +32,10 @@ pub enum McasError {
     /// No answer within [`ANSWER_TIMEOUT`]: the server is gone or stuck.
     #[error("no answer from the mCAS device within {0:?}")]
     Timeout(Duration),
+    /// The device's registers are the stand-in of another process (this one was forked from
+    /// it): open the device again in this process.
+    #[error("the mCAS stand-in serves process {0} only: open the device in this process")]
+    ForeignProcess(u32),
 }
 
 /// A device's answer to one weak CAS.
@@ -42,11 +48,47 @@ pub struct Answer {
     pub success: bool,
 }
 
-/// One requester slot of a window. `Send`, not `Sync`: one thread per slot.
+/// What a client's requests travel over.
+#[derive(Clone, Debug)]
+pub enum Link {
+    /// A shared-memory window served by the software device or the RTL co-simulation.
+    Window(Arc<Window>),
+    /// A hardware device's registers.
+    Device(Arc<Device>),
+}
+
+impl Link {
+    /// Where the requests go, for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            Link::Window(w) => w.path().display().to_string(),
+            Link::Device(d) => d.spec().registers.display().to_string(),
+        }
+    }
+
+    /// Requester slots.
+    pub fn slots(&self) -> u32 {
+        match self {
+            Link::Window(w) => w.geometry().slots,
+            Link::Device(d) => d.spec().slots,
+        }
+    }
+
+    /// Target word `target`, if it is one.
+    pub fn target(&self, target: u64) -> Option<&crate::sync::AtomicU64> {
+        match self {
+            Link::Window(w) => w.target(target),
+            Link::Device(d) => d.target(target),
+        }
+    }
+}
+
+/// One requester slot of a window or device. `Send`, not `Sync`: one thread per slot.
 #[derive(Debug)]
 pub struct McasClient {
-    window: Arc<Window>,
+    link: Link,
     slot: u32,
+    /// Window only: the slot's last doorbell.
     seq: u64,
 }
 
@@ -55,29 +97,37 @@ impl McasClient {
     /// allocator's thread slot, or a test's thread); more threads than slots is an error of the
     /// caller, never a wraparound.
     pub fn new(window: Arc<Window>, slot: u32) -> Result<Self, McasError> {
-        let slots = window.geometry().slots;
+        Self::on(Link::Window(window), slot)
+    }
+
+    /// The client of requester slot `slot` over `link` (see [`McasClient::new`]).
+    pub fn on(link: Link, slot: u32) -> Result<Self, McasError> {
+        let slots = link.slots();
         if slot >= slots {
             return Err(McasError::NoSuchSlot { slot, slots });
         }
         // A previous client of the slot may have died with a request in flight: its doorbell
         // is where our sequence continues, and step 1 of each request waits for its answer.
-        let seq = window.spwr(slot, spwr::SEQ).load(Ordering::Acquire);
-        Ok(Self { window, slot, seq })
+        let seq = match &link {
+            Link::Window(w) => w.spwr(slot, spwr::SEQ).load(Ordering::Acquire),
+            Link::Device(_) => 0,
+        };
+        Ok(Self { link, slot, seq })
     }
 
-    /// The window.
-    pub fn window(&self) -> &Window {
-        &self.window
+    /// What the requests travel over.
+    pub fn link(&self) -> &Link {
+        &self.link
     }
 
     /// Reads target word `target` (a plain acquire load: the device publishes a swap before it
     /// answers).
     pub fn load(&self, target: u64) -> Result<u64, McasError> {
-        Ok(self.window.target(target).ok_or(McasError::BadTarget(target))?.load(Ordering::Acquire))
+        Ok(self.link.target(target).ok_or(McasError::BadTarget(target))?.load(Ordering::Acquire))
     }
 
-    fn wait_done(&self, seq: u64) -> Result<(), McasError> {
-        let done = self.window.sprd(self.slot, sprd::DONE_SEQ);
+    fn wait_done(w: &Window, slot: u32, seq: u64) -> Result<(), McasError> {
+        let done = w.sprd(slot, sprd::DONE_SEQ);
         let mut spins = 0u32;
         let mut started = None;
         // Acquire: pairs with the server's release store of done_seq, after prev/success/error.
@@ -98,11 +148,14 @@ impl McasClient {
 
     /// One weak CAS of target word `target` from `expected` to `new`.
     pub fn compare_exchange_weak(&mut self, target: u64, expected: u64, new: u64) -> Result<Answer, McasError> {
-        if self.window.target(target).is_none() {
+        let w = match &self.link {
+            Link::Device(d) => return d.compare_exchange_weak(self.slot, target, expected, new),
+            Link::Window(w) => w,
+        };
+        if w.target(target).is_none() {
             return Err(McasError::BadTarget(target));
         }
-        let w = &self.window;
-        self.wait_done(self.seq)?;
+        Self::wait_done(w, self.slot, self.seq)?;
         w.spwr(self.slot, spwr::EXPECTED).store(expected, Ordering::Relaxed);
         w.spwr(self.slot, spwr::SWAP).store(new, Ordering::Relaxed);
         w.spwr(self.slot, spwr::TARGET).store(target, Ordering::Relaxed);
@@ -114,7 +167,7 @@ impl McasClient {
         // Release: the request's fields are visible to the server that sees the doorbell.
         w.spwr(self.slot, spwr::SEQ).store(seq, Ordering::Release);
         self.seq = seq;
-        self.wait_done(seq)?;
+        Self::wait_done(w, self.slot, seq)?;
         let error = w.sprd(self.slot, sprd::ERROR).load(Ordering::Relaxed);
         if error != 0 {
             return Err(McasError::Device(error));

@@ -3,16 +3,25 @@
 //! answer from its answer slot; the unit serializes CASes per word and fails competing ones.
 //!
 //! - [`window`]: the shared-memory window format (shared with the RTL co-simulation, `fpga/`);
-//! - [`client`]: one requester's CAS through a window;
-//! - [`device`]: the software mCAS device that serves a window (binary `cxlalloc-mcasd`).
+//! - [`client`]: one requester's CAS through a window or a device;
+//! - [`device`]: the software mCAS device that serves a window (binary `cxlalloc-mcasd`);
+//! - [`spec`] and [`mmio`]: a hardware device, described by a file and driven through its
+//!   uncachable register ranges (`movdir64b` request, 16-byte answer load);
+//! - `standin` (feature `mcas-standin`): those registers served in-process by trapping the
+//!   request writes and answer reads, for machines without the device.
 //!
 //! The same client speaks to the software device, to the RTL under co-simulation
-//! (`fpga/cosim/mcas-cosim`), and — with the window's roles mapped onto a device's uncachable
-//! ranges — to hardware.
+//! (`fpga/cosim/mcas-cosim`), and to hardware.
 
 pub mod client;
 pub mod device;
+pub mod mmio;
+pub mod spec;
+#[cfg(feature = "mcas-standin")]
+pub mod standin;
 pub mod window;
 
-pub use client::{Answer, McasClient, McasError};
+pub use client::{Answer, Link, McasClient, McasError};
+pub use mmio::{Device, MmioError};
+pub use spec::{DeviceSpec, SpecError};
 pub use window::{Geometry, Window, WindowError};

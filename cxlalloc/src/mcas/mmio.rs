@@ -1,0 +1,229 @@
+//! The hardware transport of mCAS (DESIGN §9.2, the published prototype's): a request is one
+//! 64-byte line written to the requester's spwr slot with `movdir64b` and fenced; the answer is
+//! one 16-byte uncached load from its sprd slot, and that load is what makes the unit execute
+//! the CAS. No doorbells or sequence numbers: the bus orders the write before the read.
+//!
+//! The answer's second word carries the success flag in bit 0 and, where the device's bus
+//! adapter reports one, the unit's error code in bits 8–15 (`fpga/rtl/mcas_pkg.sv`: 1 bad
+//! requester, 2 no operands, 3 bad target; the published 16-byte answer has no room elsewhere).
+//!
+//! [`Device`] maps the ranges a [`DeviceSpec`] names. With `registers = "stand-in"` the ranges
+//! are instead served in this process by [`crate::mcas::standin`] (feature `mcas-standin`),
+//! which traps the same instructions with userfaultfd.
+
+use std::fs::OpenOptions;
+use std::path::PathBuf;
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::mcas::client::{Answer, McasError};
+use crate::mcas::spec::{DeviceSpec, SpecError};
+use crate::sync::AtomicU64;
+
+/// Why a device could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum MmioError {
+    /// The description was refused.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// A range could not be opened or mapped.
+    #[error("mCAS device {path}: {source}")]
+    Io {
+        /// The file mapped.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// This build or CPU cannot drive the device.
+    #[error("mCAS device: {0}")]
+    Unsupported(String),
+}
+
+/// The request line, aligned as `movdir64b`'s source may be and its destination must be.
+#[repr(C, align(64))]
+struct Line([u64; 8]);
+
+/// The register ranges as mapped in this process.
+enum Registers {
+    /// The device's ranges, from its file.
+    File(MmapRaw),
+    /// The in-process stand-in's ranges.
+    #[cfg(feature = "mcas-standin")]
+    StandIn(crate::mcas::standin::StandIn),
+}
+
+/// A hardware mCAS device as mapped in this process. Requests on distinct slots may run on
+/// different threads at once; one slot carries one request at a time (its owner's).
+pub struct Device {
+    spec: DeviceSpec,
+    registers: Registers,
+    /// Base address of the register mapping.
+    base: usize,
+    memory: MmapRaw,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device").field("spec", &self.spec).finish()
+    }
+}
+
+// SAFETY: the mappings are shared memory reached only through atomics and the request
+// instructions; the stand-in's server state is itself Send + Sync.
+unsafe impl Send for Device {}
+// SAFETY: as above; concurrent requests use distinct slots (the caller's contract).
+unsafe impl Sync for Device {}
+
+/// Whether this CPU has `movdir64b` (cpuid leaf 7, ECX bit 28).
+pub fn has_movdir64b() -> bool {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        std::arch::x86_64::__cpuid_count(7, 0).ecx & (1 << 28) != 0
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    {
+        false
+    }
+}
+
+fn map_file(path: &std::path::Path, offset: u64, len: u64) -> Result<MmapRaw, MmioError> {
+    let io = |source| MmioError::Io { path: path.into(), source };
+    let file = OpenOptions::new().read(true).write(true).open(path).map_err(io)?;
+    let len = usize::try_from(len).map_err(|_| io(std::io::Error::other("range larger than the address space")))?;
+    // Device files (a BAR's resourceN, a dax device) report no useful length; a regular file
+    // must be long enough, or a touch beyond its end would raise SIGBUS.
+    let meta = file.metadata().map_err(io)?;
+    if meta.is_file() && meta.len() < offset + len as u64 {
+        return Err(io(std::io::Error::other(format!(
+            "{} bytes, the range needs {}",
+            meta.len(),
+            offset + len as u64
+        ))));
+    }
+    MmapOptions::new().offset(offset).len(len).map_raw(&file).map_err(io)
+}
+
+impl Device {
+    /// Maps the device `spec` describes.
+    pub fn open(spec: &DeviceSpec) -> Result<Self, MmioError> {
+        if !has_movdir64b() {
+            return Err(MmioError::Unsupported(
+                "this CPU has no movdir64b: a request must reach the device as one 64-byte write".into(),
+            ));
+        }
+        let memory = map_file(&spec.memory, spec.memory_offset, spec.memory_bytes)?;
+        let registers = if spec.is_stand_in() {
+            Self::stand_in(spec, &memory)?
+        } else {
+            Registers::File(map_file(&spec.registers, 0, spec.register_bytes())?)
+        };
+        let base = match &registers {
+            Registers::File(m) => m.as_mut_ptr() as usize,
+            #[cfg(feature = "mcas-standin")]
+            Registers::StandIn(s) => s.base(),
+        };
+        Ok(Self { spec: spec.clone(), registers, base, memory })
+    }
+
+    #[cfg(feature = "mcas-standin")]
+    fn stand_in(spec: &DeviceSpec, memory: &MmapRaw) -> Result<Registers, MmioError> {
+        let words = memory.as_mut_ptr() as usize;
+        crate::mcas::standin::StandIn::start(spec, words).map(Registers::StandIn)
+    }
+
+    #[cfg(not(feature = "mcas-standin"))]
+    fn stand_in(_: &DeviceSpec, _: &MmapRaw) -> Result<Registers, MmioError> {
+        Err(MmioError::Unsupported("registers = \"stand-in\" needs a build with feature mcas-standin".into()))
+    }
+
+    /// The description the device was opened with.
+    pub fn spec(&self) -> &DeviceSpec {
+        &self.spec
+    }
+
+    /// The word at byte offset `target` of the device memory, if it is one.
+    pub fn target(&self, target: u64) -> Option<&AtomicU64> {
+        (target % 8 == 0 && target < self.spec.memory_bytes).then(|| {
+            // SAFETY: 8-aligned and inside the mapping, which lives as long as `self`; device
+            // words are accessed atomically by every party.
+            unsafe { &*(self.memory.as_mut_ptr().add(target as usize) as *const AtomicU64) }
+        })
+    }
+
+    /// One weak CAS by requester `slot` of the word at byte offset `target` of the device
+    /// memory. The caller owns `slot`: no other thread issues a request on it meanwhile.
+    pub fn compare_exchange_weak(&self, slot: u32, target: u64, expected: u64, new: u64) -> Result<Answer, McasError> {
+        if slot >= self.spec.slots {
+            return Err(McasError::NoSuchSlot { slot, slots: self.spec.slots });
+        }
+        if self.target(target).is_none() {
+            return Err(McasError::BadTarget(target));
+        }
+        #[cfg(feature = "mcas-standin")]
+        if let Registers::StandIn(s) = &self.registers {
+            s.check_process()?;
+        }
+        let stride = self.spec.slot_stride as usize;
+        let spwr = self.base + self.spec.spwr_offset as usize + slot as usize * stride;
+        let sprd = self.base + self.spec.sprd_offset as usize + slot as usize * stride;
+        let line = Line([expected, new, self.spec.target_base + target, u64::from(slot), 0, 0, 0, 0]);
+        // SAFETY: both slots lie inside the register mapping (slot < slots, validated offsets
+        // and stride) and are 64-byte aligned (offsets and stride are multiples of 64).
+        let [prev, flags] = unsafe {
+            request(spwr as *mut u8, &line);
+            answer(sprd as *const u8)
+        };
+        match (flags >> 8) & 0xff {
+            0 => Ok(Answer { prev, success: flags & 1 == 1 }),
+            error => Err(McasError::Device(error)),
+        }
+    }
+}
+
+/// Writes `line` to the spwr slot at `dst` as one 64-byte write, then fences it out.
+///
+/// # Safety
+/// `dst` is a 64-byte aligned, writable address of a mapped register range.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+unsafe fn request(dst: *mut u8, line: &Line) {
+    // SAFETY: the caller's contract; `Device::open` checked the CPU has movdir64b.
+    unsafe {
+        std::arch::asm!(
+            "movdir64b {dst}, zmmword ptr [{src}]",
+            "sfence",
+            dst = in(reg) dst,
+            src = in(reg) line as *const Line,
+            options(nostack, preserves_flags),
+        );
+    }
+}
+
+/// Reads the 16-byte answer at `src` with one load (a second load would be a second request).
+///
+/// # Safety
+/// `src` is a 16-byte aligned, readable address of a mapped register range.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+unsafe fn answer(src: *const u8) -> [u64; 2] {
+    let mut out = [0u64; 2];
+    // SAFETY: the caller's contract; `out` is 16 writable bytes.
+    unsafe {
+        std::arch::asm!(
+            "movdqa {x}, xmmword ptr [{src}]",
+            "movdqu xmmword ptr [{out}], {x}",
+            src = in(reg) src,
+            out = in(reg) out.as_mut_ptr(),
+            x = out(xmm_reg) _,
+            options(nostack, preserves_flags),
+        );
+    }
+    out
+}
+
+// Elsewhere `Device::open` refuses (no movdir64b), so no request is ever made.
+#[cfg(not(all(target_arch = "x86_64", not(miri))))]
+unsafe fn request(_: *mut u8, _: &Line) {}
+
+#[cfg(not(all(target_arch = "x86_64", not(miri))))]
+unsafe fn answer(_: *const u8) -> [u64; 2] {
+    [0, 1 << 8]
+}

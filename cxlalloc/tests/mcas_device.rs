@@ -1,0 +1,215 @@
+//! The hardware mCAS transport (`mcas::mmio`: a `movdir64b` request line, a 16-byte answer
+//! load) against the in-process stand-in that traps those accesses with userfaultfd (feature
+//! `mcas-standin`), and its wire format against a plain register file.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use common::{fork_child, serial};
+use cxlalloc::mcas::{Device, DeviceSpec, Link, McasClient, McasError, MmioError};
+
+const PAGE: u64 = 4096;
+
+/// A scratch directory holding a device-memory file; removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Self {
+        let dir = PathBuf::from(format!("/dev/shm/cxlalloc-test-mmio-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    /// A zeroed file of `bytes` in the directory.
+    fn file(&self, name: &str, bytes: u64) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::File::create(&path).unwrap().set_len(bytes).unwrap();
+        path
+    }
+
+    /// A stand-in device with `slots` requesters over a fresh 64 KiB memory file.
+    fn stand_in(&self, slots: u32) -> DeviceSpec {
+        DeviceSpec {
+            registers: cxlalloc::mcas::spec::STAND_IN.into(),
+            spwr_offset: 0,
+            sprd_offset: u64::from(slots) * PAGE,
+            slot_stride: PAGE,
+            slots,
+            memory: self.file("memory", 64 << 10),
+            memory_offset: 0,
+            memory_bytes: 64 << 10,
+            target_base: 0x1_0000_0000,
+        }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn client(device: &Arc<Device>, slot: u32) -> McasClient {
+    McasClient::on(Link::Device(device.clone()), slot).unwrap()
+}
+
+/// The word at `off` of a memory file, read from the file itself.
+fn file_word(path: &std::path::Path, off: u64) -> u64 {
+    let bytes = std::fs::read(path).unwrap();
+    u64::from_le_bytes(bytes[off as usize..off as usize + 8].try_into().unwrap())
+}
+
+#[test]
+fn a_stand_in_cas_succeeds_on_a_match_and_reports_the_word_on_a_mismatch() {
+    let scratch = Scratch::new("basic");
+    let spec = scratch.stand_in(4);
+    let device = Arc::new(Device::open(&spec).unwrap());
+    let mut c = client(&device, 2);
+    let a = c.compare_exchange_weak(64, 0, 5).unwrap();
+    assert!(a.success && a.prev == 0, "{a:?}");
+    let a = c.compare_exchange_weak(64, 0, 7).unwrap();
+    assert!(!a.success && a.prev == 5, "{a:?}");
+    assert_eq!(c.load(64).unwrap(), 5);
+    assert_eq!(file_word(&spec.memory, 64), 5, "the CAS reached the shared memory file");
+    assert_eq!(c.compare_exchange(64, 5, 9), Ok(5));
+    assert_eq!(c.compare_exchange(64, 5, 11), Err(Ok(9)));
+}
+
+#[test]
+fn targets_and_slots_outside_the_device_are_refused_before_a_request() {
+    let scratch = Scratch::new("bounds");
+    let spec = scratch.stand_in(2);
+    let device = Arc::new(Device::open(&spec).unwrap());
+    let mut c = client(&device, 1);
+    assert_eq!(c.compare_exchange_weak(3, 0, 1), Err(McasError::BadTarget(3)));
+    assert_eq!(c.compare_exchange_weak(64 << 10, 0, 1), Err(McasError::BadTarget(64 << 10)));
+    assert!(matches!(McasClient::on(Link::Device(device), 2), Err(McasError::NoSuchSlot { slot: 2, slots: 2 })));
+}
+
+#[test]
+fn threads_on_their_own_slots_lose_no_increment_of_a_shared_word() {
+    let scratch = Scratch::new("threads");
+    let device = Arc::new(Device::open(&scratch.stand_in(6)).unwrap());
+    let per_thread = 500u64;
+    std::thread::scope(|s| {
+        for slot in 0..6 {
+            let device = device.clone();
+            s.spawn(move || {
+                let mut c = client(&device, slot);
+                for _ in 0..per_thread {
+                    let mut cur = c.load(0).unwrap();
+                    loop {
+                        let a = c.compare_exchange_weak(0, cur, cur + 1).unwrap();
+                        if a.success {
+                            break;
+                        }
+                        cur = a.prev;
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(client(&device, 0).load(0).unwrap(), 6 * per_thread);
+}
+
+#[test]
+fn processes_each_with_a_stand_in_serialize_on_the_shared_memory() {
+    let _g = serial();
+    let scratch = Scratch::new("processes");
+    let spec = scratch.stand_in(4);
+    let per_child = 400u64;
+    let mut children: Vec<_> = (0..3u32)
+        .map(|slot| {
+            let spec = spec.clone();
+            fork_child("incrementer", move || {
+                let device = Arc::new(Device::open(&spec).map_err(|e| e.to_string())?);
+                let mut c = client(&device, slot);
+                for _ in 0..per_child {
+                    let mut cur = c.load(8).map_err(|e| e.to_string())?;
+                    while let Err(Ok(seen)) = c.compare_exchange(8, cur, cur + 1) {
+                        cur = seen;
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for c in &mut children {
+        c.succeeds();
+    }
+    assert_eq!(file_word(&spec.memory, 8), 3 * per_child);
+}
+
+#[test]
+fn a_forked_child_is_refused_the_parents_stand_in() {
+    let _g = serial();
+    let scratch = Scratch::new("fork");
+    let device = Arc::new(Device::open(&scratch.stand_in(2)).unwrap());
+    let parent = std::process::id();
+    let mut child = fork_child("inheritor", move || match client(&device, 0).compare_exchange_weak(0, 0, 1) {
+        Err(McasError::ForeignProcess(p)) if p == parent => Ok(()),
+        other => Err(format!("expected ForeignProcess({parent}), got {other:?}")),
+    });
+    child.succeeds();
+}
+
+#[test]
+fn a_request_is_one_line_in_the_wire_format_and_the_answer_one_load() {
+    // A plain file in place of the register BAR: the request line lands in it, and the
+    // "answer" is whatever the file holds in the sprd slot.
+    let scratch = Scratch::new("wire");
+    let registers = scratch.file("registers", 2 * PAGE);
+    let spec = DeviceSpec {
+        registers: registers.clone(),
+        spwr_offset: 0,
+        sprd_offset: PAGE,
+        slot_stride: 128,
+        slots: 4,
+        memory: scratch.file("memory", PAGE),
+        memory_offset: 0,
+        memory_bytes: PAGE,
+        target_base: 0xdead_0000,
+    };
+    let mut bytes = vec![0u8; 2 * PAGE as usize];
+    let sprd3 = (PAGE + 3 * 128) as usize;
+    bytes[sprd3..sprd3 + 8].copy_from_slice(&42u64.to_le_bytes());
+    bytes[sprd3 + 8..sprd3 + 16].copy_from_slice(&1u64.to_le_bytes());
+    std::fs::write(&registers, &bytes).unwrap();
+    let device = Arc::new(Device::open(&spec).unwrap());
+    let a = client(&device, 3).compare_exchange_weak(0x18, 7, 8).unwrap();
+    assert!(a.success && a.prev == 42, "{a:?}");
+    let spwr3 = 3 * 128;
+    let line: Vec<u64> = (0..8).map(|i| file_word(&registers, spwr3 + 8 * i)).collect();
+    assert_eq!(line, [7, 8, 0xdead_0018, 3, 0, 0, 0, 0]);
+    // An error code in bits 8-15 of the answer's second word is the device's refusal.
+    bytes[sprd3 + 8..sprd3 + 16].copy_from_slice(&(3u64 << 8).to_le_bytes());
+    std::fs::write(&registers, &bytes).unwrap();
+    assert_eq!(client(&device, 3).compare_exchange_weak(0x18, 7, 8), Err(McasError::Device(3)));
+}
+
+#[test]
+fn a_register_file_shorter_than_the_slots_is_refused() {
+    let scratch = Scratch::new("short");
+    let spec = DeviceSpec {
+        registers: scratch.file("registers", PAGE),
+        spwr_offset: 0,
+        sprd_offset: PAGE,
+        slot_stride: 128,
+        slots: 4,
+        memory: scratch.file("memory", PAGE),
+        memory_offset: 0,
+        memory_bytes: PAGE,
+        target_base: 0,
+    };
+    assert!(matches!(Device::open(&spec), Err(MmioError::Io { .. })));
+}
+
+#[test]
+fn the_stand_in_needs_a_page_per_slot() {
+    let scratch = Scratch::new("stride");
+    let spec = DeviceSpec { slot_stride: 128, sprd_offset: 4 * 128, ..scratch.stand_in(4) };
+    assert!(matches!(Device::open(&spec), Err(MmioError::Unsupported(_))));
+}
