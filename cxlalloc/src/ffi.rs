@@ -123,6 +123,8 @@ impl CxlConfig {
             coherence,
             commit_on_grow: self.commit_on_grow != 0,
             recovery: self.recovery != 0,
+            // C creates window-backed no-HWcc heaps; device-backed ones open like any other.
+            mcas_device: None,
         })
     }
 }

@@ -9,6 +9,7 @@ use crate::backing::files::{self, FileBacking};
 use crate::error::{AdoptError, AttachError, OffsetError, OpenError};
 use crate::huge;
 use crate::layout::{Config, Header, Span, ROOTS};
+use crate::mcas::DeviceSpec;
 use crate::mem::HeapMem;
 use crate::offset::Offset;
 use crate::recovery::RecoveryReport;
@@ -103,7 +104,11 @@ impl Heap {
     pub fn create_at(path: &Path, config: &Config) -> Result<Self, OpenError> {
         config.validate()?;
         let header = Header::new(config, random_secret());
-        let backing = FileBacking::create(path, &header)?;
+        let device = match &config.mcas_device {
+            Some(spec) => Some(DeviceSpec::load(spec).map_err(|e| OpenError::Mcas(e.to_string()))?),
+            None => None,
+        };
+        let backing = FileBacking::create(path, &header, device)?;
         Self::from_mem(HeapMem::map(header, Box::new(backing), identity::current().pack())?)
     }
 

@@ -127,6 +127,11 @@ pub struct Config {
     /// other's detectable CASes, so that a dead slot can be adopted and repaired. Off only to
     /// measure what recovery costs: a slot whose holder died is then lost with its memory.
     pub recovery: bool,
+    /// No-HWcc model only: the description file of the hardware mCAS device whose memory holds
+    /// the HWcc regions (`mcas::DeviceSpec`; copied into the heap directory at creation).
+    /// `None`: an mCAS window file in the heap directory, served by `cxlalloc-mcasd`. Not in
+    /// the header, and not compared by openers.
+    pub mcas_device: Option<std::path::PathBuf>,
 }
 
 impl Default for Config {
@@ -142,6 +147,7 @@ impl Default for Config {
             coherence: Coherence::Full,
             commit_on_grow: true,
             recovery: true,
+            mcas_device: None,
         }
     }
 }
@@ -188,6 +194,9 @@ impl Config {
                  host); set huge_capacity = 0 for coherence = {}",
                 self.coherence.name()
             ));
+        }
+        if self.mcas_device.is_some() && self.coherence != Coherence::NoHwcc {
+            return bad(format!("an mCAS device serves only coherence = none, not {}", self.coherence.name()));
         }
         Ok(())
     }
@@ -355,6 +364,7 @@ impl Header {
             coherence: Coherence::from_raw(self.coherence).unwrap_or_default(),
             commit_on_grow: self.flags & FLAG_COMMIT != 0,
             recovery: self.flags & FLAG_RECOVERY != 0,
+            mcas_device: None,
         }
     }
 

@@ -278,9 +278,10 @@ impl HeapMem {
         unsafe { host.add(addr, span.size, fd, at) }.map_err(OpenError::Map)
     }
 
-    /// No-HWcc model: opens the mCAS window that holds the HWcc regions just mapped.
+    /// No-HWcc model: connects to the mCAS window or device that holds the HWcc regions just
+    /// mapped.
     fn connect_mcas(&self) -> Result<Option<McasHub>, OpenError> {
-        let Some(path) = self.backing.mcas_window() else {
+        let Some(home) = self.backing.mcas_home() else {
             return match self.coherence {
                 Coherence::NoHwcc => Err(OpenError::Mcas("a no-HWcc heap needs a heap directory".into())),
                 _ => Ok(None),
@@ -289,7 +290,7 @@ impl HeapMem {
         let hwcc = [RegionId::Shared, RegionId::Claims, RegionId::Remote].map(|r| self.layout.region(r));
         let targets = Targets::new(hwcc.map(|s| (self.addr(s.offset) as usize, s.size)));
         let geometry = window_geometry(self.layout.slots, hwcc.iter().map(|s| s.size as u64).sum());
-        McasHub::open(&path, geometry, targets).map(Some).map_err(|e| OpenError::Mcas(e.to_string()))
+        McasHub::open(&home, geometry, targets).map(Some).map_err(|e| OpenError::Mcas(e.to_string()))
     }
 
     /// No-HWcc model: the mCAS window connection (`None` in the other models).

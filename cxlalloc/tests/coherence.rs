@@ -4,11 +4,9 @@
 
 mod common;
 
-use std::ptr::NonNull;
-use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{fork_child, serial, Ctx, Device, HeapName};
+use common::{fork_child, remote_free_ring, serial, Ctx, Device, HeapName};
 use cxlalloc::{AttachError, Coherence, Config, Heap, OpenError};
 
 fn config(coherence: Coherence) -> Config {
@@ -65,33 +63,6 @@ fn no_hwcc_hwcc_words_live_in_the_mcas_window() {
     assert_ne!(length & 0xffff_ffff, 0, "length word {length:#x}");
     drop(t);
     assert!(device.stop() > 0);
-}
-
-/// Threads allocate and hand every block to the next thread, which frees it remotely: every
-/// counter decrement, claim, global push and pop goes through the device.
-fn remote_free_ring(heap: &Heap, threads: usize, per_thread: usize) {
-    let (senders, receivers): (Vec<_>, Vec<_>) = (0..threads).map(|_| mpsc::channel::<usize>()).unzip();
-    std::thread::scope(|s| {
-        for (i, rx) in receivers.into_iter().enumerate() {
-            let tx = senders[(i + 1) % threads].clone();
-            let heap = heap.clone();
-            s.spawn(move || {
-                let t = heap.attach().unwrap();
-                for n in 0..per_thread {
-                    let size = [24, 64, 200, 1024, 4096][n % 5];
-                    let p = t.alloc(size).unwrap();
-                    // SAFETY: a fresh block of `size` bytes.
-                    unsafe { p.as_ptr().write_bytes(i as u8, size) };
-                    tx.send(p.as_ptr() as usize).unwrap();
-                }
-                drop(tx);
-                for addr in rx {
-                    t.free(NonNull::new(addr as *mut u8).unwrap()).unwrap();
-                }
-            });
-        }
-        drop(senders);
-    });
 }
 
 #[test]

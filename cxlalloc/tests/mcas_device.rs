@@ -1,14 +1,16 @@
 //! The hardware mCAS transport (`mcas::mmio`: a `movdir64b` request line, a 16-byte answer
 //! load) against the in-process stand-in that traps those accesses with userfaultfd (feature
-//! `mcas-standin`), and its wire format against a plain register file.
+//! `mcas-standin`), its wire format against a plain register file, and no-HWcc heaps whose
+//! HWcc regions live in the device's memory.
 
 mod common;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use common::{fork_child, serial};
+use common::{fork_child, remote_free_ring, serial, Ctx};
 use cxlalloc::mcas::{Device, DeviceSpec, Link, McasClient, McasError, MmioError};
+use cxlalloc::{Coherence, Config, Heap, OpenError};
 
 const PAGE: u64 = 4096;
 
@@ -43,6 +45,30 @@ impl Scratch {
             memory_bytes: 64 << 10,
             target_base: 0x1_0000_0000,
         }
+    }
+
+    /// A stand-in device for a heap with [`THREAD_SLOTS`], its memory `bytes` long from 8 KiB
+    /// into a file filled with 0xff (creation must zero the heap's part), and its description
+    /// file.
+    fn heap_device(&self, bytes: u64) -> (DeviceSpec, PathBuf) {
+        let slots = THREAD_SLOTS + cxlalloc::coherence::PROCESS_REQUESTERS;
+        let spec = DeviceSpec { memory_offset: 2 * PAGE, memory_bytes: bytes, ..self.stand_in(slots) };
+        std::fs::write(&spec.memory, vec![0xffu8; (2 * PAGE + bytes) as usize]).unwrap();
+        let description = self.0.join("device.toml");
+        std::fs::write(&description, spec.to_toml()).unwrap();
+        (spec, description)
+    }
+}
+
+const THREAD_SLOTS: u32 = 8;
+
+fn heap_config(coherence: Coherence, device: &std::path::Path) -> Config {
+    Config {
+        coherence,
+        huge_capacity: 0,
+        thread_slots: THREAD_SLOTS,
+        mcas_device: Some(device.to_path_buf()),
+        ..Config::with_capacity(64 << 20)
     }
 }
 
@@ -212,4 +238,75 @@ fn the_stand_in_needs_a_page_per_slot() {
     let scratch = Scratch::new("stride");
     let spec = DeviceSpec { slot_stride: 128, sprd_offset: 4 * 128, ..scratch.stand_in(4) };
     assert!(matches!(Device::open(&spec), Err(MmioError::Unsupported(_))));
+}
+
+#[test]
+fn a_no_hwcc_heap_on_a_device_keeps_its_hwcc_words_there_and_frees_remotely_through_it() {
+    let scratch = Scratch::new("heap");
+    let (spec, description) = scratch.heap_device(8 << 20);
+    let dir = scratch.0.join("heap");
+    let heap = Heap::create_at(&dir, &heap_config(Coherence::NoHwcc, &description)).unwrap();
+    assert!(dir.join(cxlalloc::coherence::DEVICE_FILE).exists() && !dir.join("mcas-window").exists());
+    remote_free_ring(&heap, 4, 2000);
+    let report = heap.check();
+    assert!(report.is_clean(), "{report}");
+    // Target 0, the small bracket's length word, was zeroed at creation and then grown through
+    // the unit; the 0xff fill before the heap's part is untouched.
+    let length = file_word(&spec.memory, spec.memory_offset);
+    assert!(length != 0 && length & 0xffff_ffff != 0xffff_ffff, "length word {length:#x}");
+    assert_eq!(file_word(&spec.memory, 0), u64::MAX);
+}
+
+#[test]
+fn processes_open_a_device_heap_each_with_its_own_registers() {
+    let _g = serial();
+    let scratch = Scratch::new("heap-procs");
+    let (_, description) = scratch.heap_device(8 << 20);
+    let dir = scratch.0.join("heap");
+    let heap = Heap::create_at(&dir, &heap_config(Coherence::NoHwcc, &description)).unwrap();
+    let mut children: Vec<_> = (0..3usize)
+        .map(|i| {
+            let dir = dir.clone();
+            fork_child("device heap worker", move || {
+                let heap = Heap::open_at(&dir).ctx("open")?;
+                let t = heap.attach().ctx("attach")?;
+                let mut kept: Vec<_> =
+                    (0..1500usize).map(|n| t.alloc(16 + n % 500)).collect::<Result<_, _>>().ctx("alloc")?;
+                let last = kept.pop().ctx("a kept block")?;
+                let offset = heap.offset_of(last.as_ptr()).ctx("offset")?.raw();
+                heap.root(i).ctx("root")?.store(offset, std::sync::atomic::Ordering::Release);
+                kept.into_iter().try_for_each(|p| t.free(p)).ctx("free")
+            })
+        })
+        .collect();
+    for c in &mut children {
+        c.succeeds();
+    }
+    let t = heap.attach().unwrap();
+    for i in 0..3 {
+        let off = heap.root(i).unwrap().load(std::sync::atomic::Ordering::Acquire);
+        t.free(heap.pointer(cxlalloc::Offset::<u8>::from_raw(off)).unwrap()).unwrap();
+    }
+    drop(t);
+    let report = heap.check();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(cxlalloc::class::Bracket::ALL.iter().map(|&b| report.bracket(b).live_blocks()).sum::<u64>(), 0);
+}
+
+#[test]
+fn a_device_too_small_for_the_heap_is_refused_and_nothing_is_created() {
+    let scratch = Scratch::new("heap-small");
+    let (_, description) = scratch.heap_device(PAGE);
+    let dir = scratch.0.join("heap");
+    let r = Heap::create_at(&dir, &heap_config(Coherence::NoHwcc, &description));
+    assert!(matches!(&r, Err(OpenError::InvalidConfig(m)) if m.contains("needs")), "{r:?}");
+    assert!(!dir.exists());
+}
+
+#[test]
+fn a_device_serves_only_the_no_hwcc_model() {
+    let scratch = Scratch::new("heap-model");
+    let (_, description) = scratch.heap_device(8 << 20);
+    let r = Heap::create_at(&scratch.0.join("heap"), &heap_config(Coherence::Limited, &description));
+    assert!(matches!(r, Err(OpenError::InvalidConfig(_))), "{r:?}");
 }

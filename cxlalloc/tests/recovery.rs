@@ -6,7 +6,7 @@ mod common;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use common::{fork_code, serial, HeapName, Rng};
+use common::{fork_code, serial, HeapName, Pipe, Rng};
 use cxlalloc::{AdoptError, AllocError, AttachError, Config, FreeError, Heap, Offset};
 use nix::sys::signal::{kill, Signal};
 
@@ -120,9 +120,11 @@ fn processes_killed_at_random_lose_nothing_while_a_live_thread_frees_their_block
         });
         for round in 0..24u64 {
             let seed = rng.next();
+            let attached = Pipe::new();
             let mut child = fork_code("worker", || {
                 let heap = Heap::open(name.as_str()).unwrap();
                 let t = heap.attach().unwrap();
+                attached.send(&[1]);
                 let words = table(&heap);
                 let mut rng = Rng::new(seed);
                 loop {
@@ -135,6 +137,9 @@ fn processes_killed_at_random_lose_nothing_while_a_live_thread_frees_their_block
                     }
                 }
             });
+            // Killed only once it holds a slot: each round then has a slot to recover, however
+            // slowly a loaded machine starts the child.
+            assert!(attached.recv(&mut [0], Duration::from_secs(30)), "round {round}: the worker never attached");
             std::thread::sleep(Duration::from_micros(500 + rng.below(20_000)));
             kill(child.pid, Signal::SIGKILL).unwrap();
             assert_eq!(child.killed_by(), Signal::SIGKILL, "round {round}");

@@ -16,10 +16,10 @@ use nix::sys::stat::Mode;
 use nix::unistd::{ftruncate, unlinkat, UnlinkatFlags};
 
 use super::{Backing, HugeName};
-use crate::coherence::{window_geometry, WINDOW_FILE};
+use crate::coherence::{window_geometry, McasHome, DEVICE_FILE, PROCESS_REQUESTERS, WINDOW_FILE};
 use crate::error::OpenError;
 use crate::layout::{Coherence, Header, RegionId, REGIONS};
-use crate::mcas::{Geometry, Window};
+use crate::mcas::{DeviceSpec, Geometry, Window};
 
 /// Default directory for named heaps.
 pub const SHM_DIR: &str = "/dev/shm";
@@ -61,33 +61,99 @@ pub struct FileBacking {
     dir_fd: OwnedFd,
     files: [File; REGIONS],
     /// Offset of each region in its file: 0, except in a no-HWcc heap, whose HWcc regions
-    /// follow each other in the target area of the mCAS window file.
+    /// follow each other in the target area of the mCAS window file or in the device memory.
     offsets: [u64; REGIONS],
+    /// No-HWcc heap: where the HWcc regions are.
+    home: Option<McasHome>,
 }
 
-/// A no-HWcc heap's window geometry, and where each HWcc region starts in the window file.
-fn window_plan(header: &Header) -> Option<(Geometry, [u64; REGIONS])> {
+/// Where a no-HWcc heap's HWcc regions go: a window file in the heap directory, or a hardware
+/// device's memory.
+enum Place {
+    Window(Geometry),
+    Device(DeviceSpec),
+}
+
+impl Place {
+    /// The file holding the HWcc regions, for a heap directory at `dir`.
+    fn file(&self, dir: &Path) -> PathBuf {
+        match self {
+            Place::Window(_) => dir.join(WINDOW_FILE),
+            Place::Device(spec) => spec.memory.clone(),
+        }
+    }
+
+    /// The home an opener connects to, for a heap directory at `dir`.
+    fn home(&self, dir: &Path) -> McasHome {
+        match self {
+            Place::Window(_) => McasHome::Window(dir.join(WINDOW_FILE)),
+            Place::Device(spec) => McasHome::Device { spec: spec.clone(), description: dir.join(DEVICE_FILE) },
+        }
+    }
+}
+
+/// Bytes of a heap's HWcc regions together.
+fn hwcc_bytes(header: &Header) -> u64 {
+    RegionId::ALL.iter().filter(|r| r.is_hwcc()).map(|&r| header.region_bytes[r as usize]).sum()
+}
+
+/// Where a no-HWcc heap's HWcc regions go (on `device` if given, else in a window), and each
+/// region's offset in its file. `None` for the other models.
+fn plan(header: &Header, device: Option<DeviceSpec>) -> Option<(Place, [u64; REGIONS])> {
     if Coherence::from_raw(header.coherence) != Some(Coherence::NoHwcc) {
         return None;
     }
-    let hwcc = RegionId::ALL.iter().filter(|r| r.is_hwcc()).map(|&r| header.region_bytes[r as usize]).sum();
-    let geometry = window_geometry(header.slots, hwcc);
+    let (place, mut at) = match device {
+        Some(spec) => {
+            let at = spec.memory_offset;
+            (Place::Device(spec), at)
+        }
+        None => {
+            let geometry = window_geometry(header.slots, hwcc_bytes(header));
+            (Place::Window(geometry), geometry.target_offset())
+        }
+    };
     let mut offsets = [0; REGIONS];
-    let mut at = geometry.target_offset();
     for r in RegionId::ALL.into_iter().filter(|r| r.is_hwcc()) {
         offsets[r as usize] = at;
         at += header.region_bytes[r as usize];
     }
-    Some((geometry, offsets))
-}
-
-/// Whether `offsets` place regions in an mCAS window.
-fn window_plan_applies(offsets: &[u64; REGIONS]) -> bool {
-    offsets.iter().any(|&o| o != 0)
+    Some((place, offsets))
 }
 
 fn window_error(path: &Path) -> impl FnOnce(crate::mcas::WindowError) -> OpenError + '_ {
     move |e| OpenError::Io { op: "mCAS window", path: path.to_path_buf(), source: std::io::Error::other(e.to_string()) }
+}
+
+/// Whether `device` can hold the HWcc regions of a heap with `header` and serve its requesters.
+fn check_device(spec: &DeviceSpec, header: &Header) -> Result<(), OpenError> {
+    let needed = window_geometry(header.slots, hwcc_bytes(header));
+    if spec.memory_bytes < needed.target_bytes || spec.slots < needed.slots {
+        return Err(OpenError::InvalidConfig(format!(
+            "mCAS device {}: {} bytes of memory and {} requesters; this heap needs {} bytes and {} \
+             requesters ({} thread slots + {PROCESS_REQUESTERS})",
+            spec.registers.display(),
+            spec.memory_bytes,
+            spec.slots,
+            needed.target_bytes,
+            needed.slots,
+            header.slots
+        )));
+    }
+    Ok(())
+}
+
+/// Zeroes the device memory a new heap's HWcc regions will occupy: the only write to device
+/// memory not made through the unit, done before the heap exists (so no CAS can be in flight).
+fn zero_device_memory(spec: &DeviceSpec, bytes: u64) -> Result<(), OpenError> {
+    let file = OpenOptions::new().read(true).write(true).open(&spec.memory).map_err(io("open", &spec.memory))?;
+    let len = bytes.next_multiple_of(4096) as usize;
+    // SAFETY: a shared mapping of the device memory the heap is being created on; nothing else
+    // may use that range (the device description gives it to this heap).
+    let mut map = unsafe { memmap2::MmapOptions::new().offset(spec.memory_offset).len(len).map_mut(&file) }
+        .map_err(io("map", &spec.memory))?;
+    map.fill(0);
+    Ok(())
 }
 
 fn open_dir(dir: &Path) -> Result<OwnedFd, OpenError> {
@@ -97,7 +163,8 @@ fn open_dir(dir: &Path) -> Result<OwnedFd, OpenError> {
 
 impl FileBacking {
     /// Creates a heap directory at `dir` with `header`; fails with `AlreadyExists` if one is there.
-    pub fn create(dir: &Path, header: &Header) -> Result<Self, OpenError> {
+    /// A no-HWcc heap's HWcc regions go on `device` when one is given.
+    pub fn create(dir: &Path, header: &Header, device: Option<DeviceSpec>) -> Result<Self, OpenError> {
         let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let leaf =
             dir.file_name().ok_or_else(|| OpenError::InvalidConfig(format!("bad heap path {}", dir.display())))?;
@@ -106,11 +173,13 @@ impl FileBacking {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
         let tmp = parent.join(format!("{prefix}{}-{nanos}", std::process::id()));
         std::fs::create_dir(&tmp).map_err(io("create directory", &tmp))?;
-        let built = Self::populate(&tmp, header);
-        let offsets = window_plan(header).map_or([0; REGIONS], |(_, o)| o);
+        let plan = plan(header, device);
+        let built = Self::populate(&tmp, header, plan.as_ref());
+        let offsets = plan.as_ref().map_or([0; REGIONS], |(_, o)| *o);
+        let home = plan.map(|(place, _)| place.home(dir));
         let result =
             built.and_then(|files| match renameat2(AT_FDCWD, &tmp, AT_FDCWD, dir, RenameFlags::RENAME_NOREPLACE) {
-                Ok(()) => Ok(FileBacking { dir: dir.to_path_buf(), dir_fd: open_dir(dir)?, files, offsets }),
+                Ok(()) => Ok(FileBacking { dir: dir.to_path_buf(), dir_fd: open_dir(dir)?, files, offsets, home }),
                 Err(Errno::EEXIST) | Err(Errno::ENOTEMPTY) => Err(OpenError::AlreadyExists(dir.to_path_buf())),
                 Err(e) => Err(OpenError::Io { op: "rename", path: dir.to_path_buf(), source: e.into() }),
             });
@@ -120,18 +189,31 @@ impl FileBacking {
         result
     }
 
-    fn populate(tmp: &Path, header: &Header) -> Result<[File; REGIONS], OpenError> {
-        let plan = window_plan(header);
-        if let Some((geometry, _)) = plan {
-            let path = tmp.join(WINDOW_FILE);
-            Window::create_or_open(&path, geometry).map_err(window_error(&path))?;
+    fn populate(
+        tmp: &Path,
+        header: &Header,
+        plan: Option<&(Place, [u64; REGIONS])>,
+    ) -> Result<[File; REGIONS], OpenError> {
+        match plan {
+            Some((Place::Window(geometry), _)) => {
+                let path = tmp.join(WINDOW_FILE);
+                Window::create_or_open(&path, *geometry).map_err(window_error(&path))?;
+            }
+            Some((Place::Device(spec), _)) => {
+                check_device(spec, header)?;
+                let path = tmp.join(DEVICE_FILE);
+                std::fs::write(&path, spec.to_toml()).map_err(io("write", &path))?;
+                zero_device_memory(spec, hwcc_bytes(header))?;
+            }
+            None => {}
         }
+        let on_device = matches!(plan, Some((Place::Device(_), _)));
         let mut files = Vec::with_capacity(REGIONS);
         for r in RegionId::ALL {
             let bytes = header.region_bytes[r as usize];
             let (path, mut f, at) = match plan {
-                Some((_, offsets)) if r.is_hwcc() => {
-                    let path = tmp.join(WINDOW_FILE);
+                Some((place, offsets)) if r.is_hwcc() => {
+                    let path = place.file(tmp);
                     let f = OpenOptions::new().read(true).write(true).open(&path).map_err(io("open", &path))?;
                     (path, f, offsets[r as usize])
                 }
@@ -147,7 +229,10 @@ impl FileBacking {
                     (path, f, 0)
                 }
             };
-            if matches!(r, RegionId::Header | RegionId::Shared | RegionId::Claims | RegionId::Hazard) {
+            // Device memory is there already (and cannot be fallocated).
+            let device_memory = on_device && r.is_hwcc();
+            if !device_memory && matches!(r, RegionId::Header | RegionId::Shared | RegionId::Claims | RegionId::Hazard)
+            {
                 // Small, and touched by every process (hazards: from the signal handler, which
                 // cannot report ENOSPC): reserved now, so a full device fails the creation
                 // instead of raising SIGBUS in some process later.
@@ -176,37 +261,50 @@ impl FileBacking {
             .read_to_end(&mut bytes)
             .map_err(io("read header", &header_path))?;
         let header = Header::parse(&bytes, &header_path)?;
-        let plan = window_plan(&header);
-        if let Some((geometry, _)) = plan {
-            let path = dir.join(WINDOW_FILE);
-            let found = Window::open(&path).map_err(window_error(&path))?.geometry();
-            if found != geometry {
-                return Err(OpenError::Mismatch {
-                    field: "mCAS window target bytes",
-                    found: found.target_bytes,
-                    expected: geometry.target_bytes,
-                });
+        let description = dir.join(DEVICE_FILE);
+        let device = match description.exists() {
+            true => Some(DeviceSpec::load(&description).map_err(|e| OpenError::Mcas(e.to_string()))?),
+            false => None,
+        };
+        let plan = plan(&header, device);
+        match &plan {
+            Some((Place::Window(geometry), _)) => {
+                let path = dir.join(WINDOW_FILE);
+                let found = Window::open(&path).map_err(window_error(&path))?.geometry();
+                if found != *geometry {
+                    return Err(OpenError::Mismatch {
+                        field: "mCAS window target bytes",
+                        found: found.target_bytes,
+                        expected: geometry.target_bytes,
+                    });
+                }
             }
+            Some((Place::Device(spec), _)) => check_device(spec, &header)?,
+            None => {}
         }
-        let offsets = plan.map_or([0; REGIONS], |(_, o)| o);
+        let offsets = plan.as_ref().map_or([0; REGIONS], |(_, o)| *o);
         let mut files = Vec::with_capacity(REGIONS);
         for r in RegionId::ALL {
-            let in_window = plan.is_some() && r.is_hwcc();
-            let path = dir.join(if in_window { WINDOW_FILE } else { r.file_name() });
+            let path = match &plan {
+                Some((place, _)) if r.is_hwcc() => place.file(dir),
+                _ => dir.join(r.file_name()),
+            };
             let f = if r == RegionId::Header {
                 hf.try_clone().map_err(io("dup", &path))?
             } else {
                 OpenOptions::new().read(true).write(true).open(&path).map_err(io("open", &path))?
             };
-            let actual = f.metadata().map_err(io("stat", &path))?.len();
+            let meta = f.metadata().map_err(io("stat", &path))?;
             let expected = header.region_bytes[r as usize] + offsets[r as usize];
-            if actual < expected {
-                return Err(OpenError::Truncated { path, expected, actual });
+            // A device file (a BAR's resourceN) has no length to check; its description's does.
+            if meta.is_file() && meta.len() < expected {
+                return Err(OpenError::Truncated { path, expected, actual: meta.len() });
             }
             files.push(f);
         }
         let files = files.try_into().map_err(|_| OpenError::InvalidConfig("region count".into()))?;
-        Ok((FileBacking { dir: dir.to_path_buf(), dir_fd: open_dir(dir)?, files, offsets }, header))
+        let home = plan.map(|(place, _)| place.home(dir));
+        Ok((FileBacking { dir: dir.to_path_buf(), dir_fd: open_dir(dir)?, files, offsets, home }, header))
     }
 
     /// Removes the heap directory at `dir`. Processes that have it open keep their mappings.
@@ -224,6 +322,10 @@ impl Backing for FileBacking {
     }
 
     fn commit(&self, r: RegionId, off: usize, len: usize) -> Result<(), Errno> {
+        if r.is_hwcc() && matches!(self.home, Some(McasHome::Device { .. })) {
+            // Device memory is all there; it cannot be fallocated.
+            return Ok(());
+        }
         let at = self.offsets[r as usize] + off as u64;
         nix::fcntl::fallocate(&self.files[r as usize], FallocateFlags::FALLOC_FL_KEEP_SIZE, at as i64, len as i64)
             .map(|_| ())
@@ -233,8 +335,8 @@ impl Backing for FileBacking {
         self.offsets[r as usize]
     }
 
-    fn mcas_window(&self) -> Option<PathBuf> {
-        window_plan_applies(&self.offsets).then(|| self.dir.join(WINDOW_FILE))
+    fn mcas_home(&self) -> Option<McasHome> {
+        self.home.clone()
     }
 
     fn location(&self) -> String {

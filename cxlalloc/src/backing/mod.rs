@@ -91,13 +91,14 @@ pub trait Backing: Send + Sync + std::fmt::Debug {
     fn huge_objects(&self) -> Vec<(u64, u64)>;
 
     /// The offset of region `r` inside the file [`Backing::fd`] names (non-zero for the HWcc
-    /// regions of a no-HWcc heap, which share its mCAS window's target area).
+    /// regions of a no-HWcc heap, which share its mCAS window's target area or its device's
+    /// memory).
     fn region_offset(&self, _r: RegionId) -> u64 {
         0
     }
 
-    /// The mCAS window holding the HWcc regions of a no-HWcc heap.
-    fn mcas_window(&self) -> Option<std::path::PathBuf> {
+    /// The mCAS window or device holding the HWcc regions of a no-HWcc heap.
+    fn mcas_home(&self) -> Option<crate::coherence::McasHome> {
         None
     }
 }

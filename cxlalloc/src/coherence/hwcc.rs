@@ -3,10 +3,10 @@
 //! device memory), and every CAS on them is sent to the device's near-memory unit through a
 //! requester slot ([`McasPort`]). [`Hw`] is the word as the protocols see it.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::mcas::{McasClient, McasError, Window};
+use crate::mcas::{Link, McasClient, McasError};
 use crate::protocol::HwWord;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -74,9 +74,9 @@ pub struct McasPort {
 }
 
 impl McasPort {
-    /// The port of requester `slot` of `window`.
-    pub fn new(window: Arc<Window>, slot: u32, targets: Targets) -> Result<Self, McasError> {
-        Ok(Self { client: Mutex::new(McasClient::new(window, slot)?), targets })
+    /// The port of requester `slot` over `link`.
+    pub fn new(link: Link, slot: u32, targets: Targets) -> Result<Self, McasError> {
+        Ok(Self { client: Mutex::new(McasClient::on(link, slot)?), targets })
     }
 
     /// One weak CAS of `word` executed by the device. A device that stops answering stalls the

@@ -15,11 +15,11 @@ pub mod hwcc;
 #[cfg(feature = "noncoherent-sim")]
 pub mod sim;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use crate::layout::Coherence;
-use crate::mcas::{Geometry, McasError, Window};
+use crate::mcas::{Device, DeviceSpec, Geometry, Link, McasError, Window};
 use flush::Instructions;
 use hwcc::{McasPort, Targets};
 
@@ -29,6 +29,10 @@ pub const PROCESS_REQUESTERS: u32 = 32;
 
 /// The file name of a no-HWcc heap's mCAS window, in the heap directory.
 pub const WINDOW_FILE: &str = "mcas-window";
+
+/// The file name of a device-backed no-HWcc heap's copy of its device description
+/// ([`DeviceSpec`]), in the heap directory, in place of a window.
+pub const DEVICE_FILE: &str = "mcas-device";
 
 /// The window geometry of a no-HWcc heap with `slots` thread slots whose HWcc regions total
 /// `hwcc_bytes`.
@@ -184,10 +188,38 @@ enum Action {
     PersistLater,
 }
 
-/// A process's connection to a no-HWcc heap's mCAS window.
+/// Where a no-HWcc heap's HWcc words live, and what executes the CASes on them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum McasHome {
+    /// The target area of an mCAS window file in the heap directory, served by the software
+    /// device (`cxlalloc-mcasd`) or the RTL co-simulation.
+    Window(PathBuf),
+    /// A hardware device's memory, CASed through its registers. `description` is the heap
+    /// directory's copy of the device description ([`DEVICE_FILE`]), whose bytes lease the
+    /// process requesters.
+    Device {
+        /// The device.
+        spec: DeviceSpec,
+        /// The heap directory's description file.
+        description: PathBuf,
+    },
+}
+
+impl McasHome {
+    /// The file whose bytes lease the process requesters.
+    fn lock_file(&self) -> &Path {
+        match self {
+            McasHome::Window(path) => path,
+            McasHome::Device { description, .. } => description,
+        }
+    }
+}
+
+/// A process's connection to a no-HWcc heap's mCAS window or device.
 #[derive(Debug)]
 pub struct McasHub {
-    window: Arc<Window>,
+    link: Link,
+    home: McasHome,
     targets: Targets,
     /// The requester of this process's lease operations.
     process: McasPort,
@@ -195,10 +227,10 @@ pub struct McasHub {
     _lock: std::fs::File,
 }
 
-/// Why a process could not connect to a heap's mCAS window.
+/// Why a process could not connect to a heap's mCAS window or device.
 #[derive(Debug, thiserror::Error)]
 pub enum HubError {
-    /// The window could not be opened or is not this heap's.
+    /// The window or device could not be opened or does not fit this heap.
     #[error("{0}")]
     Window(String),
     /// Every process requester is taken.
@@ -210,26 +242,43 @@ pub enum HubError {
 }
 
 impl McasHub {
-    /// Opens the window at `path`, which must have `geometry`, and leases a process requester.
-    /// `targets` maps this process's HWcc regions into the window's target area.
-    pub fn open(path: &Path, geometry: Geometry, targets: Targets) -> Result<Self, HubError> {
-        let window = Window::open(path).map_err(|e| HubError::Window(e.to_string()))?;
-        if window.geometry() != geometry {
-            return Err(HubError::Window(format!(
-                "{}: geometry {:?}, the heap needs {geometry:?}",
-                path.display(),
-                window.geometry()
-            )));
-        }
-        let window = Arc::new(window);
-        let (index, lock) = lease_process_requester(path, geometry.slots - PROCESS_REQUESTERS)?;
-        let process = McasPort::new(window.clone(), index, targets)?;
-        Ok(Self { window, targets, process, _lock: lock })
+    /// Connects to `home`, which must fit `geometry` (requesters, target bytes), and leases a
+    /// process requester. `targets` maps this process's HWcc regions into the target area.
+    pub fn open(home: &McasHome, geometry: Geometry, targets: Targets) -> Result<Self, HubError> {
+        let link = match home {
+            McasHome::Window(path) => {
+                let window = Window::open(path).map_err(|e| HubError::Window(e.to_string()))?;
+                if window.geometry() != geometry {
+                    return Err(HubError::Window(format!(
+                        "{}: geometry {:?}, the heap needs {geometry:?}",
+                        path.display(),
+                        window.geometry()
+                    )));
+                }
+                Link::Window(Arc::new(window))
+            }
+            McasHome::Device { spec, .. } => {
+                if spec.slots < geometry.slots || spec.memory_bytes < geometry.target_bytes {
+                    return Err(HubError::Window(format!(
+                        "mCAS device {}: {} requesters and {} bytes, the heap needs {} and {}",
+                        spec.registers.display(),
+                        spec.slots,
+                        spec.memory_bytes,
+                        geometry.slots,
+                        geometry.target_bytes
+                    )));
+                }
+                Link::Device(Arc::new(Device::open(spec).map_err(|e| HubError::Window(e.to_string()))?))
+            }
+        };
+        let (index, lock) = lease_process_requester(home.lock_file(), geometry.slots - PROCESS_REQUESTERS)?;
+        let process = McasPort::new(link.clone(), index, targets)?;
+        Ok(Self { link, home: home.clone(), targets, process, _lock: lock })
     }
 
     /// The port of thread slot `slot`'s requester.
     pub fn thread_port(&self, slot: u32) -> Result<McasPort, McasError> {
-        McasPort::new(self.window.clone(), slot, self.targets)
+        McasPort::new(self.link.clone(), slot, self.targets)
     }
 
     /// This process's requester, for lease operations.
@@ -237,21 +286,24 @@ impl McasHub {
         &self.process
     }
 
-    /// The pid of the process serving the window, if one is alive (the software device or the
-    /// RTL co-simulation).
-    pub fn server(&self) -> Option<u32> {
-        self.window.served_by()
+    /// `Err(window)` while no live process serves the window (the software device or the RTL
+    /// co-simulation); a hardware device always answers.
+    pub fn served(&self) -> Result<(), String> {
+        match &self.link {
+            Link::Window(w) if w.served_by().is_none() => Err(w.path().display().to_string()),
+            _ => Ok(()),
+        }
     }
 
-    /// The window file.
-    pub fn path(&self) -> &Path {
-        self.window.path()
+    /// Where the heap's HWcc words live.
+    pub fn home(&self) -> &McasHome {
+        &self.home
     }
 }
 
-/// Locks one of the window's process requesters (`first ..`) with an open-file-description
-/// lock on its byte of the window file: the kernel drops it when this process closes the file
-/// or dies, so a crashed process never strands a requester.
+/// Locks one of the process requesters (`first ..`) with an open-file-description lock on its
+/// byte of `path` (the window file, or the heap's device description): the kernel drops it when
+/// this process closes the file or dies, so a crashed process never strands a requester.
 fn lease_process_requester(path: &Path, first: u32) -> Result<(u32, std::fs::File), HubError> {
     let file = std::fs::OpenOptions::new()
         .read(true)

@@ -52,13 +52,22 @@ enum Registers {
     StandIn(crate::mcas::standin::StandIn),
 }
 
+impl Registers {
+    /// Address of the mapping's first byte.
+    fn base(&self) -> usize {
+        match self {
+            Registers::File(m) => m.as_mut_ptr() as usize,
+            #[cfg(feature = "mcas-standin")]
+            Registers::StandIn(s) => s.base(),
+        }
+    }
+}
+
 /// A hardware mCAS device as mapped in this process. Requests on distinct slots may run on
 /// different threads at once; one slot carries one request at a time (its owner's).
 pub struct Device {
     spec: DeviceSpec,
     registers: Registers,
-    /// Base address of the register mapping.
-    base: usize,
     memory: MmapRaw,
 }
 
@@ -117,12 +126,7 @@ impl Device {
         } else {
             Registers::File(map_file(&spec.registers, 0, spec.register_bytes())?)
         };
-        let base = match &registers {
-            Registers::File(m) => m.as_mut_ptr() as usize,
-            #[cfg(feature = "mcas-standin")]
-            Registers::StandIn(s) => s.base(),
-        };
-        Ok(Self { spec: spec.clone(), registers, base, memory })
+        Ok(Self { spec: spec.clone(), registers, memory })
     }
 
     #[cfg(feature = "mcas-standin")]
@@ -163,9 +167,10 @@ impl Device {
         if let Registers::StandIn(s) = &self.registers {
             s.check_process()?;
         }
+        let base = self.registers.base();
         let stride = self.spec.slot_stride as usize;
-        let spwr = self.base + self.spec.spwr_offset as usize + slot as usize * stride;
-        let sprd = self.base + self.spec.sprd_offset as usize + slot as usize * stride;
+        let spwr = base + self.spec.spwr_offset as usize + slot as usize * stride;
+        let sprd = base + self.spec.sprd_offset as usize + slot as usize * stride;
         let line = Line([expected, new, self.spec.target_base + target, u64::from(slot), 0, 0, 0, 0]);
         // SAFETY: both slots lie inside the register mapping (slot < slots, validated offsets
         // and stride) and are 64-byte aligned (offsets and stride are multiples of 64).

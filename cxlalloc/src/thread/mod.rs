@@ -161,10 +161,7 @@ pub(crate) fn adopt(heap: &Heap, slot: u32) -> Result<(ThreadHandle, RecoveryRep
 /// No-HWcc model: `Err(window)` when no live mCAS device serves the heap's window (every HWcc
 /// CAS would wait for it).
 fn served(mem: &HeapMem) -> Result<(), String> {
-    match mem.mcas() {
-        Some(hub) if hub.server().is_none() => Err(hub.path().display().to_string()),
-        _ => Ok(()),
-    }
+    mem.mcas().map_or(Ok(()), |hub| hub.served())
 }
 
 /// Slots whose holder process is gone (candidates for adoption by recovery).

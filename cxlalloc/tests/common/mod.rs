@@ -385,3 +385,30 @@ impl Drop for Device {
         self.halt();
     }
 }
+
+/// Threads allocate and hand every block to the next thread, which frees it remotely: every
+/// counter decrement, claim, global push and pop goes through the device.
+pub fn remote_free_ring(heap: &cxlalloc::Heap, threads: usize, per_thread: usize) {
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..threads).map(|_| std::sync::mpsc::channel::<usize>()).unzip();
+    std::thread::scope(|s| {
+        for (i, rx) in receivers.into_iter().enumerate() {
+            let tx = senders[(i + 1) % threads].clone();
+            let heap = heap.clone();
+            s.spawn(move || {
+                let t = heap.attach().unwrap();
+                for n in 0..per_thread {
+                    let size = [24, 64, 200, 1024, 4096][n % 5];
+                    let p = t.alloc(size).unwrap();
+                    // SAFETY: a fresh block of `size` bytes.
+                    unsafe { p.as_ptr().write_bytes(i as u8, size) };
+                    tx.send(p.as_ptr() as usize).unwrap();
+                }
+                drop(tx);
+                for addr in rx {
+                    t.free(std::ptr::NonNull::new(addr as *mut u8).unwrap()).unwrap();
+                }
+            });
+        }
+        drop(senders);
+    });
+}

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{ArgGroup, Parser};
-use cxlalloc::coherence::WINDOW_FILE;
+use cxlalloc::coherence::{DEVICE_FILE, WINDOW_FILE};
 use cxlalloc::mcas::device;
 use cxlalloc::mcas::{Geometry, Window, WindowError};
 use cxlalloc::Heap;
@@ -59,6 +59,9 @@ impl Args {
             // clap's group requires one of the three.
             (None, None) => return Err("one of --window, --heap, --heap-dir is needed".into()),
         };
+        if dir.join(DEVICE_FILE).exists() {
+            return Err(format!("{} is served by the hardware mCAS device it names in {DEVICE_FILE}", dir.display()));
+        }
         Ok((dir.join(WINDOW_FILE), true))
     }
 }

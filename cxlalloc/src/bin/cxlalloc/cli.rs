@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use cxlalloc::check::SlabState;
 use cxlalloc::class::Bracket;
-use cxlalloc::coherence::WINDOW_FILE;
-use cxlalloc::mcas::Window;
+use cxlalloc::coherence::{DEVICE_FILE, WINDOW_FILE};
+use cxlalloc::mcas::{DeviceSpec, Window};
 use cxlalloc::{Coherence, Config, Heap, OpenError};
 
 #[derive(Parser)]
@@ -41,6 +41,10 @@ enum Command {
         /// the heap's window with `cxlalloc-mcasd --heap NAME` before attaching threads).
         #[arg(long, value_parser = parse_coherence, default_value = "full")]
         coherence: Coherence,
+        /// With coherence none: put the HWcc words on the hardware mCAS device this TOML file
+        /// describes (registers, memory; see `cxlalloc::mcas::spec`) instead of a window.
+        #[arg(long)]
+        mcas_device: Option<std::path::PathBuf>,
         /// Create without crash recovery (only to measure what recovery costs).
         #[arg(long)]
         no_recovery: bool,
@@ -118,7 +122,16 @@ fn coherence_line(heap: &Heap) -> String {
     if coherence != Coherence::NoHwcc {
         return coherence.name().to_string();
     }
-    let path = Path::new(&heap.location()).join(WINDOW_FILE);
+    let dir = Path::new(&heap.location()).to_path_buf();
+    if let Ok(spec) = DeviceSpec::load(&dir.join(DEVICE_FILE)) {
+        return format!(
+            "none (mCAS device: registers {}, memory {} from {:#x})",
+            spec.registers.display(),
+            spec.memory.display(),
+            spec.memory_offset
+        );
+    }
+    let path = dir.join(WINDOW_FILE);
     let served = match Window::open(&path) {
         Ok(w) => {
             w.served_by().map_or("not served: start cxlalloc-mcasd".to_string(), |pid| format!("served by pid {pid}"))
@@ -170,7 +183,16 @@ fn print_stats(heap: &Heap, per_class: bool) {
 
 fn run(cli: Cli) -> Result<ExitCode, OpenError> {
     match cli.command {
-        Command::Create { heap, small_capacity, large_capacity, slots, huge_capacity, coherence, no_recovery } => {
+        Command::Create {
+            heap,
+            small_capacity,
+            large_capacity,
+            slots,
+            huge_capacity,
+            coherence,
+            mcas_device,
+            no_recovery,
+        } => {
             let d = Config::default();
             let config = Config {
                 small_capacity: small_capacity.unwrap_or(d.small_capacity),
@@ -179,6 +201,7 @@ fn run(cli: Cli) -> Result<ExitCode, OpenError> {
                 huge_capacity: huge_capacity_for(coherence, huge_capacity),
                 coherence,
                 recovery: !no_recovery,
+                mcas_device: mcas_device.clone(),
                 ..d
             };
             let h = if is_path(&heap) {
@@ -187,7 +210,7 @@ fn run(cli: Cli) -> Result<ExitCode, OpenError> {
                 Heap::create(&heap, &config)?
             };
             println!("created {} (coherence {})", h.location(), coherence.name());
-            if coherence == Coherence::NoHwcc {
+            if coherence == Coherence::NoHwcc && mcas_device.is_none() {
                 let which = if is_path(&heap) { format!("--heap-dir {heap}") } else { format!("--heap {heap}") };
                 println!("serve its mCAS window before attaching threads: cxlalloc-mcasd {which}");
             }
