@@ -62,7 +62,7 @@ step crash-points cargo test -p cxlalloc --features crash-points --test crash_po
 step noncoherent cargo test -p cxlalloc --features noncoherent-sim --test noncoherent
 if ensure_libclang; then
   step mcas-device sh -c 'cargo clippy -p cxlalloc --all-targets --features mcas-standin -- -D warnings &&
-    cargo test -p cxlalloc --features mcas-standin --test mcas_device'
+    cargo test -p cxlalloc --features mcas-standin --lib --test mcas_device'
 else
   skip mcas-device "libclang could not be installed (the userfaultfd crate's bindings need it)"
 fi

@@ -8,7 +8,7 @@
 //! requester, 2 no operands, 3 bad target; the published 16-byte answer has no room elsewhere).
 //!
 //! [`Device`] maps the ranges a [`DeviceSpec`] names. With `registers = "stand-in"` the ranges
-//! are instead served in this process by [`crate::mcas::standin`] (feature `mcas-standin`),
+//! are instead served in this process by `mcas::standin` (feature `mcas-standin`),
 //! which traps the same instructions with userfaultfd.
 
 use std::fs::OpenOptions;
@@ -231,4 +231,52 @@ unsafe fn request(_: *mut u8, _: &Line) {}
 #[cfg(not(all(target_arch = "x86_64", not(miri))))]
 unsafe fn answer(_: *const u8) -> [u64; 2] {
     [0, 1 << 8]
+}
+
+#[cfg(all(test, feature = "mcas-standin"))]
+mod tests {
+    use super::*;
+
+    /// A stand-in device with two requesters over a fresh memory file.
+    fn stand_in(tag: &str) -> (Device, PathBuf) {
+        let memory = PathBuf::from(format!("/dev/shm/cxlalloc-mmio-unit-{tag}-{}", std::process::id()));
+        std::fs::File::create(&memory).and_then(|f| f.set_len(4096)).expect("memory file");
+        let spec = DeviceSpec {
+            registers: crate::mcas::spec::STAND_IN.into(),
+            spwr_offset: 0,
+            sprd_offset: 2 * 4096,
+            slot_stride: 4096,
+            slots: 2,
+            memory: memory.clone(),
+            memory_offset: 0,
+            memory_bytes: 4096,
+            target_base: 0x1000,
+        };
+        (Device::open(&spec).expect("stand-in"), memory)
+    }
+
+    /// The raw answer of slot 0 after `line` (or none) was written to its spwr.
+    fn exchange(device: &Device, line: Option<Line>) -> [u64; 2] {
+        let base = device.registers.base();
+        // SAFETY: slot 0 of both ranges of the stand-in's mapping, page-aligned.
+        unsafe {
+            if let Some(line) = line {
+                request(base as *mut u8, &line);
+            }
+            answer((base + 2 * 4096) as *const u8)
+        }
+    }
+
+    #[test]
+    fn the_stand_in_answers_the_units_error_codes() {
+        let (device, memory) = stand_in("errors");
+        assert_eq!(exchange(&device, None)[1] >> 8, 2, "an answer read with nothing parked");
+        assert_eq!(exchange(&device, Some(Line([0, 1, 0x1000, 1, 0, 0, 0, 0])))[1] >> 8, 1, "requester 1 in slot 0");
+        assert_eq!(exchange(&device, Some(Line([0, 1, 0x0ff8, 0, 0, 0, 0, 0])))[1] >> 8, 3, "below target_base");
+        assert_eq!(exchange(&device, Some(Line([0, 1, 0x1004, 0, 0, 0, 0, 0])))[1] >> 8, 3, "misaligned");
+        assert_eq!(exchange(&device, Some(Line([0, 9, 0x1008, 0, 0, 0, 0, 0]))), [0, 1], "a good request swaps");
+        assert_eq!(device.target(8).map(|w| w.load(crate::sync::Ordering::Acquire)), Some(9));
+        drop(device);
+        let _ = std::fs::remove_file(memory);
+    }
 }

@@ -17,7 +17,7 @@
 //! ```
 //!
 //! `registers = "stand-in"` names no file: the registers are served in-process by the software
-//! stand-in ([`crate::mcas::standin`], feature `mcas-standin`), which traps the answer read the
+//! stand-in (`mcas::standin`, feature `mcas-standin`), which traps the answer read the
 //! way the device does. The memory is then an ordinary shared file.
 
 use std::path::{Path, PathBuf};
