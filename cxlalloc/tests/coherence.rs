@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{fork_child, remote_free_ring, serial, Ctx, Device, HeapName};
+use common::{fork_child, free_roots_and_check_empty, remote_free_ring, serial, Ctx, Device, HeapName};
 use cxlalloc::{AttachError, Coherence, Config, Heap, OpenError};
 
 fn config(coherence: Coherence) -> Config {
@@ -122,16 +122,7 @@ fn no_hwcc_processes_share_the_device_window() {
     for c in &mut children {
         c.succeeds();
     }
-    let t = heap.attach().unwrap();
-    for i in 0..3 {
-        let off = heap.root(i).unwrap().load(std::sync::atomic::Ordering::Acquire);
-        let p = heap.pointer(cxlalloc::Offset::<u8>::from_raw(off)).unwrap();
-        t.free(p).unwrap();
-    }
-    drop(t);
-    let report = heap.check();
-    assert!(report.is_clean(), "{report}");
-    assert_eq!(cxlalloc::class::Bracket::ALL.iter().map(|&b| report.bracket(b).live_blocks()).sum::<u64>(), 0);
+    free_roots_and_check_empty(&heap, 3);
     assert!(device.stop() > 0);
 }
 

@@ -8,7 +8,7 @@ mod common;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use common::{fork_child, remote_free_ring, serial, Ctx};
+use common::{fork_child, free_roots_and_check_empty, remote_free_ring, serial, Ctx};
 use cxlalloc::mcas::{Device, DeviceSpec, Link, McasClient, McasError, MmioError};
 use cxlalloc::{Coherence, Config, Heap, OpenError};
 
@@ -44,6 +44,22 @@ impl Scratch {
             memory_offset: 0,
             memory_bytes: 64 << 10,
             target_base: 0x1_0000_0000,
+        }
+    }
+
+    /// A device of 4 requesters (128-byte slots, sprd one page after spwr) whose registers are
+    /// a plain file of `register_bytes`, over one page of memory.
+    fn register_file_device(&self, register_bytes: u64) -> DeviceSpec {
+        DeviceSpec {
+            registers: self.file("registers", register_bytes),
+            spwr_offset: 0,
+            sprd_offset: PAGE,
+            slot_stride: 128,
+            slots: 4,
+            memory: self.file("memory", PAGE),
+            memory_offset: 0,
+            memory_bytes: PAGE,
+            target_base: 0,
         }
     }
 
@@ -187,18 +203,8 @@ fn a_request_is_one_line_in_the_wire_format_and_the_answer_one_load() {
     // A plain file in place of the register BAR: the request line lands in it, and the
     // "answer" is whatever the file holds in the sprd slot.
     let scratch = Scratch::new("wire");
-    let registers = scratch.file("registers", 2 * PAGE);
-    let spec = DeviceSpec {
-        registers: registers.clone(),
-        spwr_offset: 0,
-        sprd_offset: PAGE,
-        slot_stride: 128,
-        slots: 4,
-        memory: scratch.file("memory", PAGE),
-        memory_offset: 0,
-        memory_bytes: PAGE,
-        target_base: 0xdead_0000,
-    };
+    let spec = DeviceSpec { target_base: 0xdead_0000, ..scratch.register_file_device(2 * PAGE) };
+    let registers = spec.registers.clone();
     let mut bytes = vec![0u8; 2 * PAGE as usize];
     let sprd3 = (PAGE + 3 * 128) as usize;
     bytes[sprd3..sprd3 + 8].copy_from_slice(&42u64.to_le_bytes());
@@ -219,17 +225,7 @@ fn a_request_is_one_line_in_the_wire_format_and_the_answer_one_load() {
 #[test]
 fn a_register_file_shorter_than_the_slots_is_refused() {
     let scratch = Scratch::new("short");
-    let spec = DeviceSpec {
-        registers: scratch.file("registers", PAGE),
-        spwr_offset: 0,
-        sprd_offset: PAGE,
-        slot_stride: 128,
-        slots: 4,
-        memory: scratch.file("memory", PAGE),
-        memory_offset: 0,
-        memory_bytes: PAGE,
-        target_base: 0,
-    };
+    let spec = scratch.register_file_device(PAGE);
     assert!(matches!(Device::open(&spec), Err(MmioError::Io { .. })));
 }
 
@@ -282,15 +278,7 @@ fn processes_open_a_device_heap_each_with_its_own_registers() {
     for c in &mut children {
         c.succeeds();
     }
-    let t = heap.attach().unwrap();
-    for i in 0..3 {
-        let off = heap.root(i).unwrap().load(std::sync::atomic::Ordering::Acquire);
-        t.free(heap.pointer(cxlalloc::Offset::<u8>::from_raw(off)).unwrap()).unwrap();
-    }
-    drop(t);
-    let report = heap.check();
-    assert!(report.is_clean(), "{report}");
-    assert_eq!(cxlalloc::class::Bracket::ALL.iter().map(|&b| report.bracket(b).live_blocks()).sum::<u64>(), 0);
+    free_roots_and_check_empty(&heap, 3);
 }
 
 #[test]

@@ -412,3 +412,17 @@ pub fn remote_free_ring(heap: &cxlalloc::Heap, threads: usize, per_thread: usize
         drop(senders);
     });
 }
+
+/// Frees the blocks that roots `0..n` name (left there by child processes), remotely from a
+/// thread of this process, then asserts the heap checks clean with no block live.
+pub fn free_roots_and_check_empty(heap: &cxlalloc::Heap, n: usize) {
+    let t = heap.attach().unwrap();
+    for i in 0..n {
+        let off = heap.root(i).unwrap().load(Ordering::Acquire);
+        t.free(heap.pointer(cxlalloc::Offset::<u8>::from_raw(off)).unwrap()).unwrap();
+    }
+    drop(t);
+    let report = heap.check();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(cxlalloc::class::Bracket::ALL.iter().map(|&b| report.bracket(b).live_blocks()).sum::<u64>(), 0);
+}
