@@ -1058,15 +1058,15 @@ pub unsafe extern "C" fn cxl_root_cas(heap: *const CxlHeap, index: c_uint, expec
         null_argument(F, "expected");
         return false;
     };
-    let Some(root) = h.root(index as usize) else {
+    // AcqRel inside: Release publishes the caller's writes to the block `desired` names (pairs
+    // with the Acquire in `cxl_root_load` and in a later CAS); Acquire on success and failure
+    // gives the same guarantee for the value read. Through mCAS in the no-HWcc model.
+    let Some(outcome) = h.root_compare_exchange(index as usize, *expected, desired) else {
         bad_root(F, index);
         return false;
     };
     succeed();
-    // AcqRel: Release publishes the caller's writes to the block `desired` names (pairs with
-    // the Acquire in `cxl_root_load` and in a later CAS); Acquire on success and failure gives
-    // the same guarantee for the value read.
-    match root.compare_exchange(*expected, desired, Ordering::AcqRel, Ordering::Acquire) {
+    match outcome {
         Ok(_) => true,
         Err(current) => {
             *expected = current;

@@ -12,9 +12,10 @@ use crate::layout::{Config, Header, Span, ROOTS};
 use crate::mcas::DeviceSpec;
 use crate::mem::HeapMem;
 use crate::offset::Offset;
+use crate::protocol::HwWord;
 use crate::recovery::RecoveryReport;
 use crate::signal::{self, Registration, MAX_HEAPS};
-use crate::sync::AtomicU64;
+use crate::sync::{AtomicU64, Ordering};
 use crate::thread::{self, identity, ThreadHandle};
 
 #[derive(Debug)]
@@ -234,9 +235,19 @@ impl Heap {
     }
 
     /// Application root `index` (< [`ROOTS`]): a 64-bit word in HWcc memory that every process
-    /// sees, typically holding an [`Offset`]'s raw value, updated with compare-and-swap.
+    /// sees, typically holding an [`Offset`]'s raw value, updated with compare-and-swap. In the
+    /// no-HWcc model only loads and [`Heap::root_compare_exchange`] are atomic across hosts.
     pub fn root(&self, index: usize) -> Option<&AtomicU64> {
         self.mem().shared().roots.get(index)
+    }
+
+    /// Compare-and-swap of application root `index` from `current` to `new`, atomic across
+    /// hosts in every coherence model: in the no-HWcc model the mCAS device executes it. `Ok`
+    /// with the previous value on success, `Err` with the value found otherwise; `None` if
+    /// `index` is not a root.
+    pub fn root_compare_exchange(&self, index: usize, current: u64, new: u64) -> Option<Result<u64, u64>> {
+        let word = self.root(index)?;
+        Some(self.mem().hw_process(word).compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire))
     }
 
     /// Number of application roots.

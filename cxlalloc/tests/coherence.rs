@@ -126,6 +126,18 @@ fn no_hwcc_processes_share_the_device_window() {
     assert!(device.stop() > 0);
 }
 
+#[test]
+fn no_hwcc_root_compare_exchange_goes_through_the_device() {
+    let name = HeapName::new("root");
+    let heap = Heap::create(name.as_str(), &config(Coherence::NoHwcc)).unwrap();
+    let device = Device::serve(name.as_str(), Duration::ZERO);
+    assert_eq!(heap.root_compare_exchange(3, 0, 41), Some(Ok(0)));
+    assert_eq!(heap.root_compare_exchange(3, 0, 42), Some(Err(41)));
+    assert_eq!(heap.root(3).unwrap().load(std::sync::atomic::Ordering::Acquire), 41);
+    assert_eq!(heap.root_compare_exchange(Heap::ROOTS, 0, 1), None);
+    assert!(device.stop() >= 2, "both CASes were mCAS requests");
+}
+
 /// Co-simulation end to end: the heap's window is served by the Verilated RTL (`mcas-cosim`)
 /// instead of the software device, and threads allocate and free remotely through it.
 /// `script/fpga.sh` builds the server and runs this with `MCAS_COSIM` set.
