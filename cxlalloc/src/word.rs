@@ -18,6 +18,8 @@ const WRITER_BITS: u32 = 12;
 /// Bits of a [`Tag`] holding the writer's operation version.
 const VERSION_BITS: u32 = 20;
 const VERSION_MASK: u32 = (1 << VERSION_BITS) - 1;
+/// Number of distinct operation versions (they wrap at this).
+pub const VERSION_SPACE: u32 = 1 << VERSION_BITS;
 
 /// Largest thread-slot count a tag can name (writer ids are slot + 1, and 0 is reserved).
 pub const MAX_SLOTS: u32 = (1 << WRITER_BITS) - 1;

@@ -5,9 +5,9 @@
 //! reaches 0 exactly when every block has been freed remotely, and the freer that takes it from
 //! 1 to 0 claims the now-empty slab (T8). A remote freer never needs the SWcc class or count.
 
-use crate::protocol::HwWord;
+use crate::protocol::{detectable, HwWord};
 use crate::sync::Ordering;
-use crate::word::{Tag, Tagged};
+use crate::word::{Tag, Tagged, VERSION_SPACE};
 
 /// What a remote free did to the counter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,12 +24,35 @@ pub struct Underflow;
 
 /// Sets the counter when the owner gives the slab a class (T3). `help` as for [`subtract`]:
 /// a plain store overwrites a tagged word too. A load and a store, not a CAS, because nothing
-/// else can write the counter meanwhile: an unsized slab's counter is 0 (claimed, fresh or
-/// popped), and a decrement at 0 underflows without writing.
-pub fn reset(word: &(impl HwWord + ?Sized), blocks: u32, tag: Tag, help: impl Fn(u64)) {
-    help(word.load(Ordering::Acquire));
+/// else can write the counter meanwhile: no block of an unsized slab is outstanding, so no
+/// legitimate remote free can reach it (a claimed or fresh slab's counter is 0, where a
+/// decrement underflows without writing; a slab emptied by local frees still holds the count
+/// it was sized with, less the frees counted remotely, if a reclaim emptied it).
+///
+/// Returns whether it wrote. A counter that already holds `blocks` under a recent tag of our
+/// own is left as it is: the usual case of a slab emptied by local frees (T7) and sized again
+/// for a class with as many blocks, where the store — an mCAS in the no-HWcc model, one per
+/// threadtest round — would change only the tag. Sound because:
+/// - the tag of a reset is never asked about: recovery of `Op::Size` reads no tag, and every
+///   detectable operation draws a version of its own;
+/// - the word we keep names us, so there is no other writer to help;
+/// - "recent" ([`detectable::REFRESH_PERIOD`] versions): a tag of ours that stayed on a word
+///   while our versions wrapped around to it could make a later operation of ours with that
+///   version look done to recovery; an older tag is overwritten, as before;
+/// - no ordering is lost: a remote freer gets its block from the allocating thread by the
+///   program's own synchronization, which already orders the sizing writes before its free.
+pub fn reset(word: &(impl HwWord + ?Sized), blocks: u32, tag: Tag, help: impl Fn(u64)) -> bool {
+    // Acquire: pairs with the last writer's Release (CAS or store) of the word we may keep.
+    let seen = word.load(Ordering::Acquire);
+    let old = Tagged::unpack(seen);
+    let age = tag.version.wrapping_sub(old.tag.version) & (VERSION_SPACE - 1);
+    if old.payload == blocks && old.tag.writer == tag.writer && age < detectable::REFRESH_PERIOD {
+        return false;
+    }
+    help(seen);
     // Release: a remote freer that later decrements sees the owner's prior descriptor writes.
     word.store(Tagged::new(blocks, tag).pack(), Ordering::Release);
+    true
 }
 
 /// Reads the counter (the owner's detach-or-disown decision, T4/T5).
@@ -82,5 +105,46 @@ pub fn retire(word: &(impl HwWord + ?Sized), blocks: u32) -> Retire {
         Retire::Detach
     } else {
         Retire::Disown
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::sync::AtomicU64;
+
+    #[test]
+    fn a_reset_that_would_change_only_our_recent_tag_is_skipped() {
+        let word = AtomicU64::new(Tagged::new(64, Tag::new(2, 10)).pack());
+        assert!(!reset(&word, 64, Tag::new(2, 11), |_| panic!("nobody to help")));
+        assert_eq!(Tagged::unpack(word.load(Ordering::Relaxed)), Tagged::new(64, Tag::new(2, 10)));
+    }
+
+    #[test]
+    fn a_reset_to_another_count_writes_and_helps() {
+        let word = AtomicU64::new(Tagged::new(0, Tag::new(5, 3)).pack());
+        let helped = AtomicU64::new(0);
+        assert!(reset(&word, 64, Tag::new(2, 11), |seen| helped.store(seen, Ordering::Relaxed)));
+        assert_eq!(Tagged::unpack(word.load(Ordering::Relaxed)), Tagged::new(64, Tag::new(2, 11)));
+        assert_eq!(helped.load(Ordering::Relaxed), Tagged::new(0, Tag::new(5, 3)).pack());
+    }
+
+    #[test]
+    fn a_reset_over_another_writers_tag_writes() {
+        let word = AtomicU64::new(Tagged::new(64, Tag::new(5, 3)).pack());
+        assert!(reset(&word, 64, Tag::new(2, 11), |_| {}));
+        assert_eq!(Tagged::unpack(word.load(Ordering::Relaxed)).tag, Tag::new(2, 11));
+    }
+
+    #[test]
+    fn a_reset_over_an_old_tag_of_ours_writes_across_the_wrap() {
+        let v = VERSION_SPACE - 5;
+        let word = AtomicU64::new(Tagged::new(64, Tag::new(2, v)).pack());
+        // Recent across the wrap: kept.
+        assert!(!reset(&word, 64, Tag::new(2, 3), |_| {}));
+        // A refresh period old: rewritten with the fresh tag.
+        let later = (v + detectable::REFRESH_PERIOD) % VERSION_SPACE;
+        assert!(reset(&word, 64, Tag::new(2, later), |_| {}));
+        assert_eq!(Tagged::unpack(word.load(Ordering::Relaxed)).tag, Tag::new(2, later));
     }
 }
