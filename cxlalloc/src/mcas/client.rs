@@ -167,6 +167,8 @@ impl McasClient {
         // Release: the request's fields are visible to the server that sees the doorbell.
         w.spwr(self.slot, spwr::SEQ).store(seq, Ordering::Release);
         self.seq = seq;
+        // A software device that went idle sleeps until a doorbell wakes it.
+        w.wake_server();
         Self::wait_done(w, self.slot, seq)?;
         let error = w.sprd(self.slot, sprd::ERROR).load(Ordering::Relaxed);
         if error != 0 {

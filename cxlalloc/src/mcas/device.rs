@@ -18,6 +18,17 @@ use std::time::{Duration, Instant};
 use crate::mcas::window::{sprd, spwr, Window};
 use crate::sync::{AtomicBool, Ordering};
 
+/// How long the device spins with nothing to do before it parks: sleeps on the window's parked
+/// word until a client's doorbell wakes it (`Window::wake_server`). A device that polled on
+/// (or slept and polled, as it did before) took a CPU from the requesters on a machine with
+/// few cores; parked, it costs nothing while idle and a futex wake when the next request
+/// comes. Short, because on two cores the spinning itself is what slows the requesters down.
+pub const PARK_AFTER: Duration = Duration::from_micros(20);
+
+/// Longest park: a client that never wakes the device (one written before the parked word,
+/// such as `fpga/cosim/test_client.c`) is answered at most this late, and `stop` is seen.
+const PARK_TIMEOUT: Duration = Duration::from_millis(1);
+
 /// The paper's measured mCAS latency at one thread (p50), for calibrated runs.
 pub const PAPER_MCAS_LATENCY: Duration = Duration::from_nanos(2300);
 
@@ -120,16 +131,40 @@ struct Request {
     requester: u64,
 }
 
+/// Sleeps on the window's parked word unless a doorbell rings meanwhile; at most
+/// [`PARK_TIMEOUT`].
+fn park(window: &Window, slots: u32) {
+    let parked = window.parked();
+    parked.store(1, Ordering::Relaxed);
+    // SeqCst: pairs with the client's fence between its doorbell and its look at the parked
+    // word (`Window::wake_server`): either we see its doorbell below, or it sees 1 and wakes us.
+    crate::sync::fence(Ordering::SeqCst);
+    let rung = (0..slots).any(|slot| {
+        window.spwr(slot, spwr::SEQ).load(Ordering::Relaxed)
+            != window.sprd(slot, sprd::DONE_SEQ).load(Ordering::Relaxed)
+    });
+    if !rung {
+        crate::mcas::window::futex_wait(parked, 1, PARK_TIMEOUT);
+    }
+    // Relaxed: the flag only says whether a doorbell must wake us; the next scan reads the
+    // doorbells with Acquire.
+    parked.store(0, Ordering::Relaxed);
+}
+
 /// Serves `window` until `stop` is set, answering every request with the device time
 /// `latency` first. Answers what is pending when `stop` is seen, then releases the window.
 pub fn serve(window: &Window, latency: Duration, stop: &AtomicBool) -> Result<Served, DeviceError> {
     let me = claim(window)?;
     let slots = window.geometry().slots;
     let mut served = Served::default();
-    let mut idle = 0u32;
+    let mut idle_since: Option<Instant> = None;
     let mut batch = Vec::new();
     loop {
         let stopping = stop.load(Ordering::Relaxed);
+        if !stopping && idle_since.is_some_and(|t| t.elapsed() >= PARK_AFTER) {
+            park(window, slots);
+            idle_since = None;
+        }
         batch.clear();
         for slot in 0..slots {
             // Acquire: the request's fields, written before its doorbell, are visible.
@@ -150,15 +185,11 @@ pub fn serve(window: &Window, latency: Duration, stop: &AtomicBool) -> Result<Se
             if stopping {
                 break;
             }
-            idle = idle.saturating_add(1);
-            if idle > 1024 {
-                std::thread::sleep(Duration::from_micros(20));
-            } else {
-                std::hint::spin_loop();
-            }
+            idle_since.get_or_insert_with(Instant::now);
+            std::hint::spin_loop();
             continue;
         }
-        idle = 0;
+        idle_since = None;
         // The words as the batch's requests read them, before any of the batch executes.
         let before: Vec<Option<u64>> =
             batch.iter().map(|r| window.target(r.target).map(|w| w.load(Ordering::Acquire))).collect();

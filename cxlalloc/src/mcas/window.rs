@@ -120,6 +120,9 @@ const H_VERSION: u64 = 8;
 const H_SLOTS: u64 = 12;
 const H_TARGET_BYTES: u64 = 16;
 const H_SERVER_PID: u64 = 24;
+/// The software device's parked word (1 while it sleeps on it as a futex, else 0). A server
+/// that never parks (the RTL co-simulation) leaves it 0, and clients then never wake anyone.
+const H_PARKED: u64 = 32;
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WindowError + '_ {
     move |source| WindowError::Io { path: path.to_path_buf(), source }
@@ -247,10 +250,63 @@ impl Window {
         (pid != 0 && alive(pid)).then_some(pid as u32)
     }
 
+    /// The header's parked word: the software device sets it to 1 before it sleeps on it (a
+    /// futex on its low half), and a client that finds it 1 after ringing its doorbell clears
+    /// it and wakes the device ([`Window::wake_server`]).
+    pub(crate) fn parked(&self) -> &AtomicU64 {
+        self.word(H_PARKED)
+    }
+
+    /// Called after each doorbell: wakes the device if it parked. Costs a fence and the load of
+    /// a line the device writes only when it parks.
+    #[inline]
+    pub(crate) fn wake_server(&self) {
+        // SeqCst: pairs with the fence the device runs between setting the parked word and its
+        // last look at the doorbells (`device::park`): either it sees our doorbell, or we see
+        // its parked word.
+        crate::sync::fence(Ordering::SeqCst);
+        let parked = self.parked();
+        if parked.load(Ordering::Relaxed) == 1 && parked.swap(0, Ordering::Relaxed) == 1 {
+            futex_wake(parked);
+        }
+    }
+
     /// The header's server word (a packed process identity, 0 = unserved).
     pub(crate) fn server(&self) -> &AtomicU64 {
         self.word(H_SERVER_PID)
     }
+}
+
+/// The futex address of `word`: its low half (x86 is little-endian).
+fn futex_addr(word: &AtomicU64) -> *const u32 {
+    (word as *const AtomicU64).cast()
+}
+
+/// Wakes every thread sleeping on `word`. A shared futex (no `FUTEX_PRIVATE_FLAG`): the window
+/// is mapped by several processes.
+pub(crate) fn futex_wake(word: &AtomicU64) {
+    // SAFETY: FUTEX_WAKE only uses the address as a key; it is a live, aligned word of the
+    // mapping.
+    unsafe { libc::syscall(libc::SYS_futex, futex_addr(word), libc::FUTEX_WAKE, i32::MAX, 0usize, 0usize, 0u32) };
+}
+
+/// Sleeps on `word` while its low half is `expected`, at most `timeout` (a wake, a signal or a
+/// changed value ends it early; the caller re-checks whatever it waits for).
+pub(crate) fn futex_wait(word: &AtomicU64, expected: u32, timeout: Duration) {
+    let ts =
+        libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
+    // SAFETY: the address is a live, aligned word of the mapping, and `ts` outlives the call.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            futex_addr(word),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+            0usize,
+            0u32,
+        )
+    };
 }
 
 /// Whether process `pid` exists (signal 0 probes; EPERM means it exists but is not ours).
