@@ -69,6 +69,9 @@ struct mcas_header {
   uint32_t slots;        /* requesters, 1..MCAS_MAX_SLOTS */
   uint64_t target_bytes; /* size of the target area, a multiple of 8 */
   uint64_t server_pid;   /* serving process or 0; claimed and released by compare-and-swap */
+  /* Offset 32, outside this struct: the software device's parked word (1 while it sleeps on it as
+   * a futex). A client of the software device that rings a doorbell and finds it 1 swaps it to 0
+   * and wakes the device (FUTEX_WAKE); mcas-cosim never parks and leaves it 0. */
 };
 
 /* spwr area, one per requester; written by the client only. */
