@@ -136,7 +136,12 @@ impl<'a> SlabThread<'a> {
         if self.recoverable {
             fence(Ordering::Release);
             self.rec.redo.store(0, Ordering::Relaxed);
-            self.persist_record();
+            // Limited and no-HWcc: written back without a fence of its own. Only an adopter on
+            // another host after this host's crash reads the clear, and the write-back is
+            // ordered before this thread's next fence or locked CAS (x86 orders clwb and
+            // clflushopt by both): before the next record is persisted, any descriptor is
+            // published and any HWcc word (CPU CAS, or mCAS after its fence) changes.
+            self.mem.swcc.persist_unfenced(Site::Record, (self.rec as *const ThreadRecord).cast(), 64);
         }
     }
 
