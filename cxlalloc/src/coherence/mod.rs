@@ -219,7 +219,6 @@ impl McasHome {
 #[derive(Debug)]
 pub struct McasHub {
     link: Link,
-    home: McasHome,
     targets: Targets,
     /// The requester of this process's lease operations.
     process: McasPort,
@@ -273,7 +272,7 @@ impl McasHub {
         };
         let (index, lock) = lease_process_requester(home.lock_file(), geometry.slots - PROCESS_REQUESTERS)?;
         let process = McasPort::new(link.clone(), index, targets)?;
-        Ok(Self { link, home: home.clone(), targets, process, _lock: lock })
+        Ok(Self { link, targets, process, _lock: lock })
     }
 
     /// The port of thread slot `slot`'s requester.
@@ -293,11 +292,6 @@ impl McasHub {
             Link::Window(w) if w.served_by().is_none() => Err(w.path().display().to_string()),
             _ => Ok(()),
         }
-    }
-
-    /// Where the heap's HWcc words live.
-    pub fn home(&self) -> &McasHome {
-        &self.home
     }
 }
 
