@@ -40,6 +40,8 @@ pub const POINTS: &[&str] = &[
     "BeforeClear/RemoteFree",
     "Logged/RemoteFree+",
     "BeforeClear/RemoteFree+",
+    "RemoteBatched",
+    "RemoteBatchMarked",
     "Logged/GlobalPush",
     "PushDisowned",
     "BeforeClear/GlobalPush",

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::{fork_code, serial, HeapName, CHILD_DEADLINE};
 use cxlalloc::crash::{self, POINTS};
-use cxlalloc::{Config, Heap, Offset, ThreadHandle};
+use cxlalloc::{Coherence, Config, Heap, Offset, ThreadHandle};
 use nix::sys::signal::Signal;
 use nix::sys::wait::WaitStatus;
 
@@ -26,16 +26,27 @@ const CLASS_256: usize = 170; // 1 block
 const CLASS_768: usize = 200; // 42 blocks: 1 slab
 const HUGE: usize = 250;
 const AFTER: usize = 260;
+const PLAIN: usize = 270; // PLAIN_BLOCKS blocks freed by plain (not detectable) remote frees
+const PLAIN_BLOCKS: usize = 8;
 
-fn config() -> Config {
+/// The heap of a run in `coherence`; the reduced models have no huge heap.
+fn config(coherence: Coherence) -> Config {
     Config {
         thread_slots: 8,
         small_batch: 1,
         large_batch: 1,
         cache_local: 1,
-        huge_capacity: 1 << 30,
+        huge_capacity: if coherence == Coherence::Full { 1 << 30 } else { 0 },
+        coherence,
         ..Config::with_capacity(64 << 20)
     }
+}
+
+/// The crash points the workload reaches in `coherence`: remote frees are batched only in the
+/// reduced models, which have no huge heap. Recovery's own points are armed separately.
+fn points(coherence: Coherence) -> impl Iterator<Item = &'static str> {
+    let unreached: &[&str] = if coherence == Coherence::Full { &["RemoteBatch"] } else { &["Huge"] };
+    POINTS.iter().copied().filter(move |p| !p.starts_with("Recovery") && !unreached.iter().any(|u| p.starts_with(u)))
 }
 
 fn try_alloc(t: &ThreadHandle, table: &[AtomicU64], range: std::ops::Range<usize>, size: usize) -> Result<(), String> {
@@ -56,7 +67,7 @@ fn try_free(t: &ThreadHandle, table: &[AtomicU64], range: std::ops::Range<usize>
 /// (detach and disown), local and remote frees (counted and claiming), reclaiming an empty
 /// sized slab, abandoning partly used slabs (counted and claimed back), returning cached words,
 /// global pushes and pops, and a huge allocation, free and reclaim — all through detectable
-/// allocation and free.
+/// allocation and free — then plain remote frees (batched in the reduced models).
 fn workload(heap: &Heap, table: &[AtomicU64]) -> Result<(), String> {
     let a = heap.attach().map_err(|e| e.to_string())?;
     let b = heap.attach().map_err(|e| e.to_string())?;
@@ -85,9 +96,23 @@ fn workload(heap: &Heap, table: &[AtomicU64]) -> Result<(), String> {
     let c = heap.attach().map_err(|e| e.to_string())?;
     // A refill with nothing cached pops the global list.
     try_alloc(&c, table, AFTER..AFTER + 1, 1024)?;
-    // A huge block, freed by its owner, which reclaims it at once.
-    try_alloc(&c, table, HUGE..HUGE + 1, 1 << 20)?;
-    try_free(&c, table, HUGE..HUGE + 1)?;
+    if heap.config().huge_capacity > 0 {
+        // A huge block, freed by its owner, which reclaims it at once.
+        try_alloc(&c, table, HUGE..HUGE + 1, 1 << 20)?;
+        try_free(&c, table, HUGE..HUGE + 1)?;
+    }
+    // Plain frees by another thread, each forgotten by the application right after it: the
+    // batch they join is applied when `d` detaches.
+    try_alloc(&c, table, PLAIN..PLAIN + PLAIN_BLOCKS, 128)?;
+    let d = heap.attach().map_err(|e| e.to_string())?;
+    for word in &table[PLAIN..PLAIN + PLAIN_BLOCKS] {
+        let p = heap
+            .pointer(Offset::<u8>::from_raw(word.load(Ordering::Acquire)))
+            .map_err(|e| format!("plain block: {e}"))?;
+        d.free(p).map_err(|e| format!("plain free: {e}"))?;
+        word.store(0, Ordering::Release);
+    }
+    drop(d);
     drop(c);
     Ok(())
 }
@@ -136,8 +161,9 @@ fn recover_dead(heap: &Heap) -> Result<(), String> {
     Ok(())
 }
 
-/// After recovery: the heap checks clean, every table word names a distinct allocated block,
-/// and freeing them (and the table) leaves no live block.
+/// After recovery: the heap checks clean, every table word names a distinct allocated block
+/// (but a plainly freed one whose word the application had not cleared yet), and freeing them
+/// (and the table) leaves no live block.
 fn audit(heap: &Heap, owner: &ThreadHandle, point: &str) {
     let reports = heap.recover_dead();
     assert!(heap.dead_slots().is_empty(), "{point}: dead slots left after recovery");
@@ -153,6 +179,9 @@ fn audit(heap: &Heap, owner: &ThreadHandle, point: &str) {
         }
         assert!(seen.insert(off), "{point}: block {off:#x} named twice (word {i})");
         let p = heap.pointer(Offset::<u8>::from_raw(off)).expect("table names a heap offset");
+        if (PLAIN..PLAIN + PLAIN_BLOCKS).contains(&i) && owner.usable_size(p).is_err() {
+            continue;
+        }
         assert!(owner.usable_size(p).is_ok(), "{point}: word {i} names freed block {off:#x}");
         owner.free_from(w).unwrap_or_else(|e| panic!("{point}: free of word {i}: {e}"));
     }
@@ -162,9 +191,9 @@ fn audit(heap: &Heap, owner: &ThreadHandle, point: &str) {
     assert_eq!(r.live_blocks(), 1, "{point}: blocks leaked (beyond the table itself): {reports:?}\n{r}");
 }
 
-fn fresh_heap(point: &str) -> (HeapName, Heap, ThreadHandle) {
+fn fresh_heap(point: &str, coherence: Coherence) -> (HeapName, Heap, ThreadHandle) {
     let name = HeapName::new(&format!("crash-{}", point.replace(['/', '+'], "-")));
-    let heap = Heap::create(name.as_str(), &config()).unwrap();
+    let heap = Heap::create(name.as_str(), &config(coherence)).unwrap();
     let owner = heap.attach().unwrap();
     let table = owner.alloc_zeroed(TABLE_WORDS * 8).unwrap();
     heap.root(0).unwrap().store(heap.offset_of(table.as_ptr()).unwrap().raw(), Ordering::Release);
@@ -183,25 +212,40 @@ fn finish(heap: Heap, owner: ThreadHandle) {
 #[test]
 fn the_workload_runs_to_the_end_without_a_crash() {
     let _serial = serial();
-    let (name, heap, owner) = fresh_heap("none");
-    assert!(!crash_child(name.as_str(), "Nowhere", run_workload), "the workload died without a point armed");
-    audit(&heap, &owner, "none");
-    finish(heap, owner);
+    for coherence in [Coherence::Full, Coherence::Limited] {
+        let (name, heap, owner) = fresh_heap("none", coherence);
+        assert!(!crash_child(name.as_str(), "Nowhere", run_workload), "{coherence:?}: died without a point armed");
+        audit(&heap, &owner, "none");
+        finish(heap, owner);
+    }
 }
 
-#[test]
-fn every_crash_point_is_recovered_with_nothing_lost() {
-    let _serial = serial();
+/// Kills the workload once at each point it reaches in `coherence` and audits the recovery.
+fn every_point_is_recovered(coherence: Coherence) {
     let mut unreached = Vec::new();
-    for &point in POINTS.iter().filter(|p| !p.starts_with("Recovery")) {
-        let (name, heap, owner) = fresh_heap(point);
+    for point in points(coherence) {
+        let (name, heap, owner) = fresh_heap(point, coherence);
         if !crash_child(name.as_str(), point, run_workload) {
             unreached.push(point);
         }
         audit(&heap, &owner, point);
         finish(heap, owner);
     }
-    assert!(unreached.is_empty(), "the workload never reached {unreached:?}");
+    assert!(unreached.is_empty(), "{coherence:?}: the workload never reached {unreached:?}");
+}
+
+#[test]
+fn every_crash_point_is_recovered_with_nothing_lost() {
+    let _serial = serial();
+    every_point_is_recovered(Coherence::Full);
+}
+
+/// Limited coherence batches remote frees in the freer's record; its adopter (on the same
+/// host, whose caches it shares) applies what was counted.
+#[test]
+fn every_crash_point_of_the_limited_model_is_recovered_with_nothing_lost() {
+    let _serial = serial();
+    every_point_is_recovered(Coherence::Limited);
 }
 
 #[test]
@@ -209,9 +253,9 @@ fn later_hits_of_every_crash_point_are_recovered_with_nothing_lost() {
     let _serial = serial();
     let mut reached = 0;
     for skip in [1, 5, 30] {
-        for &point in POINTS.iter().filter(|p| !p.starts_with("Recovery")) {
+        for point in points(Coherence::Full) {
             let spec = format!("{point}@{skip}");
-            let (name, heap, owner) = fresh_heap(&format!("{point}-{skip}"));
+            let (name, heap, owner) = fresh_heap(&format!("{point}-{skip}"), Coherence::Full);
             reached += usize::from(crash_child(name.as_str(), &spec, run_workload));
             audit(&heap, &owner, &spec);
             finish(heap, owner);
@@ -225,7 +269,7 @@ fn a_slot_whose_adopter_died_during_recovery_is_recovered_again() {
     let _serial = serial();
     for point in ["RecoveryResolved", "RecoveryRebuilt"] {
         for first in ["Logged/RemoteFree", "SizeCounted", "HugeLinked"] {
-            let (name, heap, owner) = fresh_heap(point);
+            let (name, heap, owner) = fresh_heap(point, Coherence::Full);
             assert!(crash_child(name.as_str(), first, run_workload), "{first} not reached");
             assert!(crash_child(name.as_str(), point, recover_dead), "{point} not reached after {first}");
             audit(&heap, &owner, &format!("{first} then {point}"));

@@ -9,6 +9,20 @@
 //!
 //! Where each operation is applied (the protocol of DESIGN §9.1, fixing §14.3) is documented at
 //! the call sites in `slab::ops`, `thread` and `recovery`; each call names the transition.
+//!
+//! # Crashes
+//!
+//! What only a slot's holder reads (its record: redo word, pending record, remote-free batch,
+//! lists and cached words; the descriptors of slabs it keeps) stays in its host's caches, as in
+//! paper §3.2.2. A dead holder's slot is adopted by a process on the same host: liveness is that
+//! host's `/proc` (`thread::identity`), and the host's caches are coherent among its own cores,
+//! so the adopter reads every line as the dead thread left it. Writing the record back at each
+//! logged step would buy nothing: a host on another machine could not use it, because the
+//! lists, cached words and bitsets it names are not written back either, and a live host's
+//! later eviction of them would overwrite whatever the adopter wrote. A slot crosses hosts only
+//! when released ([`Site::SlotReleased`] writes the whole record back, [`Site::SlotTaken`]
+//! reads it from memory). A host that goes down with dirty lines needs the platform to flush
+//! them to the device (CXL Global Persistent Flush) before its slots can be recovered.
 
 pub mod flush;
 pub mod hwcc;
@@ -46,8 +60,6 @@ pub fn window_geometry(slots: u32, hwcc_bytes: u64) -> Geometry {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum Site {
-    /// The record's recovery line after a redo or pending write.
-    Record,
     /// T3: a freshly sized slab's head line, before its first block is handed out.
     Sized,
     /// T4: a full slab kept off-list.
@@ -132,12 +144,6 @@ impl Swcc {
         self.apply(Action::PublishLater, site, p, len);
     }
 
-    /// [`Swcc::persist`] without its fence (see [`Swcc::publish_unfenced`]).
-    #[inline]
-    pub fn persist_unfenced(&self, site: Site, p: *const u8, len: usize) {
-        self.apply(Action::PersistLater, site, p, len);
-    }
-
     /// Orders every earlier unfenced write-back before later stores and CASes.
     #[inline]
     pub fn fence(&self) {
@@ -164,11 +170,10 @@ impl Swcc {
                     flush::full_fence();
                 }
                 Action::PublishLater => i.evict(p, len),
-                Action::PersistLater => i.write_back(p, len),
             },
             #[cfg(feature = "noncoherent-sim")]
             Swcc::Sim(host) if !sim::skipped(site) => match action {
-                Action::Persist | Action::PersistLater => host.write_back(p, len),
+                Action::Persist => host.write_back(p, len),
                 Action::Publish | Action::PublishLater | Action::Refresh => host.evict(p, len),
             },
             #[cfg(feature = "noncoherent-sim")]
@@ -185,7 +190,6 @@ enum Action {
     Persist,
     Refresh,
     PublishLater,
-    PersistLater,
 }
 
 /// Where a no-HWcc heap's HWcc words live, and what executes the CASes on them.

@@ -121,7 +121,6 @@ impl<'a> SlabThread<'a> {
             // died).
             self.rec.redo.store(r.pack(), Ordering::Relaxed);
             fence(Ordering::Release);
-            self.persist_record();
         }
         crash_point!(Logged, r.op.name(), r.flag);
     }
@@ -136,21 +135,7 @@ impl<'a> SlabThread<'a> {
         if self.recoverable {
             fence(Ordering::Release);
             self.rec.redo.store(0, Ordering::Relaxed);
-            // Limited and no-HWcc: written back without a fence of its own. Only an adopter on
-            // another host after this host's crash reads the clear, and the write-back is
-            // ordered before this thread's next fence or locked CAS (x86 orders clwb and
-            // clflushopt by both): before the next record is persisted, any descriptor is
-            // published and any HWcc word (CPU CAS, or mCAS after its fence) changes.
-            self.mem.swcc.persist_unfenced(Site::Record, (self.rec as *const ThreadRecord).cast(), 64);
         }
-    }
-
-    /// Limited and no-HWcc models: writes the record's recovery line (redo word, version,
-    /// remote block, pending record) back to memory, where a host adopting the slot after this
-    /// one's crash reads it (§14.3: the published build never flushed its records).
-    #[inline]
-    fn persist_record(&self) {
-        self.mem.swcc.persist(Site::Record, (self.rec as *const ThreadRecord).cast(), 64);
     }
 
     /// Limited and no-HWcc models: before a descriptor's ownership can move, or another host
@@ -185,8 +170,8 @@ impl<'a> SlabThread<'a> {
             // Release: the fields are ordered before the word (recovery reads them after it).
             fence(Ordering::Release);
             r.word.store(p.pack(), Ordering::Relaxed);
+            // Release: the word is ordered before the operation's stores.
             fence(Ordering::Release);
-            self.persist_record();
         }
     }
 
@@ -197,7 +182,6 @@ impl<'a> SlabThread<'a> {
             self.rec.pending.block.store(block, Ordering::Relaxed);
             // Release: the name is ordered before the store that takes the block.
             fence(Ordering::Release);
-            self.persist_record();
         }
     }
 
@@ -206,7 +190,6 @@ impl<'a> SlabThread<'a> {
         if self.recoverable {
             fence(Ordering::Release);
             self.rec.pending.word.store(0, Ordering::Relaxed);
-            self.persist_record();
         }
     }
 
@@ -654,11 +637,13 @@ impl<'a> SlabThread<'a> {
         // Counted before the mark: a crash in between frees the block (recovery applies the
         // batch), never leaks it.
         self.set_batch(i, Some(RemoteBatch { bracket: at.bracket, slab: at.slab.index(), count }));
+        crash_point!(RemoteBatched);
         let mark = at.desc.head.mark.load(Ordering::Relaxed);
         if self.mark_word(at).swap(mark, Ordering::Relaxed) == mark {
             self.set_batch(i, before);
             return Err(FreeError::DoubleFree);
         }
+        crash_point!(RemoteBatchMarked);
         // Fenced once per batch, before its subtraction.
         self.mem.swcc.publish_unfenced(Site::RemoteMark, self.mark_word(at) as *const AtomicU64 as *const u8, 8);
         ThreadRecord::bump(&self.rec.counters.remote_frees);
@@ -667,14 +652,10 @@ impl<'a> SlabThread<'a> {
         Ok(())
     }
 
-    /// Writes batch entry `i` (and, with recovery, writes it back for an adopting host; the
-    /// fence comes with the next logged operation, as for a plain free's bitset).
+    /// Writes batch entry `i`. Like the rest of the record it stays in this host's caches: an
+    /// adopter runs on this host (see [`crate::coherence`], "Crashes").
     fn set_batch(&self, i: usize, batch: Option<RemoteBatch>) {
-        let word = &self.rec.remote_batch[i];
-        word.store(batch.map_or(0, RemoteBatch::pack), Ordering::Relaxed);
-        if self.recoverable {
-            self.mem.swcc.persist_unfenced(Site::Record, (word as *const AtomicU64).cast(), 8);
-        }
+        self.rec.remote_batch[i].store(batch.map_or(0, RemoteBatch::pack), Ordering::Relaxed);
     }
 
     /// Applies every batch of remote frees this slot holds: before any other remote free, at
@@ -694,7 +675,7 @@ impl<'a> SlabThread<'a> {
             self.set_batch(i, None);
             return;
         };
-        // The batch's marks and entry reach memory before the subtraction can free its slab.
+        // The batch's marks reach memory before the subtraction can free its slab.
         self.mem.swcc.fence();
         let version = self.next_version();
         self.log(Redo::new(Op::RemoteFree, b, batch.slab, version));
