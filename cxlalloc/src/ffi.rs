@@ -25,10 +25,10 @@ use std::ptr::{self, NonNull};
 
 use crate::error::{AllocError, ErrorCode, FreeError, OffsetError, OpenError};
 use crate::heap::Heap;
+use crate::heap::{ReallocError, ThreadHandle};
 use crate::layout::{Coherence, Config};
 use crate::offset::Offset;
 use crate::sync::{AtomicU64, Ordering};
-use crate::thread::{ReallocError, ThreadHandle};
 
 // ---------------------------------------------------------------------------------------------
 // Types shared with C

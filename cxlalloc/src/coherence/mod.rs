@@ -15,7 +15,7 @@
 //! What only a slot's holder reads (its record: redo word, pending record, remote-free batch,
 //! lists and cached words; the descriptors of slabs it keeps) stays in its host's caches, as in
 //! paper §3.2.2. A dead holder's slot is adopted by a process on the same host: liveness is that
-//! host's `/proc` (`thread::identity`), and the host's caches are coherent among its own cores,
+//! host's `/proc` (`identity`), and the host's caches are coherent among its own cores,
 //! so the adopter reads every line as the dead thread left it. Writing the record back at each
 //! logged step would buy nothing: a host on another machine could not use it, because the
 //! lists, cached words and bitsets it names are not written back either, and a live host's

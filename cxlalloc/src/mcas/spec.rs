@@ -155,6 +155,25 @@ impl DeviceSpec {
     }
 }
 
+/// Why a device could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum MmioError {
+    /// The description was refused.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// A range could not be opened or mapped.
+    #[error("mCAS device {path}: {source}")]
+    Io {
+        /// The file mapped.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// This build or CPU cannot drive the device.
+    #[error("mCAS device: {0}")]
+    Unsupported(String),
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

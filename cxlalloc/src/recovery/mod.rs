@@ -21,9 +21,9 @@ use crate::class::Bracket;
 use crate::crash::crash_point;
 use crate::huge::ops::HugeThread;
 use crate::huge::view::HugeView;
+use crate::persist::redo::{Pending, Redo};
 use crate::slab::ops::SlabThread;
 use crate::sync::Ordering;
-use crate::thread::redo::{Pending, Redo};
 use crate::word::Holder;
 
 pub use pending::PendingOutcome;

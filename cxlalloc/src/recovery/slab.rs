@@ -7,11 +7,11 @@
 
 use crate::class::Bracket;
 use crate::mem::Slab;
+use crate::persist::descriptor::Descriptor;
+use crate::persist::redo::{Op, Redo};
 use crate::protocol::{detectable, remote};
-use crate::slab::descriptor::Descriptor;
 use crate::slab::ops::SlabThread;
 use crate::sync::{AtomicU64, Ordering};
-use crate::thread::redo::{Op, Redo};
 use crate::word::Tagged;
 
 /// What resolving the redo word did.

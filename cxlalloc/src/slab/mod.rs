@@ -11,5 +11,4 @@
 //!
 //! Transitions T1–T10 are documented where they are implemented, in [`ops`].
 
-pub mod descriptor;
 pub mod ops;

@@ -21,11 +21,11 @@ use crate::coherence::Site;
 use crate::crash::crash_point;
 use crate::error::{AllocError, FreeError};
 use crate::mem::{HeapMem, Slab};
+use crate::persist::descriptor::Descriptor;
+use crate::persist::record::{Current, RemoteBatch, ThreadRecord};
+use crate::persist::redo::{Op, Pending, Redo};
 use crate::protocol::{detectable, global_list, length, remote};
-use crate::slab::descriptor::Descriptor;
 use crate::sync::{fence, AtomicU64, Ordering};
-use crate::thread::record::{Current, RemoteBatch, ThreadRecord};
-use crate::thread::redo::{Op, Pending, Redo};
 use crate::word::{Tag, Tagged};
 
 /// A block located from a pointer and validated against its slab's descriptor.
@@ -159,7 +159,7 @@ impl<'a> SlabThread<'a> {
         self.mem.swcc.refresh(site, p, len);
     }
 
-    /// Starts an outer operation (see [`crate::thread::redo::PendingRecord`]): fields first, then the word that
+    /// Starts an outer operation (see [`crate::persist::redo::PendingRecord`]): fields first, then the word that
     /// names them. Nothing when recovery is off.
     pub(crate) fn announce(&self, p: Pending, block: u64, dest: u64, desc: u64) {
         if self.recoverable {

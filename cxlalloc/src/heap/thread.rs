@@ -1,12 +1,8 @@
-//! Thread slots: leased identities under which threads of any process use the heap.
+//! Thread handles: a thread's lease on a slot, under which it allocates and frees.
 //!
 //! A slot is claimed with one CAS on its lease word (HWcc) and owns a record (SWcc) with the
 //! thread's redo record, CAS version and slab lists. Lists survive detach: the next holder of the
 //! slot inherits the slabs its predecessor cached.
-
-pub mod identity;
-pub mod record;
-pub mod redo;
 
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
@@ -19,15 +15,16 @@ use crate::error::{AdoptError, AllocError, AttachError, FreeError};
 use crate::heap::Heap;
 use crate::huge::ops::HugeThread;
 use crate::huge::space::FreeRanges;
+use crate::identity;
 use crate::layout::RegionId;
 use crate::mem::HeapMem;
 use crate::offset::Offset;
+use crate::persist::record::ThreadRecord;
+use crate::persist::redo::{Pending, PendingKind};
 use crate::protocol::{lease, HwWord};
 use crate::recovery::{self, RecoveryReport};
 use crate::slab::ops::SlabThread;
 use crate::sync::{AtomicU64, Ordering};
-use crate::thread::record::ThreadRecord;
-use crate::thread::redo::{Pending, PendingKind};
 use crate::word::Holder;
 
 /// A thread's lease on one slot of a heap. Allocation and free go through it. Dropping it

@@ -8,15 +8,19 @@ use crate::backing::anon::AnonBacking;
 use crate::backing::files::{self, FileBacking};
 use crate::error::{AdoptError, AttachError, OffsetError, OpenError};
 use crate::huge;
-use crate::layout::{Config, Header, Span, ROOTS};
+use crate::identity;
+use crate::layout::{Config, Header, Span};
 use crate::mcas::DeviceSpec;
 use crate::mem::HeapMem;
 use crate::offset::Offset;
+use crate::persist::shared::ROOTS;
 use crate::protocol::HwWord;
 use crate::recovery::RecoveryReport;
 use crate::signal::{self, Registration, MAX_HEAPS};
 use crate::sync::{AtomicU64, Ordering};
-use crate::thread::{self, identity, ThreadHandle};
+
+mod thread;
+pub use thread::{ReallocError, ThreadHandle};
 
 #[derive(Debug)]
 struct HeapInner {
