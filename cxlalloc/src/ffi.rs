@@ -14,7 +14,7 @@
 //!   thread-local error slots are reached with `try_with` / `try_borrow_mut`. Should a panic
 //!   escape the library regardless, `extern "C"` functions abort the process rather than unwind
 //!   into C (Rust ≥ 1.81), so it is never undefined behaviour — only a crash, which the
-//!   library's policy (DESIGN §11) rules out on every public path.
+//!   library's policy (docs/design.md §11) rules out on every public path.
 
 use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};

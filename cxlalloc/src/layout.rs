@@ -47,7 +47,7 @@ pub const HAZARDS_PER_SET: usize = 32;
 /// Magic bytes at the start of the header.
 pub const MAGIC: [u8; 8] = *b"CXLALLOC";
 
-/// How the device keeps memory coherent between hosts (DESIGN §9.1). Recorded in the header;
+/// How the device keeps memory coherent between hosts (docs/design.md §9.1). Recorded in the header;
 /// every process of a heap runs the same model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[repr(u32)]
@@ -89,7 +89,7 @@ impl Coherence {
     }
 
     /// Bytes between consecutive per-slab and per-slot HWcc words: each mCAS target gets a
-    /// cache line of its own (DESIGN §9.1), the others pack 8-byte words.
+    /// cache line of its own (docs/design.md §9.1), the others pack 8-byte words.
     pub fn hwcc_stride(self) -> usize {
         match self {
             Coherence::NoHwcc => 64,
@@ -121,7 +121,7 @@ pub struct Config {
     /// Reserve backing store when the heap grows (`fallocate`), so a full `/dev/shm` is an
     /// out-of-memory error instead of a `SIGBUS` on first touch.
     pub commit_on_grow: bool,
-    /// Crash recovery (DESIGN §8): threads log every metadata transition and help each
+    /// Crash recovery (docs/design.md §8): threads log every metadata transition and help each
     /// other's detectable CASes, so that a dead slot can be adopted and repaired. Off only to
     /// measure what recovery costs: a slot whose holder died is then lost with its memory.
     pub recovery: bool,

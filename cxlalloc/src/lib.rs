@@ -15,6 +15,14 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # Documentation
+//!
+//! - [`guide`]: the repository's README — building, running the benchmarks and tests, using the
+//!   heap from Rust, C and the command line, coherence models, recovery.
+//! - [`design`]: `docs/design.md`, how the allocator works (layout, size classes, the slab state
+//!   machine T1–T10, thread slots, the fault handler, the huge heap, recovery, coherence and
+//!   mCAS, the harness, tests, targets). Comments cite it as `docs/design.md §N`.
+//!
 //! # Layers
 //!
 //! Each module uses only modules above it in this list:
@@ -39,6 +47,16 @@
 //! dependency cycle between files.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
+
+/// The user guide: the repository's `README.md`, rendered here so that `cargo doc` has a
+/// guide-level page. Its Rust examples are compiled as doctests.
+#[doc = include_str!("../../README.md")]
+pub mod guide {}
+
+/// The design document, `docs/design.md`: what the code does and why, with the section numbers
+/// that comments cite (`docs/design.md §N`).
+#[doc = include_str!("../../docs/design.md")]
+pub mod design {}
 
 pub mod sync;
 pub mod word;

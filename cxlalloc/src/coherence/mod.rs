@@ -1,4 +1,4 @@
-//! Coherence models (DESIGN §9.1): what a process does so that heap metadata written on one
+//! Coherence models (docs/design.md §9.1): what a process does so that heap metadata written on one
 //! host is seen correctly on another.
 //!
 //! - [`Swcc`]: the software-coherence operations on descriptors and records (SWcc memory).
@@ -7,7 +7,7 @@
 //!   a line another host wrote ([`Swcc::refresh`]), with [`flush`]'s instructions.
 //! - [`hwcc`]: HWcc words in the no-HWcc model, CASed through the mCAS window.
 //!
-//! Where each operation is applied (the protocol of DESIGN §9.1, fixing §14.3) is documented at
+//! Where each operation is applied (the protocol of docs/design.md §9.1, fixing §14.3) is documented at
 //! the call sites in `slab::ops`, `thread` and `recovery`; each call names the transition.
 //!
 //! # Crashes

@@ -180,7 +180,7 @@ impl Heap {
     /// Adopts thread slot `slot`, whose holder process died, for the calling thread: finishes
     /// or undoes the operation the holder was in, rebuilds the slot's lists, completes its
     /// detectable allocation or free, and clears the dead process's hazards, while every other
-    /// thread goes on (DESIGN §8.3). The handle then holds the slot: keep using it, or drop it
+    /// thread goes on (docs/design.md §8.3). The handle then holds the slot: keep using it, or drop it
     /// to return the slot's empty slabs to the heap and release the slot.
     pub fn adopt(&self, slot: u32) -> Result<(ThreadHandle, RecoveryReport), AdoptError> {
         thread::adopt(self, slot)

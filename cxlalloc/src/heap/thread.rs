@@ -118,7 +118,7 @@ fn handle(heap: &Heap, slot: u32, holder: u64) -> Result<ThreadHandle, AttachErr
     })
 }
 
-/// Takes over `slot` from its dead holder and repairs it (DESIGN §8.3); the handle keeps a
+/// Takes over `slot` from its dead holder and repairs it (docs/design.md §8.3); the handle keeps a
 /// copy of the report ([`ThreadHandle::recovery`]).
 pub(crate) fn adopt(heap: &Heap, slot: u32) -> Result<(ThreadHandle, RecoveryReport), AdoptError> {
     let mem = heap.mem();
@@ -193,7 +193,7 @@ impl ThreadHandle {
         self.recovered.as_ref()
     }
 
-    /// Detectable allocation (DESIGN §8.4): allocates `size` bytes and stores the block's heap
+    /// Detectable allocation (docs/design.md §8.4): allocates `size` bytes and stores the block's heap
     /// offset into `dest`, an empty (0) word of this heap (in a block, the huge span or a root)
     /// that the application's structure owns. If the process dies at any point, recovery of
     /// this slot either completes the store or leaves the block free: the block is never lost.
@@ -228,7 +228,7 @@ impl ThreadHandle {
         Ok(block)
     }
 
-    /// Detectable free (DESIGN §8.4): clears `dest`, which must hold the heap offset of an
+    /// Detectable free (docs/design.md §8.4): clears `dest`, which must hold the heap offset of an
     /// allocated block, then frees the block. If the process dies at any point, recovery of
     /// this slot finishes both. The block is validated before `dest` is touched: bad input
     /// changes nothing.

@@ -1,4 +1,4 @@
-//! The huge heap (DESIGN §7): allocations above the largest slab class (512 KiB), each backed
+//! The huge heap (docs/design.md §7): allocations above the largest slab class (512 KiB), each backed
 //! by its own object and mapped at the same offset in every process.
 //!
 //! - [`view`]: the process's view of the shared structures (claim array, descriptor lists,

@@ -1,4 +1,4 @@
-//! Huge allocation, free and reclaim for one thread slot (DESIGN §7.2).
+//! Huge allocation, free and reclaim for one thread slot (docs/design.md §7.2).
 //!
 //! - **Allocate**: round up to pages; first fit in the slot's free ranges, claiming a run of
 //!   free huge slots (one CAS each) when none fits; fill a descriptor (a small-heap block) and

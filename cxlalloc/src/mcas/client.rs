@@ -1,4 +1,4 @@
-//! The mCAS client (DESIGN §9.2): one requester slot, owned by one thread, of a shared-memory
+//! The mCAS client (docs/design.md §9.2): one requester slot, owned by one thread, of a shared-memory
 //! window (a CAS is a request written to the slot's spwr, a doorbell, and the answer read from
 //! its sprd) or of a hardware device ([`crate::mcas::mmio`]: one request line, one answer load).
 

@@ -1,4 +1,4 @@
-//! The hardware transport of mCAS (DESIGN §9.2, the published prototype's): a request is one
+//! The hardware transport of mCAS (docs/design.md §9.2, the published prototype's): a request is one
 //! 64-byte line written to the requester's spwr slot with `movdir64b` and fenced; the answer is
 //! one 16-byte uncached load from its sprd slot, and that load is what makes the unit execute
 //! the CAS. No doorbells or sequence numbers: the bus orders the write before the read.

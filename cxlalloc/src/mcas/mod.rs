@@ -1,4 +1,4 @@
-//! mCAS (DESIGN §9.2): compare-and-swap executed by a near-memory unit, for devices without
+//! mCAS (docs/design.md §9.2): compare-and-swap executed by a near-memory unit, for devices without
 //! hardware cache coherence. A requester writes its operands to a request slot and reads the
 //! answer from its answer slot; the unit serializes CASes per word and fails competing ones.
 //!

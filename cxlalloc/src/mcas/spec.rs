@@ -1,4 +1,4 @@
-//! The description of a hardware mCAS device (DESIGN §9.2; `fpga/README.md`, "A real device"):
+//! The description of a hardware mCAS device (docs/design.md §9.2; `fpga/README.md`, "A real device"):
 //! where its request/answer registers and its device-biased memory are mapped from, read from a
 //! small TOML file.
 //!

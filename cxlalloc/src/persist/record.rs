@@ -119,7 +119,7 @@ impl Current {
 }
 
 /// A run of remote frees of one slab whose counter decrement is deferred (limited and no-HWcc
-/// models: one CAS — an mCAS without HWcc — subtracts them all, DESIGN §15's lever). Each block is marked freed when it joins, so a
+/// models: one CAS — an mCAS without HWcc — subtracts them all, docs/design.md §15's lever). Each block is marked freed when it joins, so a
 /// double free is still seen at once; the subtraction claims the slab when it reaches 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RemoteBatch {

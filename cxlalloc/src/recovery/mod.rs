@@ -1,4 +1,4 @@
-//! Crash recovery (DESIGN §8.3): a live thread adopts the slot of a dead holder and repairs it
+//! Crash recovery (docs/design.md §8.3): a live thread adopts the slot of a dead holder and repairs it
 //! while every other thread goes on.
 //!
 //! Order of repair, each step idempotent so that an adopter that dies mid-way leaves a slot the

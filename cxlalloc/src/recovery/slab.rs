@@ -42,7 +42,7 @@ impl SlabThread<'_> {
         Some((slab, self.mem.desc(r.bracket, slab)))
     }
 
-    /// Whether this slot's CAS of operation `version` on `word` took effect (DESIGN §8.2).
+    /// Whether this slot's CAS of operation `version` on `word` took effect (docs/design.md §8.2).
     fn took_effect(&self, word: &AtomicU64, version: u32) -> bool {
         self.mem
             .help(self.slot)
