@@ -28,7 +28,8 @@
 //! 5. [`slab`] (the state machine), [`thread`] (slots, records, redo log) and [`huge`] (its
 //!    [`huge::view`] sits at layer 4: the fault handler reaches it through [`mem`]); [`crash`]
 //!    marks their crash points
-//! 6. [`signal`] (SIGSEGV handler for growth and huge blocks), [`check`] and [`stats`];
+//! 6. [`signal`] (SIGSEGV handler for growth and huge blocks), [`check`], [`stats`] and
+//!    [`survey`] (slot holders, recovery plans, a read-only look at a heap directory);
 //!    [`recovery`] (adoption and repair of a dead slot)
 //! 7. [`heap`] (public API) → [`ffi`] (C API)
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -76,6 +77,8 @@ pub mod slab;
 #[cfg(not(loom))]
 pub mod stats;
 #[cfg(not(loom))]
+pub mod survey;
+#[cfg(not(loom))]
 pub mod thread;
 
 #[cfg(not(loom))]
@@ -87,6 +90,7 @@ pub use crate::{
     offset::Offset,
     recovery::RecoveryReport,
     stats::Stats,
+    survey::{HeapInfo, Interrupted, McasInfo, RecoveryPlan, RegionInfo, SlotInfo},
     thread::{ReallocError, ThreadHandle},
 };
 
