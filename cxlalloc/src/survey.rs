@@ -289,6 +289,25 @@ impl Heap {
             .collect()
     }
 
+    /// The directory that named heaps live in (`/dev/shm`).
+    pub fn named_dir() -> PathBuf {
+        PathBuf::from(files::SHM_DIR)
+    }
+
+    /// The entries of [`Heap::named_dir`] that name heaps: `(name, path)` of each, sorted by
+    /// name, whether or not it holds a valid heap (half-built creations, hidden, are left out).
+    pub fn named_heaps() -> std::io::Result<Vec<(String, PathBuf)>> {
+        let mut out: Vec<(String, PathBuf)> = std::fs::read_dir(files::SHM_DIR)?
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_str()?.strip_prefix(files::NAME_PREFIX)?.to_string();
+                Some((name, e.path()))
+            })
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
     /// A read-only look at the heap called `name` (see [`Heap::info_at`]).
     pub fn info(name: &str) -> Result<HeapInfo, OpenError> {
         Self::info_at(&files::path_for_name(name)?)
