@@ -152,7 +152,9 @@ fn slab_op(r: Redo) -> Interrupted {
         (Op::GlobalPush, _) => (format!("return {b} slab {s} to the global free list"), DECIDE),
         (Op::Size, _) => (format!("give {b} slab {s} block class {a}"), UNDO),
         (Op::TakeWord, false) => (format!("move bitset word {a} of {b} slab {s} into the thread's cache"), FINISH),
-        (Op::TakeWord, true) => (format!("return the thread's cached blocks to bitset word {a} of {b} slab {s}"), FINISH),
+        (Op::TakeWord, true) => {
+            (format!("return the thread's cached blocks to bitset word {a} of {b} slab {s}"), FINISH)
+        }
         (Op::LocalFree, _) => (format!("free block {a} of {b} slab {s}"), FINISH),
         (Op::Retire, false) => (format!("retire full {b} slab {s} (detach or disown it)"), FINISH),
         (Op::Retire, true) => (format!("disown full {b} slab {s}"), FINISH),
@@ -170,10 +172,9 @@ fn slab_op(r: Redo) -> Interrupted {
 
 fn outer_op(p: Pending, [_, block, dest, desc]: [u64; 4]) -> Interrupted {
     let (operation, recovery) = match p.kind {
-        PendingKind::Alloc if block == 0 => (
-            format!("a detectable allocation into the word at offset {dest:#x}"),
-            "nothing: no block had been chosen",
-        ),
+        PendingKind::Alloc if block == 0 => {
+            (format!("a detectable allocation into the word at offset {dest:#x}"), "nothing: no block had been chosen")
+        }
         PendingKind::Alloc => (
             format!("a detectable allocation of the block at offset {block:#x} into the word at offset {dest:#x}"),
             "store the block's offset into the word if the block was taken, else leave it free",
@@ -186,9 +187,10 @@ fn outer_op(p: Pending, [_, block, dest, desc]: [u64; 4]) -> Interrupted {
             format!("a huge allocation (descriptor at offset {desc:#x})"),
             "undo it: release its backing object, descriptor and address range",
         ),
-        PendingKind::HugeFree => {
-            (format!("a free of the huge block at offset {block:#x}"), "finish it if the block is still that allocation")
-        }
+        PendingKind::HugeFree => (
+            format!("a free of the huge block at offset {block:#x}"),
+            "finish it if the block is still that allocation",
+        ),
         PendingKind::HugeReclaim => (
             format!("the reclaim of the freed huge block at offset {block:#x}"),
             "finish it: remove its backing object and descriptor",
@@ -239,8 +241,7 @@ fn plan(slot: u32, pid: u32, w: &SlotWords, recovery: bool, hazard_sets: u32) ->
         steps.push(format!("clear the {hazard_sets} hazard set(s) of pid {pid} (its huge mappings)"));
     }
     steps.push(
-        "release the slot: its empty slabs go back to the global list, its partly used ones are disowned"
-            .to_string(),
+        "release the slot: its empty slabs go back to the global list, its partly used ones are disowned".to_string(),
     );
     let blocked = (!recovery).then(|| "the heap was created without recovery: its slots cannot be adopted".into());
     RecoveryPlan { slot, pid, steps, blocked }
@@ -324,10 +325,11 @@ impl Heap {
             Err(source) => return Err(OpenError::Io { op: "open", path: header_path, source }),
         };
         let mut bytes = Vec::with_capacity(HEADER_BYTES);
-        Read::by_ref(&mut file)
-            .take(HEADER_BYTES as u64)
-            .read_to_end(&mut bytes)
-            .map_err(|source| OpenError::Io { op: "read header", path: header_path.clone(), source })?;
+        Read::by_ref(&mut file).take(HEADER_BYTES as u64).read_to_end(&mut bytes).map_err(|source| OpenError::Io {
+            op: "read header",
+            path: header_path.clone(),
+            source,
+        })?;
         let header = Header::parse(&bytes, &header_path)?;
         let layout = Layout::from_header(&header);
         let regions = RegionId::ALL
@@ -386,11 +388,7 @@ fn read_slots(dir: &Path, header: &Header, layout: &Layout) -> Result<Vec<SlotIn
         records
             .read_exact_at(&mut pending, record + std::mem::offset_of!(ThreadRecord, pending) as u64)
             .map_err(io("read record", &owned))?;
-        let w = SlotWords {
-            holder,
-            redo: word(&redo, 0),
-            pending: std::array::from_fn(|i| word(&pending, i * 8)),
-        };
+        let w = SlotWords { holder, redo: word(&redo, 0), pending: std::array::from_fn(|i| word(&pending, i * 8)) };
         out.extend(slot_info(slot, &w));
     }
     Ok(out)

@@ -28,7 +28,13 @@ fn json(o: &Output) -> Value {
 }
 
 fn small() -> Config {
-    Config { small_capacity: 64 << 20, large_capacity: 64 << 20, thread_slots: 4, huge_capacity: 0, ..Config::default() }
+    Config {
+        small_capacity: 64 << 20,
+        large_capacity: 64 << 20,
+        thread_slots: 4,
+        huge_capacity: 0,
+        ..Config::default()
+    }
 }
 
 /// A directory of its own under /dev/shm, removed when dropped.
@@ -224,7 +230,10 @@ fn check_names_each_dead_holder_and_what_recover_would_do() {
     let (_heap, _live, dead) = heap_with_live_and_dead_holder(&path);
     let o = cxlalloc(&["check", path.to_str().unwrap()]);
     let text = stdout(&o);
-    assert!(text.lines().any(|l| l.starts_with("dead holder, slot 1:") && l.ends_with(&format!("pid {dead}"))), "{text}");
+    assert!(
+        text.lines().any(|l| l.starts_with("dead holder, slot 1:") && l.ends_with(&format!("pid {dead}"))),
+        "{text}"
+    );
     let steps: Vec<&str> =
         text.lines().filter_map(|l| l.trim().strip_prefix("recover would:")).map(str::trim).collect();
     assert_eq!(steps.first(), Some(&format!("adopt slot 1 from dead pid {dead}").as_str()), "{text}");

@@ -182,21 +182,11 @@ impl From<std::io::Error> for Error {
 }
 
 fn open(heap: &str) -> Result<Heap, Error> {
-    if is_path(heap) {
-        Heap::open_at(Path::new(heap))
-    } else {
-        Heap::open(heap)
-    }
-    .map_err(Error::Open)
+    if is_path(heap) { Heap::open_at(Path::new(heap)) } else { Heap::open(heap) }.map_err(Error::Open)
 }
 
 fn info(heap: &str) -> Result<HeapInfo, Error> {
-    if is_path(heap) {
-        Heap::info_at(Path::new(heap))
-    } else {
-        Heap::info(heap)
-    }
-    .map_err(Error::Open)
+    if is_path(heap) { Heap::info_at(Path::new(heap)) } else { Heap::info(heap) }.map_err(Error::Open)
 }
 
 /// `bytes` in the largest binary unit that keeps the number at least 1, with up to one
@@ -255,11 +245,9 @@ fn mcas_line(m: &McasInfo) -> String {
             format!("window {}, not served: start cxlalloc-mcasd before attaching threads", path.display())
         }
         McasInfo::WindowUnusable { path, reason } => format!("window {} unusable: {reason}", path.display()),
-        McasInfo::Device { registers, memory, memory_offset } => format!(
-            "device: registers {}, memory {} from {memory_offset:#x}",
-            registers.display(),
-            memory.display()
-        ),
+        McasInfo::Device { registers, memory, memory_offset } => {
+            format!("device: registers {}, memory {} from {memory_offset:#x}", registers.display(), memory.display())
+        }
     }
 }
 
@@ -301,11 +289,8 @@ fn advice(info: &HeapInfo) -> Option<String> {
 
 /// One entry of `list`: a heap's summary, or why the entry is not a usable heap.
 fn list_entry(out: &mut Out, name: &str, path: &Path, json: bool) -> std::io::Result<Json> {
-    let found = if path.is_dir() {
-        Heap::info_at(path).map_err(|e| e.to_string())
-    } else {
-        Err("not a directory".to_string())
-    };
+    let found =
+        if path.is_dir() { Heap::info_at(path).map_err(|e| e.to_string()) } else { Err("not a directory".to_string()) };
     let info = match found {
         Ok(info) => info,
         Err(reason) => {
@@ -697,12 +682,9 @@ fn run(cli: Cli, out: &mut Out) -> Result<ExitCode, Error> {
             }
             out.line(format_args!("{} slot(s) recovered; {} still dead", reports.len(), h.dead_slots().len()))?;
         }
-        Command::Unlink { heap } => if is_path(&heap) {
-            Heap::unlink_at(Path::new(&heap))
-        } else {
-            Heap::unlink(&heap)
+        Command::Unlink { heap } => {
+            if is_path(&heap) { Heap::unlink_at(Path::new(&heap)) } else { Heap::unlink(&heap) }.map_err(Error::Open)?
         }
-        .map_err(Error::Open)?,
     }
     Ok(ExitCode::SUCCESS)
 }
