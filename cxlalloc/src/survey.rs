@@ -17,6 +17,7 @@ use crate::error::OpenError;
 use crate::heap::Heap;
 use crate::layout::{Coherence, Config, Header, Layout, RegionId, HEADER_BYTES};
 use crate::mcas::{DeviceSpec, Window};
+use crate::recovery::{PendingOutcome, RecoveryReport, Resolution};
 use crate::sync::Ordering;
 use crate::thread::identity;
 use crate::thread::record::ThreadRecord;
@@ -245,6 +246,51 @@ fn plan(slot: u32, pid: u32, w: &SlotWords, recovery: bool, hazard_sets: u32) ->
     );
     let blocked = (!recovery).then(|| "the heap was created without recovery: its slots cannot be adopted".into());
     RecoveryPlan { slot, pid, steps, blocked }
+}
+
+impl RecoveryReport {
+    /// What the recovery did, step by step, in words (for `cxlalloc recover`).
+    pub fn steps(&self) -> Vec<String> {
+        let mut steps = vec![match self.dead_holder {
+            Some(h) => format!("adopted slot {} from dead pid {}", self.slot, h.pid),
+            None => format!("attached idle slot {}", self.slot),
+        }];
+        if let Some((r, how)) = self.redo {
+            let done = match how {
+                Resolution::Completed => "finished",
+                Resolution::Undone => "undone",
+                Resolution::Redone => "finished, its counter decrement performed now",
+            };
+            steps.push(format!("interrupted: {}; {done}", slab_op(r).operation));
+        }
+        let b = &self.rebuilt;
+        steps.push(format!(
+            "rebuilt its slab lists: {} slabs owned, {} free counts corrected, {} caches dropped",
+            b.owned, b.recounted, b.caches_dropped
+        ));
+        if let Some((p, how)) = self.pending {
+            let what = match p.kind {
+                PendingKind::Alloc => "a detectable allocation",
+                PendingKind::Free => "a detectable free",
+                PendingKind::HugePlace => "a huge allocation",
+                PendingKind::HugeFree => "a huge free",
+                PendingKind::HugeReclaim => "the reclaim of a freed huge block",
+            };
+            let done = match how {
+                PendingOutcome::Stored => "the block's offset stored into the application's word",
+                PendingOutcome::NotTaken => "nothing to do: the block never left the free state",
+                PendingOutcome::Freed => "the application's word cleared and the block freed",
+                PendingOutcome::AlreadyFreed => "nothing to do: it had already happened",
+                PendingOutcome::Undone => "undone: its object, descriptor and range released",
+                PendingOutcome::Finished => "finished",
+            };
+            steps.push(format!("interrupted: {what}; {done}"));
+        }
+        if self.hazard_sets_cleared > 0 {
+            steps.push(format!("cleared {} hazard set(s) of the dead process", self.hazard_sets_cleared));
+        }
+        steps
+    }
 }
 
 impl Heap {

@@ -249,6 +249,26 @@ fn check_names_each_dead_holder_and_what_recover_would_do() {
 }
 
 #[test]
+fn recover_says_in_words_what_it_did_for_each_dead_holder() {
+    let _serial = serial();
+    let dir = TempDir::new("recover");
+    let path = dir.0.join("demo");
+    let (heap, _live, dead) = heap_with_live_and_dead_holder(&path);
+    let o = cxlalloc(&["recover", path.to_str().unwrap()]);
+    let text = stdout(&o);
+    assert!(o.status.success(), "{o:?}");
+    let steps: Vec<&str> = text.lines().filter_map(|l| l.trim().strip_prefix("recovery:")).map(str::trim).collect();
+    assert_eq!(steps.first(), Some(&format!("adopted slot 1 from dead pid {dead}").as_str()), "{text}");
+    assert!(steps.iter().any(|s| s.starts_with("rebuilt its slab lists")), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("slots recovered:") && l.ends_with(" 1")), "{text}");
+    assert!(!text.contains('{') && !text.contains("Completed"), "Debug output: {text}");
+    assert!(heap.dead_slots().is_empty());
+    let v = json(&cxlalloc(&["recover", "--json", path.to_str().unwrap()]));
+    assert_eq!(v["recovered"].as_array().map(Vec::len), Some(0), "nothing left to recover: {v}");
+    assert_eq!(v["still_dead"], 0);
+}
+
+#[test]
 fn check_exit_status_is_0_on_a_clean_heap_and_2_on_a_missing_one() -> TestResult {
     let dir = TempDir::new("check-status");
     let path = dir.0.join("demo");

@@ -308,6 +308,8 @@ fn cli_check_describes_an_interrupted_detectable_allocation_and_recover_complete
     assert_eq!(heap.root(1).map(|w| w.load(Ordering::Acquire)), Some(0), "check changed the word");
     let recover = cli(&["recover", name.as_str()]);
     assert!(recover.status.success(), "{recover:?}");
+    let said = String::from_utf8_lossy(&recover.stdout);
+    assert!(said.contains("interrupted: a detectable allocation; the block's offset stored"), "{said}");
     assert_ne!(heap.root(1).map(|w| w.load(Ordering::Acquire)), Some(0), "recover did not store the block");
     let after = cli(&["check", name.as_str()]);
     assert_eq!(after.status.code(), Some(0), "{}", String::from_utf8_lossy(&after.stdout));

@@ -1,7 +1,7 @@
 //! The command-line interface proper (compiled out under `--cfg loom`, see `main.rs`).
 //!
-//! Read commands (`list`, `inspect`, `stats`, `check`) never adopt, recover or create, and take
-//! `--json` for scripts; their human output is one fact a line, sizes in KiB/MiB/GiB/TiB.
+//! Read commands (`list`, `inspect`, `stats`, `check`) never adopt, recover or create; they and
+//! `recover` take `--json` for scripts; their human output is one fact a line, sizes in KiB/MiB/GiB/TiB.
 //! `inspect` shows a heap's shape and identity (configuration, regions, slot holders) from its
 //! files without mapping it; `stats` shows its use (bytes, slab census by state and class,
 //! operation counters, huge heap); `check` its consistency, its dead holders and what `recover`
@@ -115,6 +115,9 @@ enum Command {
     Recover {
         /// Heap name or directory path.
         heap: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Remove a heap (processes that have it open keep using it).
     Unlink {
@@ -636,6 +639,36 @@ fn check(out: &mut Out, heap: &str, json: bool) -> Result<ExitCode, Error> {
     Ok(ExitCode::from(code))
 }
 
+fn recover(out: &mut Out, heap: &str, json: bool) -> Result<(), Error> {
+    let h = open(heap)?;
+    let reports = h.recover_dead();
+    let still_dead = h.dead_slots().len();
+    if json {
+        let recovered = reports
+            .iter()
+            .map(|r| {
+                Json::object([
+                    ("slot", r.slot.into()),
+                    ("dead_pid", r.dead_holder.map(|d| d.pid).into()),
+                    ("steps", r.steps().into()),
+                    ("micros", (r.duration.as_micros() as u64).into()),
+                ])
+            })
+            .collect();
+        let doc = Json::object([("recovered", Json::Array(recovered)), ("still_dead", still_dead.into())]);
+        return Ok(out.line(format_args!("{doc}"))?);
+    }
+    for r in &reports {
+        out.fact(&format!("slot {}", r.slot), format_args!("recovered in {:.1?}", r.duration))?;
+        for step in r.steps() {
+            out.fact("  recovery", step)?;
+        }
+    }
+    out.fact("slots recovered", reports.len())?;
+    out.fact("slots still dead", still_dead)?;
+    Ok(())
+}
+
 fn run(cli: Cli, out: &mut Out) -> Result<ExitCode, Error> {
     match cli.command {
         Command::Create {
@@ -674,14 +707,7 @@ fn run(cli: Cli, out: &mut Out) -> Result<ExitCode, Error> {
         Command::Inspect { heap, json } => inspect(out, &heap, json)?,
         Command::Check { heap, json } => return check(out, &heap, json),
         Command::Stats { heap, json } => stats(out, &heap, json)?,
-        Command::Recover { heap } => {
-            let h = open(&heap)?;
-            let reports = h.recover_dead();
-            for r in &reports {
-                out.line(format_args!("{r}"))?;
-            }
-            out.line(format_args!("{} slot(s) recovered; {} still dead", reports.len(), h.dead_slots().len()))?;
-        }
+        Command::Recover { heap, json } => recover(out, &heap, json)?,
         Command::Unlink { heap } => {
             if is_path(&heap) { Heap::unlink_at(Path::new(&heap)) } else { Heap::unlink(&heap) }.map_err(Error::Open)?
         }
