@@ -309,3 +309,18 @@ fn output_into_a_closed_pipe_ends_quietly_with_the_commands_status() -> TestResu
     }
     Ok(())
 }
+
+#[test]
+fn output_that_cannot_be_written_is_an_error_not_a_panic() -> TestResult {
+    let dir = TempDir::new("full");
+    let path = dir.0.join("demo");
+    let _heap = Heap::create_at(&path, &small())?;
+    let o = Command::new(env!("CARGO_BIN_EXE_cxlalloc"))
+        .args(["check", path.to_str().ok_or("path")?])
+        .stdout(std::fs::OpenOptions::new().write(true).open("/dev/full")?)
+        .output()?;
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("cannot write output") && !stderr.contains("panicked"), "{stderr}");
+    Ok(())
+}
