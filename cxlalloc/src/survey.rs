@@ -1,7 +1,7 @@
 //! What tools show about a heap without changing it: who holds its thread slots (and whether
 //! they are alive), what each slot was doing, what recovering a dead holder's slot would do
-//! (docs/design.md §8.3), and [`HeapInfo`], a read-only look at a heap directory that maps
-//! nothing, registers nothing and never adopts, recovers or creates.
+//! (docs/design.md §8.3), and [`HeapInfo`], a read-only look at a heap directory that writes
+//! nothing, does not map the heap, and never adopts, recovers or creates.
 //!
 //! The descriptions are for people (`cxlalloc list`, `inspect`, `check`); their wording is not
 //! a stable format.
@@ -102,7 +102,8 @@ pub enum McasInfo {
 }
 
 /// A read-only look at a heap directory ([`Heap::info_at`]): its header, regions, storage use and
-/// slot holders. Reading it maps nothing and writes nothing.
+/// slot holders. Reading it writes nothing and does not map the heap (only a no-HWcc heap's
+/// mCAS window, to read whether it is served).
 #[derive(Clone, Debug)]
 pub struct HeapInfo {
     /// The heap directory.
@@ -361,8 +362,10 @@ impl Heap {
     }
 
     /// A read-only look at the heap directory `path`: its header (validated as an open would),
-    /// regions, storage use, slot holders and mCAS home. Maps nothing, registers nothing, and
-    /// never adopts, recovers or creates: safe to run on any heap, in use or abandoned.
+    /// regions, storage use, slot holders and mCAS home, read with `pread`. Writes nothing, does
+    /// not map the heap (a no-HWcc heap's mCAS window is mapped, to read whether it is served),
+    /// registers nothing, and never adopts, recovers or creates: safe to run on any heap, in
+    /// use or abandoned.
     pub fn info_at(path: &Path) -> Result<HeapInfo, OpenError> {
         let header_path = path.join(RegionId::Header.file_name());
         let mut file = match File::open(&header_path) {

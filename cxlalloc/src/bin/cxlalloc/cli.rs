@@ -1,9 +1,9 @@
 //! The command-line interface proper (compiled out under `--cfg loom`, see `main.rs`).
 //!
 //! Read commands (`list`, `inspect`, `stats`, `check`) never adopt, recover or create; they and
-//! `recover` take `--json` for scripts; their human output is one fact a line, sizes in KiB/MiB/GiB/TiB.
-//! `inspect` shows a heap's shape and identity (configuration, regions, slot holders) from its
-//! files without mapping it; `stats` shows its use (bytes, slab census by state and class,
+//! `recover` take `--json` for scripts; human output is one fact a line, sizes in binary units.
+//! `list` and `inspect` read a heap's files without mapping the heap ([`Heap::info_at`]).
+//! `inspect` shows a heap's shape and identity (configuration, regions, slot holders); `stats` shows its use (bytes, slab census by state and class,
 //! operation counters, huge heap); `check` its consistency, its dead holders and what `recover`
 //! would do for each.
 //!
@@ -84,7 +84,7 @@ enum Command {
         json: bool,
     },
     /// Print a heap's shape and identity: configuration, regions, storage, slot holders (read
-    /// from its files, without mapping it).
+    /// from its files, without mapping the heap).
     Inspect {
         /// Heap name or directory path.
         heap: String,
