@@ -32,16 +32,17 @@
 //! 2. [`protocol`] — the lock-free CAS protocols, model-checked with loom
 //! 3. [`persist`] — every type that lives in heap memory (descriptors, thread records, redo
 //!    words, slot leases, globals, huge descriptors)
-//! 4. [`map`] (mmap) → [`backing`] (region storage) → [`layout`] (header and offsets);
-//!    [`mcas`] (the mCAS window, client and software device) → [`coherence`] (the coherence
-//!    models: SWcc flushes, HWcc words through mCAS)
+//! 4. [`layout`] (header and offsets) → [`map`] (mmap) → [`mcas`] (the mCAS window, client
+//!    and software device) → [`coherence`] (the coherence models: SWcc flushes, HWcc words
+//!    through mCAS) → [`backing`] (region storage)
 //! 5. [`mem`] — a mapped heap and its checked accessors (the raw-memory boundary)
 //! 6. [`slab`] (the state machine) and [`huge`] (its [`huge::view`] sits at layer 5: the fault
 //!    handler reaches it through [`mem`]); [`crash`] marks their crash points
 //! 7. [`signal`] (SIGSEGV handler for growth and huge blocks), [`check`] and [`stats`];
 //!    [`recovery`] (adoption and repair of a dead slot)
 //! 8. [`heap`] (public API: [`Heap`], and [`ThreadHandle`], a thread's lease on a slot with
-//!    the allocation fast paths) → [`ffi`] (C API)
+//!    the allocation fast paths) → [`survey`] (slot holders, recovery plans, a read-only look at
+//!    a heap directory) → [`ffi`] (C API)
 //!
 //! `tests/layers.rs` reads the sources and fails on an import against this order or on a
 //! dependency cycle between files.
@@ -103,6 +104,8 @@ pub mod signal;
 pub mod slab;
 #[cfg(not(loom))]
 pub mod stats;
+#[cfg(not(loom))]
+pub mod survey;
 
 #[cfg(not(loom))]
 pub use crate::{
@@ -113,6 +116,7 @@ pub use crate::{
     offset::Offset,
     recovery::RecoveryReport,
     stats::Stats,
+    survey::{HeapInfo, Interrupted, McasInfo, RecoveryPlan, RegionInfo, SlotInfo},
 };
 
 #[cfg(not(loom))]

@@ -277,3 +277,42 @@ fn a_slot_whose_adopter_died_during_recovery_is_recovered_again() {
         }
     }
 }
+
+fn alloc_into_root_1(heap: &Heap) -> Result<(), String> {
+    let t = heap.attach().map_err(|e| e.to_string())?;
+    let word = heap.root(1).ok_or("no root 1")?;
+    t.alloc_into(64, word).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// `cxlalloc check` on a slot killed between taking a block and storing its offset: it names
+/// the dead holder, the interrupted detectable allocation and what recovery will do with it;
+/// `cxlalloc recover` then does it.
+#[test]
+fn cli_check_describes_an_interrupted_detectable_allocation_and_recover_completes_it() {
+    let _serial = serial();
+    let (name, heap, owner) = fresh_heap("cli-AllocTaken", Coherence::Full);
+    assert!(crash_child(name.as_str(), "AllocTaken", alloc_into_root_1), "AllocTaken not reached");
+    let cli = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_cxlalloc")).args(args).output().expect("run cxlalloc")
+    };
+    let check = cli(&["check", "--json", name.as_str()]);
+    let v: serde_json::Value = serde_json::from_slice(&check.stdout).expect("check --json");
+    let dead = &v["dead_holders"][0];
+    let steps: Vec<&str> = dead["steps"].as_array().expect("steps").iter().filter_map(|s| s.as_str()).collect();
+    let interrupted = steps.iter().find(|s| s.starts_with("interrupted: a detectable allocation of the block"));
+    assert!(
+        interrupted.is_some_and(|s| s.contains("store the block's offset into the word if the block was taken")),
+        "{v}"
+    );
+    assert_eq!(heap.root(1).map(|w| w.load(Ordering::Acquire)), Some(0), "check changed the word");
+    let recover = cli(&["recover", name.as_str()]);
+    assert!(recover.status.success(), "{recover:?}");
+    let said = String::from_utf8_lossy(&recover.stdout);
+    assert!(said.contains("interrupted: a detectable allocation; the block's offset stored"), "{said}");
+    assert_ne!(heap.root(1).map(|w| w.load(Ordering::Acquire)), Some(0), "recover did not store the block");
+    let after = cli(&["check", name.as_str()]);
+    assert_eq!(after.status.code(), Some(0), "{}", String::from_utf8_lossy(&after.stdout));
+    owner.free_from(heap.root(1).expect("root 1")).expect("free the recovered block");
+    finish(heap, owner);
+}

@@ -33,6 +33,7 @@ const ORDER: &[&str] = &[
     "stats",
     "recovery", // layer 7
     "heap",
+    "survey",
     "ffi", // layer 8
 ];
 

@@ -121,6 +121,21 @@ fn plan(header: &Header, device: Option<DeviceSpec>) -> Option<(Place, [u64; REG
     Some((place, offsets))
 }
 
+/// Where region `r` of the heap directory `dir` (whose header is `header`) is stored: the file
+/// and the region's offset in it. For the read-only survey of a heap (`crate::survey`), which
+/// reads words with `pread` instead of mapping the heap.
+pub(crate) fn region_file(dir: &Path, header: &Header, r: RegionId) -> Result<(PathBuf, u64), OpenError> {
+    let description = dir.join(DEVICE_FILE);
+    let device = match description.exists() {
+        true => Some(DeviceSpec::load(&description).map_err(|e| OpenError::Mcas(e.to_string()))?),
+        false => None,
+    };
+    Ok(match plan(header, device) {
+        Some((place, offsets)) if r.is_hwcc() => (place.file(dir), offsets[r as usize]),
+        _ => (dir.join(r.file_name()), 0),
+    })
+}
+
 fn window_error(path: &Path) -> impl FnOnce(crate::mcas::WindowError) -> OpenError + '_ {
     move |e| OpenError::Io { op: "mCAS window", path: path.to_path_buf(), source: std::io::Error::other(e.to_string()) }
 }

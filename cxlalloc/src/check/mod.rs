@@ -63,6 +63,8 @@ impl SlabState {
 /// Per-class occupancy.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClassCensus {
+    /// Block size of the class, bytes.
+    pub block_bytes: u32,
     /// Slabs holding this class (sized, detached or disowned).
     pub slabs: u64,
     /// Blocks in those slabs.
@@ -83,6 +85,10 @@ impl ClassCensus {
 /// Census of one bracket.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BracketCensus {
+    /// The bracket's name ("small", "large").
+    pub name: &'static str,
+    /// Bytes of one slab of the bracket.
+    pub slab_bytes: u64,
     /// Heap length, slabs.
     pub length: u32,
     /// Capacity, slabs.
@@ -94,6 +100,11 @@ pub struct BracketCensus {
 }
 
 impl BracketCensus {
+    /// Slab count by state, with each state's name, in [`SlabState::ALL`] order.
+    pub fn states(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        SlabState::ALL.iter().map(|&s| (s.name(), self.slabs(s)))
+    }
+
     /// Slabs in `state`.
     pub fn slabs(&self, state: SlabState) -> u64 {
         self.by_state[state as usize]
@@ -325,10 +336,15 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
         Bracket::Small => SMALL_CLASSES,
         Bracket::Large => LARGE_CLASSES,
     };
+    let classes = (1..=class_count as u32)
+        .map(|c| ClassCensus { block_bytes: spec.class(c).map_or(0, |i| i.size), ..Default::default() })
+        .collect();
     let mut census = BracketCensus {
+        name: b.name(),
+        slab_bytes: spec.slab_size() as u64,
         length: len,
         capacity,
-        classes: vec![ClassCensus::default(); class_count],
+        classes,
         ..Default::default()
     };
     let mut w = Walker { mem, b, len: len.min(capacity), state: vec![None; len.min(capacity) as usize], problems };

@@ -1,17 +1,41 @@
 //! The command-line interface proper (compiled out under `--cfg loom`, see `main.rs`).
+//!
+//! Read commands (`list`, `inspect`, `stats`, `check`) never adopt, recover or create; they and
+//! `recover` take `--json` for scripts; human output is one fact a line, sizes in binary units.
+//! `list` and `inspect` read a heap's files without mapping the heap ([`Heap::info_at`]).
+//! `inspect` shows a heap's shape and identity (configuration, regions, slot holders); `stats` shows its use (bytes, slab census by state and class,
+//! operation counters, huge heap); `check` its consistency, its dead holders and what `recover`
+//! would do for each.
+//!
+//! Exit status: 0 success (for `check`: consistent, no dead holder); 1 `check` found
+//! inconsistencies; 2 a usage error, or the heap could not be opened or read; 3 `check` found
+//! the heap consistent but slots held by dead processes (run `recover`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use cxlalloc::check::SlabState;
-use cxlalloc::class::Bracket;
-use cxlalloc::coherence::{DEVICE_FILE, WINDOW_FILE};
-use cxlalloc::mcas::{DeviceSpec, Window};
-use cxlalloc::{Coherence, Config, Heap, OpenError};
+use cxlalloc::{Coherence, Config, Heap, HeapInfo, McasInfo, OpenError, RecoveryPlan, SlotInfo};
+
+use crate::json::Json;
+use crate::out::{self, Out};
+
+/// Exit status of `check` on a heap with inconsistencies.
+const EXIT_INCONSISTENT: u8 = 1;
+/// Exit status of a usage error or a heap that could not be opened or read.
+const EXIT_ERROR: u8 = 2;
+/// Exit status of `check` on a consistent heap with slots held by dead processes.
+const EXIT_DEAD_HOLDERS: u8 = 3;
 
 #[derive(Parser)]
-#[command(name = "cxlalloc", version, about = "Manage cxlalloc shared heaps")]
+#[command(
+    name = "cxlalloc",
+    version,
+    about = "Manage cxlalloc shared heaps",
+    after_help = "Exit status: 0 success; 1 check found inconsistencies; 2 usage error or the heap \
+                  could not be opened; 3 check found the heap consistent but slots held by dead \
+                  processes (run `cxlalloc recover HEAP`)."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -49,26 +73,51 @@ enum Command {
         #[arg(long)]
         no_recovery: bool,
     },
-    /// Print a heap's configuration and a census of its slabs.
+    /// List the heaps in a directory (default: the named heaps in /dev/shm) with size, coherence
+    /// model, slot holders (alive or dead) and whether a check is advised. Reads the heaps'
+    /// files only: nothing is mapped, adopted or changed.
+    List {
+        /// Directory to list (every subdirectory is taken as a heap).
+        dir: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a heap's shape and identity: configuration, regions, storage, slot holders (read
+    /// from its files, without mapping the heap).
     Inspect {
         /// Heap name or directory path.
         heap: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
-    /// Walk all metadata and report inconsistencies (exit status 1 if any).
+    /// Walk all metadata and report inconsistencies, dead slot holders and what `recover` would
+    /// do for each (exit status 1: inconsistent; 3: consistent but dead holders).
     Check {
         /// Heap name or directory path.
         heap: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
-    /// Print statistics: bytes by kind, operation counters, per-class occupancy.
+    /// Print a heap's use: bytes by kind, slab census by state and class, operation counters,
+    /// huge heap.
     Stats {
         /// Heap name or directory path.
         heap: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Adopt and repair every thread slot whose holder process died, then release it
     /// (printing what each recovery did).
     Recover {
         /// Heap name or directory path.
         heap: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Remove a heap (processes that have it open keep using it).
     Unlink {
@@ -108,80 +157,519 @@ fn is_path(heap: &str) -> bool {
     heap.contains('/')
 }
 
-fn open(heap: &str) -> Result<Heap, OpenError> {
-    if is_path(heap) {
-        Heap::open_at(Path::new(heap))
-    } else {
-        Heap::open(heap)
-    }
+/// Why a command failed (exit status 2).
+#[derive(Debug)]
+enum Error {
+    /// The heap could not be opened, read or changed.
+    Open(OpenError),
+    /// A directory to list could not be read.
+    List(PathBuf, std::io::Error),
+    /// Standard output failed (other than a closed pipe, which ends output quietly).
+    Output(std::io::Error),
 }
 
-/// The heap's coherence model; for no-HWcc, its mCAS window and whether a device serves it.
-fn coherence_line(heap: &Heap) -> String {
-    let coherence = heap.config().coherence;
-    if coherence != Coherence::NoHwcc {
-        return coherence.name().to_string();
-    }
-    let dir = Path::new(&heap.location()).to_path_buf();
-    if let Ok(spec) = DeviceSpec::load(&dir.join(DEVICE_FILE)) {
-        return format!(
-            "none (mCAS device: registers {}, memory {} from {:#x})",
-            spec.registers.display(),
-            spec.memory.display(),
-            spec.memory_offset
-        );
-    }
-    let path = dir.join(WINDOW_FILE);
-    let served = match Window::open(&path) {
-        Ok(w) => {
-            w.served_by().map_or("not served: start cxlalloc-mcasd".to_string(), |pid| format!("served by pid {pid}"))
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Open(e) => write!(f, "{e}"),
+            Error::List(dir, e) => write!(f, "cannot list {}: {e}", dir.display()),
+            Error::Output(e) => write!(f, "cannot write output: {e}"),
         }
-        Err(e) => format!("unusable: {e}"),
-    };
-    format!("none (mCAS window {}, {served})", path.display())
+    }
 }
 
-fn print_stats(heap: &Heap, per_class: bool) {
-    let s = heap.stats();
-    println!("coherence model:       {}", coherence_line(heap));
-    println!("data bytes:            {}", s.data_bytes);
-    println!("HWcc metadata bytes:   {} ({} for recovery's help words)", s.hwcc_bytes, s.recovery_hwcc_bytes);
-    println!("SWcc metadata bytes:   {}", s.swcc_metadata_bytes);
-    println!("leased thread slots:   {}", s.leased_slots);
-    println!("counters:              {:?}", s.counters);
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Output(e)
+    }
+}
+
+fn open(heap: &str) -> Result<Heap, Error> {
+    if is_path(heap) { Heap::open_at(Path::new(heap)) } else { Heap::open(heap) }.map_err(Error::Open)
+}
+
+fn info(heap: &str) -> Result<HeapInfo, Error> {
+    if is_path(heap) { Heap::info_at(Path::new(heap)) } else { Heap::info(heap) }.map_err(Error::Open)
+}
+
+/// `bytes` in the largest binary unit that keeps the number at least 1, with up to one
+/// decimal: `512 B`, `4 KiB`, `1.5 GiB`.
+fn human(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut unit = 0;
+    while unit + 1 < UNITS.len() && bytes >= 1 << (10 * (unit + 1)) {
+        unit += 1;
+    }
+    if unit == 0 {
+        return format!("{bytes} B");
+    }
+    let tenths = (u128::from(bytes) * 10 + (1 << (10 * unit)) / 2) >> (10 * unit);
+    match tenths % 10 {
+        0 => format!("{} {}", tenths / 10, UNITS[unit]),
+        d => format!("{}.{d} {}", tenths / 10, UNITS[unit]),
+    }
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+/// "alive" or "dead".
+fn liveness(s: &SlotInfo) -> &'static str {
+    if s.alive {
+        "alive"
+    } else {
+        "dead"
+    }
+}
+
+fn holder_json(s: &SlotInfo) -> Json {
+    let in_flight = s
+        .in_flight
+        .iter()
+        .map(|i| Json::object([("operation", i.operation.clone().into()), ("recovery", i.recovery.clone().into())]))
+        .collect();
+    Json::object([
+        ("slot", s.slot.into()),
+        ("pid", s.pid.into()),
+        ("alive", s.alive.into()),
+        ("in_flight", Json::Array(in_flight)),
+    ])
+}
+
+fn mcas_line(m: &McasInfo) -> String {
+    match m {
+        McasInfo::Window { path, served_by: Some(pid) } => format!("window {}, served by pid {pid}", path.display()),
+        McasInfo::Window { path, served_by: None } => {
+            format!("window {}, not served: start cxlalloc-mcasd before attaching threads", path.display())
+        }
+        McasInfo::WindowUnusable { path, reason } => format!("window {} unusable: {reason}", path.display()),
+        McasInfo::Device { registers, memory, memory_offset } => {
+            format!("device: registers {}, memory {} from {memory_offset:#x}", registers.display(), memory.display())
+        }
+    }
+}
+
+fn mcas_json(m: &McasInfo) -> Json {
+    match m {
+        McasInfo::Window { path, served_by } => Json::object([
+            ("kind", "window".into()),
+            ("path", path.display().to_string().into()),
+            ("served_by", (*served_by).into()),
+        ]),
+        McasInfo::WindowUnusable { path, reason } => Json::object([
+            ("kind", "window".into()),
+            ("path", path.display().to_string().into()),
+            ("error", reason.clone().into()),
+        ]),
+        McasInfo::Device { registers, memory, memory_offset } => Json::object([
+            ("kind", "device".into()),
+            ("registers", registers.display().to_string().into()),
+            ("memory", memory.display().to_string().into()),
+            ("memory_offset", (*memory_offset).into()),
+        ]),
+    }
+}
+
+/// Total data capacity: small + large + huge.
+fn capacity(c: &Config) -> u64 {
+    c.small_capacity.saturating_add(c.large_capacity).saturating_add(c.huge_capacity)
+}
+
+/// Why a check is advised for a heap, if it is.
+fn advice(info: &HeapInfo) -> Option<String> {
+    match (&info.holders, info.dead_holders()) {
+        (Err(e), _) => Some(format!("slot table unreadable ({e})")),
+        (Ok(_), 0) => None,
+        (Ok(_), 1) => Some("1 slot held by a dead process".to_string()),
+        (Ok(_), n) => Some(format!("{n} slots held by dead processes")),
+    }
+}
+
+/// One entry of `list`: a heap's summary, or why the entry is not a usable heap.
+fn list_entry(out: &mut Out, name: &str, path: &Path, json: bool) -> std::io::Result<Json> {
+    let found =
+        if path.is_dir() { Heap::info_at(path).map_err(|e| e.to_string()) } else { Err("not a directory".to_string()) };
+    let info = match found {
+        Ok(info) => info,
+        Err(reason) => {
+            if !json {
+                out.line(format_args!("{name}"))?;
+                out.fact("  path", path.display())?;
+                out.fact("  not usable", &reason)?;
+            }
+            return Ok(Json::object([
+                ("name", name.into()),
+                ("path", path.display().to_string().into()),
+                ("error", reason.into()),
+            ]));
+        }
+    };
+    let c = &info.config;
+    let advice = advice(&info);
+    let holders = info.holders.as_ref().ok();
+    if !json {
+        out.line(format_args!("{name}"))?;
+        out.fact("  path", path.display())?;
+        out.fact("  capacity", human(capacity(c)))?;
+        out.fact("  memory in use", human(info.stored_bytes))?;
+        out.fact("  coherence model", c.coherence.name())?;
+        match holders {
+            Some(h) => out.fact("  slots leased", format_args!("{} of {}", h.len(), c.thread_slots))?,
+            None => out.fact("  slots leased", "unknown")?,
+        }
+        for s in holders.into_iter().flatten() {
+            out.fact(&format!("  slot {}", s.slot), format_args!("pid {} ({})", s.pid, liveness(s)))?;
+        }
+        match &advice {
+            Some(why) => out.fact("  check advised", format_args!("yes: {why}"))?,
+            None => out.fact("  check advised", "no")?,
+        }
+    }
+    Ok(Json::object([
+        ("name", name.into()),
+        ("path", path.display().to_string().into()),
+        ("capacity_bytes", capacity(c).into()),
+        ("stored_bytes", info.stored_bytes.into()),
+        ("coherence", c.coherence.name().into()),
+        ("thread_slots", c.thread_slots.into()),
+        ("slots_leased", holders.map(Vec::len).into()),
+        ("holders", holders.map_or(Json::Null, |h| Json::Array(h.iter().map(holder_json).collect()))),
+        ("check_advised", advice.is_some().into()),
+        ("advice", advice.into()),
+    ]))
+}
+
+fn list(out: &mut Out, dir: Option<PathBuf>, json: bool) -> Result<(), Error> {
+    let (dir, entries) = match dir {
+        None => {
+            let dir = Heap::named_dir();
+            let entries = Heap::named_heaps().map_err(|e| Error::List(dir.clone(), e))?;
+            (dir, entries)
+        }
+        Some(dir) => {
+            let mut entries: Vec<(String, PathBuf)> = std::fs::read_dir(&dir)
+                .map_err(|e| Error::List(dir.clone(), e))?
+                .flatten()
+                .filter(|e| e.path().is_dir())
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    (!name.starts_with('.')).then(|| (name, e.path()))
+                })
+                .collect();
+            entries.sort();
+            (dir, entries)
+        }
+    };
+    if !json && entries.is_empty() {
+        out.line(format_args!("no heaps in {}", dir.display()))?;
+    }
+    let mut heaps = Vec::new();
+    for (i, (name, path)) in entries.iter().enumerate() {
+        if i > 0 && !json {
+            out.line(format_args!(""))?;
+        }
+        heaps.push(list_entry(out, name, path, json)?);
+    }
+    if json {
+        let doc = Json::object([("directory", dir.display().to_string().into()), ("heaps", Json::Array(heaps))]);
+        out.line(format_args!("{doc}"))?;
+    }
+    Ok(())
+}
+
+fn inspect(out: &mut Out, heap: &str, json: bool) -> Result<(), Error> {
+    let info = info(heap)?;
+    let c = &info.config;
+    let holders = info.holders.as_ref().ok();
+    if json {
+        let regions = info
+            .regions
+            .iter()
+            .map(|r| Json::object([("name", r.name.into()), ("bytes", r.bytes.into()), ("hwcc", r.hwcc.into())]))
+            .collect();
+        let doc = Json::object([
+            ("path", info.path.display().to_string().into()),
+            ("layout_version", info.layout_version.into()),
+            ("coherence", c.coherence.name().into()),
+            ("mcas", info.mcas.as_ref().map_or(Json::Null, mcas_json)),
+            ("recovery", c.recovery.into()),
+            ("commit_on_grow", c.commit_on_grow.into()),
+            ("small_capacity_bytes", c.small_capacity.into()),
+            ("large_capacity_bytes", c.large_capacity.into()),
+            ("huge_capacity_bytes", c.huge_capacity.into()),
+            ("thread_slots", c.thread_slots.into()),
+            ("small_batch_slabs", c.small_batch.into()),
+            ("large_batch_slabs", c.large_batch.into()),
+            ("cached_empty_slabs", c.cache_local.into()),
+            ("reserved_bytes", info.reserved_bytes.into()),
+            ("stored_bytes", info.stored_bytes.into()),
+            ("regions", Json::Array(regions)),
+            ("holders", holders.map_or(Json::Null, |h| Json::Array(h.iter().map(holder_json).collect()))),
+            ("holders_error", info.holders.as_ref().err().cloned().into()),
+        ]);
+        return Ok(out.line(format_args!("{doc}"))?);
+    }
+    out.fact("path", info.path.display())?;
+    out.fact("layout version", info.layout_version)?;
+    out.fact("coherence model", c.coherence.name())?;
+    if let Some(m) = &info.mcas {
+        out.fact("mCAS", mcas_line(m))?;
+    }
+    out.fact("crash recovery", if c.recovery { "on" } else { "off" })?;
+    out.fact("commit on grow", yes_no(c.commit_on_grow))?;
+    out.fact("small capacity", human(c.small_capacity))?;
+    out.fact("large capacity", human(c.large_capacity))?;
+    out.fact("huge capacity", if c.huge_capacity == 0 { "none".to_string() } else { human(c.huge_capacity) })?;
+    out.fact("small growth batch", format_args!("{} slabs", c.small_batch))?;
+    out.fact("large growth batch", format_args!("{} slabs", c.large_batch))?;
+    out.fact("empty slabs per thread", c.cache_local)?;
+    out.fact("address space reserved", human(info.reserved_bytes))?;
+    out.fact("memory in use", human(info.stored_bytes))?;
+    for r in &info.regions {
+        let kind = if r.hwcc { "HWcc" } else { "SWcc" };
+        out.fact(&format!("region {}", r.name), format_args!("{} ({kind})", human(r.bytes)))?;
+    }
+    out.fact("thread slots", c.thread_slots)?;
+    match &info.holders {
+        Ok(h) => {
+            out.fact("slots leased", h.len())?;
+            for s in h {
+                out.fact(&format!("slot {}", s.slot), format_args!("pid {} ({})", s.pid, liveness(s)))?;
+                for i in &s.in_flight {
+                    out.fact(&format!("slot {} in flight", s.slot), &i.operation)?;
+                }
+            }
+        }
+        Err(e) => out.fact("slots leased", format_args!("unknown: {e}"))?,
+    }
+    if info.dead_holders() > 0 {
+        out.fact("advice", format_args!("dead holders: run `cxlalloc check {heap}`, then `cxlalloc recover {heap}`"))?;
+    }
+    Ok(())
+}
+
+fn stats(out: &mut Out, heap: &str, json: bool) -> Result<(), Error> {
+    let s = open(heap)?.stats();
+    let counters = [
+        ("remote frees", "remote_frees", s.counters.remote_frees),
+        ("slabs bumped", "slabs_bumped", s.counters.slabs_bumped),
+        ("global list pops", "global_pops", s.counters.global_pops),
+        ("global list pushes", "global_pushes", s.counters.global_pushes),
+        ("claims", "claims", s.counters.claims),
+        ("detaches", "detaches", s.counters.detaches),
+        ("disowns", "disowns", s.counters.disowns),
+    ];
     let h = &s.huge;
-    println!(
-        "huge:                  {}/{} slots claimed, {} live ({} bytes), {} freed awaiting reclaim, {} hazards, {} mapped here",
-        h.claimed_slots, h.slots, h.live, h.live_bytes, h.freed, h.hazards, s.huge_mapped_here
-    );
-    for b in Bracket::ALL {
-        let c = &s.brackets[b as usize];
-        let states: Vec<String> = SlabState::ALL.iter().map(|&st| format!("{} {}", st.name(), c.slabs(st))).collect();
-        println!(
-            "{:>5} slabs {}/{}: {}; live blocks {}",
-            b.name(),
-            c.length,
-            c.capacity,
-            states.join(", "),
-            c.live_blocks()
-        );
-        if per_class {
-            for (i, k) in c.classes.iter().enumerate().filter(|(_, k)| k.slabs > 0) {
-                let size = b.spec().class(i as u32 + 1).map_or(0, |info| info.size);
-                println!(
-                    "        class {:>3} ({size:>6} B): {} slabs, {} live, {} free, {} freed remotely",
-                    i + 1,
+    if json {
+        let brackets = s
+            .brackets
+            .iter()
+            .map(|b| {
+                let classes = b
+                    .classes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, k)| k.slabs > 0)
+                    .map(|(i, k)| {
+                        Json::object([
+                            ("class", (i + 1).into()),
+                            ("block_bytes", k.block_bytes.into()),
+                            ("slabs", k.slabs.into()),
+                            ("live_blocks", k.live_blocks().into()),
+                            ("free_blocks", k.free_blocks.into()),
+                            ("remote_freed_blocks", k.remote_freed.into()),
+                        ])
+                    })
+                    .collect();
+                Json::object([
+                    ("name", b.name.into()),
+                    ("slab_bytes", b.slab_bytes.into()),
+                    ("length_slabs", b.length.into()),
+                    ("capacity_slabs", b.capacity.into()),
+                    ("slabs_by_state", Json::Object(b.states().map(|(n, v)| (n, v.into())).collect())),
+                    ("live_blocks", b.live_blocks().into()),
+                    ("classes", Json::Array(classes)),
+                ])
+            })
+            .collect();
+        let doc = Json::object([
+            ("data_bytes", s.data_bytes.into()),
+            ("hwcc_metadata_bytes", s.hwcc_bytes.into()),
+            ("recovery_hwcc_bytes", s.recovery_hwcc_bytes.into()),
+            ("swcc_metadata_bytes", s.swcc_metadata_bytes.into()),
+            ("brackets", Json::Array(brackets)),
+            ("counters", Json::Object(counters.iter().map(|&(_, k, v)| (k, v.into())).collect())),
+            (
+                "huge",
+                Json::object([
+                    ("slots", h.slots.into()),
+                    ("claimed_slots", h.claimed_slots.into()),
+                    ("live_blocks", h.live.into()),
+                    ("live_bytes", h.live_bytes.into()),
+                    ("freed_awaiting_reclaim", h.freed.into()),
+                    ("hazards", h.hazards.into()),
+                    ("mapped_here", s.huge_mapped_here.into()),
+                ]),
+            ),
+        ]);
+        return Ok(out.line(format_args!("{doc}"))?);
+    }
+    out.fact("data in slabs", human(s.data_bytes))?;
+    out.fact("HWcc metadata", format_args!("{} ({} for recovery)", human(s.hwcc_bytes), human(s.recovery_hwcc_bytes)))?;
+    out.fact("SWcc metadata", human(s.swcc_metadata_bytes))?;
+    for b in &s.brackets {
+        let n = b.name;
+        out.fact(&format!("{n} slabs"), format_args!("{} of {} ({} each)", b.length, b.capacity, human(b.slab_bytes)))?;
+        for (state, count) in b.states() {
+            out.fact(&format!("{n} slabs {state}"), count)?;
+        }
+        out.fact(&format!("{n} live blocks"), b.live_blocks())?;
+        for (i, k) in b.classes.iter().enumerate().filter(|(_, k)| k.slabs > 0) {
+            out.fact(
+                &format!("{n} class {}", i + 1),
+                format_args!(
+                    "{} blocks: {} slabs, {} live, {} free, {} freed remotely",
+                    human(k.block_bytes.into()),
                     k.slabs,
                     k.live_blocks(),
                     k.free_blocks,
                     k.remote_freed
-                );
+                ),
+            )?;
+        }
+    }
+    if h.slots > 0 {
+        out.fact("huge slots claimed", format_args!("{} of {}", h.claimed_slots, h.slots))?;
+        out.fact("huge live blocks", format_args!("{} ({})", h.live, human(h.live_bytes)))?;
+        out.fact("huge freed, unreclaimed", h.freed)?;
+        out.fact("huge hazards", h.hazards)?;
+        out.fact("huge mapped here", s.huge_mapped_here)?;
+    }
+    for (label, _, v) in counters {
+        out.fact(label, v)?;
+    }
+    Ok(())
+}
+
+fn plan_json(p: &RecoveryPlan) -> Json {
+    Json::object([
+        ("slot", p.slot.into()),
+        ("pid", p.pid.into()),
+        ("steps", p.steps.clone().into()),
+        ("blocked", p.blocked.clone().into()),
+    ])
+}
+
+fn check(out: &mut Out, heap: &str, json: bool) -> Result<ExitCode, Error> {
+    let h = open(heap)?;
+    let report = h.check();
+    let slots = h.slots();
+    let plans = h.recovery_plan();
+    let mut problems: Vec<String> = report.huge_problems.iter().map(|p| format!("huge: {p}")).collect();
+    problems.extend(report.problems.iter().map(|p| match p.slab {
+        Some(s) => format!("{} slab {s}: {}", p.bracket.name(), p.what),
+        None => format!("{}: {}", p.bracket.name(), p.what),
+    }));
+    let code = if !report.is_clean() {
+        EXIT_INCONSISTENT
+    } else if !plans.is_empty() {
+        EXIT_DEAD_HOLDERS
+    } else {
+        0
+    };
+    let verdict = match code {
+        EXIT_INCONSISTENT => "inconsistent",
+        EXIT_DEAD_HOLDERS => "consistent, dead holders await recovery",
+        _ => "consistent",
+    };
+    if json {
+        let doc = Json::object([
+            ("consistent", report.is_clean().into()),
+            ("verdict", verdict.into()),
+            ("problems", problems.into()),
+            ("slabs", Json::Object(report.brackets.iter().map(|b| (b.name, b.length.into())).collect())),
+            ("huge_blocks", report.huge.live.into()),
+            ("live_blocks", report.live_blocks().into()),
+            ("holders", Json::Array(slots.iter().map(holder_json).collect())),
+            ("dead_holders", Json::Array(plans.iter().map(plan_json).collect())),
+        ]);
+        out.line(format_args!("{doc}"))?;
+        return Ok(ExitCode::from(code));
+    }
+    for b in &report.brackets {
+        out.fact(&format!("{} slabs checked", b.name), b.length)?;
+    }
+    if report.huge.slots > 0 {
+        out.fact("huge blocks checked", report.huge.live + report.huge.freed)?;
+    }
+    out.fact("live blocks", report.live_blocks())?;
+    out.fact("slots leased", format_args!("{} ({} held by dead processes)", slots.len(), plans.len()))?;
+    for s in &slots {
+        out.fact(&format!("slot {}", s.slot), format_args!("pid {} ({})", s.pid, liveness(s)))?;
+        if s.alive {
+            for i in &s.in_flight {
+                out.fact(&format!("slot {} in flight", s.slot), &i.operation)?;
             }
         }
     }
+    for p in &plans {
+        out.fact(&format!("dead holder, slot {}", p.slot), format_args!("pid {}", p.pid))?;
+        match &p.blocked {
+            Some(why) => out.fact("  recover cannot", why)?,
+            None => {
+                for step in &p.steps {
+                    out.fact("  recover would", step)?;
+                }
+            }
+        }
+    }
+    out.fact("inconsistencies", problems.len())?;
+    for p in &problems {
+        out.fact("  problem", p)?;
+    }
+    out.fact("result", verdict)?;
+    if code == EXIT_DEAD_HOLDERS && plans.iter().all(|p| p.blocked.is_none()) {
+        out.fact("advice", format_args!("run `cxlalloc recover {heap}`"))?;
+    }
+    Ok(ExitCode::from(code))
 }
 
-fn run(cli: Cli) -> Result<ExitCode, OpenError> {
+fn recover(out: &mut Out, heap: &str, json: bool) -> Result<(), Error> {
+    let h = open(heap)?;
+    let reports = h.recover_dead();
+    let still_dead = h.dead_slots().len();
+    if json {
+        let recovered = reports
+            .iter()
+            .map(|r| {
+                Json::object([
+                    ("slot", r.slot.into()),
+                    ("dead_pid", r.dead_holder.map(|d| d.pid).into()),
+                    ("steps", r.steps().into()),
+                    ("micros", (r.duration.as_micros() as u64).into()),
+                ])
+            })
+            .collect();
+        let doc = Json::object([("recovered", Json::Array(recovered)), ("still_dead", still_dead.into())]);
+        return Ok(out.line(format_args!("{doc}"))?);
+    }
+    for r in &reports {
+        out.fact(&format!("slot {}", r.slot), format_args!("recovered in {:.1?}", r.duration))?;
+        for step in r.steps() {
+            out.fact("  recovery", step)?;
+        }
+    }
+    out.fact("slots recovered", reports.len())?;
+    out.fact("slots still dead", still_dead)?;
+    Ok(())
+}
+
+fn run(cli: Cli, out: &mut Out) -> Result<ExitCode, Error> {
     match cli.command {
         Command::Create {
             heap,
@@ -205,56 +693,46 @@ fn run(cli: Cli) -> Result<ExitCode, OpenError> {
                 ..d
             };
             let h = if is_path(&heap) {
-                Heap::create_at(Path::new(&heap), &config)?
+                Heap::create_at(Path::new(&heap), &config).map_err(Error::Open)?
             } else {
-                Heap::create(&heap, &config)?
+                Heap::create(&heap, &config).map_err(Error::Open)?
             };
-            println!("created {} (coherence {})", h.location(), coherence.name());
+            out.line(format_args!("created {} (coherence {})", h.location(), coherence.name()))?;
             if coherence == Coherence::NoHwcc && mcas_device.is_none() {
                 let which = if is_path(&heap) { format!("--heap-dir {heap}") } else { format!("--heap {heap}") };
-                println!("serve its mCAS window before attaching threads: cxlalloc-mcasd {which}");
+                out.line(format_args!("serve its mCAS window before attaching threads: cxlalloc-mcasd {which}"))?;
             }
         }
-        Command::Inspect { heap } => {
-            let h = open(&heap)?;
-            println!("location:              {}", h.location());
-            println!("configuration:         {:?}", h.config());
-            print_stats(&h, false);
-        }
-        Command::Check { heap } => {
-            let report = open(&heap)?.check();
-            print!("{report}");
-            if !report.is_clean() {
-                return Ok(ExitCode::FAILURE);
-            }
-        }
-        Command::Stats { heap } => print_stats(&open(&heap)?, true),
-        Command::Recover { heap } => {
-            let h = open(&heap)?;
-            let reports = h.recover_dead();
-            for r in &reports {
-                println!("{r}");
-            }
-            println!("{} slot(s) recovered; {} still dead", reports.len(), h.dead_slots().len());
-        }
+        Command::List { dir, json } => list(out, dir, json)?,
+        Command::Inspect { heap, json } => inspect(out, &heap, json)?,
+        Command::Check { heap, json } => return check(out, &heap, json),
+        Command::Stats { heap, json } => stats(out, &heap, json)?,
+        Command::Recover { heap, json } => recover(out, &heap, json)?,
         Command::Unlink { heap } => {
-            if is_path(&heap) {
-                Heap::unlink_at(Path::new(&heap))?
-            } else {
-                Heap::unlink(&heap)?
-            }
+            if is_path(&heap) { Heap::unlink_at(Path::new(&heap)) } else { Heap::unlink(&heap) }.map_err(Error::Open)?
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs the command line; the exit status says how it went.
+/// Runs the command line; the exit status says how it went (see the module docs).
 pub fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout, usage errors to stderr; a closed pipe is ignored.
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(EXIT_ERROR) } else { ExitCode::SUCCESS };
+        }
+    };
+    let mut out = Out::stdout();
+    let result = run(cli, &mut out);
+    let flushed = out.flush();
+    match result.and_then(|code| flushed.map(|()| code).map_err(Error::Output)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("cxlalloc: {e}");
-            ExitCode::from(2)
+            out::error(format_args!("cxlalloc: {e}"));
+            ExitCode::from(EXIT_ERROR)
         }
     }
 }
@@ -286,5 +764,15 @@ mod tests {
         assert_eq!(huge_capacity_for(Coherence::Limited, None), 0);
         assert_eq!(huge_capacity_for(Coherence::NoHwcc, None), 0);
         assert_eq!(huge_capacity_for(Coherence::NoHwcc, Some(1 << 30)), 1 << 30);
+    }
+
+    #[test]
+    fn sizes_are_shown_in_binary_units_with_one_decimal() {
+        assert_eq!(human(0), "0 B");
+        assert_eq!(human(1023), "1023 B");
+        assert_eq!(human(4096), "4 KiB");
+        assert_eq!(human(1536 << 20), "1.5 GiB");
+        assert_eq!(human(16 << 30), "16 GiB");
+        assert_eq!(human(1 << 40), "1 TiB");
     }
 }

@@ -1,4 +1,4 @@
-//! `cxlalloc`: create, inspect, check, show statistics of, and unlink heaps.
+//! `cxlalloc`: list, create, inspect, check, show statistics of, recover and unlink heaps.
 //!
 //! A HEAP argument containing `/` is a heap directory path; anything else is a heap name in
 //! `/dev/shm`.
@@ -7,6 +7,10 @@
 // CLI is compiled out; cargo still builds this binary for `tests/loom.rs`.
 #[cfg(not(loom))]
 mod cli;
+#[cfg(not(loom))]
+mod json;
+#[cfg(not(loom))]
+mod out;
 
 #[cfg(not(loom))]
 fn main() -> std::process::ExitCode {

@@ -1,0 +1,54 @@
+//! Standard output for the CLI: every line goes through [`Out`], which treats a closed pipe
+//! (`cxlalloc check NAME | head -1`) as the reader having seen enough: output stops quietly and
+//! the command still exits with its own status. (`println!` would panic there: Rust ignores
+//! `SIGPIPE`, so the write fails with `EPIPE`.)
+
+use std::fmt;
+use std::io::{self, Write};
+
+/// A line writer over standard output that stops quietly at a broken pipe.
+pub struct Out {
+    stdout: io::StdoutLock<'static>,
+    /// Set once the reader has gone: nothing more is written.
+    closed: bool,
+}
+
+impl Out {
+    /// Standard output, locked for the life of the command.
+    pub fn stdout() -> Self {
+        Out { stdout: io::stdout().lock(), closed: false }
+    }
+
+    /// Writes one line. A broken pipe ends the output silently; any other error is returned.
+    pub fn line(&mut self, args: fmt::Arguments<'_>) -> io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        match self.stdout.write_fmt(args).and_then(|()| self.stdout.write_all(b"\n")) {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// A `key: value` line, the key padded so that values line up (a longer key still gets one
+    /// space).
+    pub fn fact(&mut self, key: &str, value: impl fmt::Display) -> io::Result<()> {
+        self.line(format_args!("{:<25} {value}", format!("{key}:")))
+    }
+
+    /// Flushes what is buffered (a broken pipe is quiet here too).
+    pub fn flush(&mut self) -> io::Result<()> {
+        match self.stdout.flush() {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+            other => other,
+        }
+    }
+}
+
+/// Writes to standard error, ignoring failure: there is nowhere left to report it.
+pub fn error(args: fmt::Arguments<'_>) {
+    let _ = writeln!(io::stderr(), "{args}");
+}
