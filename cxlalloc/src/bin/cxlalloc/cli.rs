@@ -1,9 +1,9 @@
 //! The command-line interface proper (compiled out under `--cfg loom`, see `main.rs`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use cxlalloc::check::SlabState;
 use cxlalloc::class::Bracket;
 use cxlalloc::coherence::{DEVICE_FILE, WINDOW_FILE};
@@ -17,12 +17,46 @@ struct Cli {
     command: Command,
 }
 
+/// Which heap: a name (in /dev/shm), or a directory given with `--at`. A name is never read
+/// as a path, so `cxlalloc create ../x` is refused rather than made relative to the current
+/// directory.
+#[derive(Args)]
+struct Target {
+    /// Heap name: 1 to 246 characters of [A-Za-z0-9._-], the first not '.' or '-'; the heap
+    /// lives in /dev/shm/cxlalloc.NAME.
+    #[arg(required_unless_present = "at", conflicts_with = "at")]
+    name: Option<String>,
+    /// The heap in directory DIR (any path) instead of a named heap.
+    #[arg(long, value_name = "DIR")]
+    at: Option<PathBuf>,
+}
+
+impl Target {
+    fn open(&self) -> Result<Heap, OpenError> {
+        match (&self.at, &self.name) {
+            (Some(dir), _) => Heap::open_at(dir),
+            (None, Some(name)) => Heap::open(name),
+            // clap requires one of the two.
+            (None, None) => Err(no_target()),
+        }
+    }
+}
+
+fn no_target() -> OpenError {
+    OpenError::InvalidName { name: String::new(), reason: "give a heap name or --at DIR".into() }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Create a heap.
     Create {
-        /// Heap name (in /dev/shm) or directory path.
-        heap: String,
+        #[command(flatten)]
+        heap: Target,
+        /// Permission bits of the heap's files, in octal: 0600 (the default) for this user
+        /// only, 0660 to share with this user's group, 0666 with every local user. The heap
+        /// directory gets the matching search bits.
+        #[arg(long, value_parser = parse_mode)]
+        mode: Option<u32>,
         /// Bound on small-bracket data (e.g. 16G, 512M).
         #[arg(long, value_parser = parse_bytes)]
         small_capacity: Option<u64>,
@@ -51,29 +85,29 @@ enum Command {
     },
     /// Print a heap's configuration and a census of its slabs.
     Inspect {
-        /// Heap name or directory path.
-        heap: String,
+        #[command(flatten)]
+        heap: Target,
     },
     /// Walk all metadata and report inconsistencies (exit status 1 if any).
     Check {
-        /// Heap name or directory path.
-        heap: String,
+        #[command(flatten)]
+        heap: Target,
     },
     /// Print statistics: bytes by kind, operation counters, per-class occupancy.
     Stats {
-        /// Heap name or directory path.
-        heap: String,
+        #[command(flatten)]
+        heap: Target,
     },
     /// Adopt and repair every thread slot whose holder process died, then release it
     /// (printing what each recovery did).
     Recover {
-        /// Heap name or directory path.
-        heap: String,
+        #[command(flatten)]
+        heap: Target,
     },
     /// Remove a heap (processes that have it open keep using it).
     Unlink {
-        /// Heap name or directory path.
-        heap: String,
+        #[command(flatten)]
+        heap: Target,
     },
 }
 
@@ -104,16 +138,10 @@ fn huge_capacity_for(coherence: Coherence, given: Option<u64>) -> u64 {
     given.unwrap_or(if coherence == Coherence::Full { Config::default().huge_capacity } else { 0 })
 }
 
-fn is_path(heap: &str) -> bool {
-    heap.contains('/')
-}
-
-fn open(heap: &str) -> Result<Heap, OpenError> {
-    if is_path(heap) {
-        Heap::open_at(Path::new(heap))
-    } else {
-        Heap::open(heap)
-    }
+/// An octal permission mode (`0660`, `660` or `0o660`); `Config::validate` checks its bits.
+fn parse_mode(s: &str) -> Result<u32, String> {
+    let digits = s.trim().trim_start_matches("0o");
+    u32::from_str_radix(digits, 8).map_err(|_| format!("not an octal mode: {s:?} (e.g. 0660)"))
 }
 
 /// The heap's coherence model; for no-HWcc, its mCAS window and whether a device serves it.
@@ -189,6 +217,7 @@ fn run(cli: Cli) -> Result<ExitCode, OpenError> {
             large_capacity,
             slots,
             huge_capacity,
+            mode,
             coherence,
             mcas_device,
             no_recovery,
@@ -202,48 +231,46 @@ fn run(cli: Cli) -> Result<ExitCode, OpenError> {
                 coherence,
                 recovery: !no_recovery,
                 mcas_device: mcas_device.clone(),
+                mode: mode.unwrap_or(d.mode),
                 ..d
             };
-            let h = if is_path(&heap) {
-                Heap::create_at(Path::new(&heap), &config)?
-            } else {
-                Heap::create(&heap, &config)?
+            let (h, which) = match (&heap.at, &heap.name) {
+                (Some(dir), _) => (Heap::create_at(dir, &config)?, format!("--heap-dir {}", dir.display())),
+                (None, Some(name)) => (Heap::create(name, &config)?, format!("--heap {name}")),
+                (None, None) => return Err(no_target()),
             };
-            println!("created {} (coherence {})", h.location(), coherence.name());
+            println!("created {} (coherence {}, mode {:#o})", h.location(), coherence.name(), config.mode);
             if coherence == Coherence::NoHwcc && mcas_device.is_none() {
-                let which = if is_path(&heap) { format!("--heap-dir {heap}") } else { format!("--heap {heap}") };
                 println!("serve its mCAS window before attaching threads: cxlalloc-mcasd {which}");
             }
         }
         Command::Inspect { heap } => {
-            let h = open(&heap)?;
+            let h = heap.open()?;
             println!("location:              {}", h.location());
             println!("configuration:         {:?}", h.config());
             print_stats(&h, false);
         }
         Command::Check { heap } => {
-            let report = open(&heap)?.check();
+            let report = heap.open()?.check();
             print!("{report}");
             if !report.is_clean() {
                 return Ok(ExitCode::FAILURE);
             }
         }
-        Command::Stats { heap } => print_stats(&open(&heap)?, true),
+        Command::Stats { heap } => print_stats(&heap.open()?, true),
         Command::Recover { heap } => {
-            let h = open(&heap)?;
+            let h = heap.open()?;
             let reports = h.recover_dead();
             for r in &reports {
                 println!("{r}");
             }
             println!("{} slot(s) recovered; {} still dead", reports.len(), h.dead_slots().len());
         }
-        Command::Unlink { heap } => {
-            if is_path(&heap) {
-                Heap::unlink_at(Path::new(&heap))?
-            } else {
-                Heap::unlink(&heap)?
-            }
-        }
+        Command::Unlink { heap } => match (&heap.at, &heap.name) {
+            (Some(dir), _) => Heap::unlink_at(dir)?,
+            (None, Some(name)) => Heap::unlink(name)?,
+            (None, None) => return Err(no_target()),
+        },
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -270,6 +297,33 @@ mod tests {
         assert_eq!(parse_bytes("16G"), Ok(16 << 30));
         assert!(parse_bytes("x").is_err());
         assert!(parse_bytes("99999999999T").is_err());
+    }
+
+    #[test]
+    fn modes_are_octal() {
+        assert_eq!(parse_mode("0660"), Ok(0o660));
+        assert_eq!(parse_mode("600"), Ok(0o600));
+        assert_eq!(parse_mode("0o666"), Ok(0o666));
+        assert!(parse_mode("0880").is_err());
+        assert!(parse_mode("rw").is_err());
+    }
+
+    #[test]
+    fn a_name_with_a_slash_is_not_taken_as_a_path() {
+        let cli = Cli::try_parse_from(["cxlalloc", "create", "../evil"]);
+        let Ok(Cli { command: Command::Create { heap, .. } }) = cli else { panic!("create ../evil did not parse") };
+        assert!(heap.at.is_none());
+        assert!(matches!(
+            Heap::create(heap.name.as_deref().unwrap_or_default(), &Config::default()),
+            Err(OpenError::InvalidName { .. })
+        ));
+    }
+
+    #[test]
+    fn a_name_and_a_directory_are_exclusive() {
+        assert!(Cli::try_parse_from(["cxlalloc", "inspect", "h", "--at", "/tmp/h"]).is_err());
+        assert!(Cli::try_parse_from(["cxlalloc", "inspect"]).is_err());
+        assert!(Cli::try_parse_from(["cxlalloc", "inspect", "--at", "/tmp/h"]).is_ok());
     }
 
     #[test]
