@@ -232,10 +232,8 @@ fn a_huge_block_root_makes_in_another_users_heap_is_mapped_by_that_user() {
     }
     let dir = TempHeapDir::new("root-huge", "heap");
     let path = dir.path.clone();
-    as_nobody("create the heap", move || {
-        Heap::create_at(&path, &small(0o600)).map(drop).map_err(|e| e.to_string())
-    })
-    .succeeds();
+    as_nobody("create the heap", move || Heap::create_at(&path, &small(0o600)).map(drop).map_err(|e| e.to_string()))
+        .succeeds();
     // Root (this process) allocates a huge block in nobody's heap.
     let heap = Heap::open_at(&dir.path).unwrap();
     let off = huge_block(&heap);

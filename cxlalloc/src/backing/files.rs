@@ -162,10 +162,7 @@ impl Owner {
         let st = fstat(f).map_err(|e| sys("stat", path, e))?;
         let mixed = |what: String| Err(OpenError::MixedPermissions { path: path.to_path_buf(), what });
         if st.st_uid != self.uid || st.st_gid != self.gid {
-            return mixed(format!(
-                "owner {}:{}, the heap's is {}:{}",
-                st.st_uid, st.st_gid, self.uid, self.gid
-            ));
+            return mixed(format!("owner {}:{}, the heap's is {}:{}", st.st_uid, st.st_gid, self.uid, self.gid));
         }
         if st.st_mode & 0o7777 != mode {
             return mixed(format!("mode {:#o}, the heap's is {mode:#o}", st.st_mode & 0o7777));
@@ -372,7 +369,9 @@ impl FileBacking {
             let bytes = header.region_bytes[r as usize];
             let (mut f, path, at) = match plan {
                 Some((Place::Window(_), offsets)) if r.is_hwcc() => {
-                    let (f, path) = window_file.as_ref().ok_or_else(|| OpenError::InvalidConfig("mCAS window not opened".into()))?;
+                    let (f, path) = window_file
+                        .as_ref()
+                        .ok_or_else(|| OpenError::InvalidConfig("mCAS window not opened".into()))?;
                     (f.try_clone().map_err(io("dup", path))?, path.clone(), offsets[r as usize])
                 }
                 Some((Place::Device(spec), offsets)) if r.is_hwcc() => {
@@ -471,7 +470,9 @@ impl FileBacking {
         for r in RegionId::ALL {
             let (f, path, own) = match &plan {
                 Some((Place::Window(_), _)) if r.is_hwcc() => {
-                    let (f, path) = window_file.as_ref().ok_or_else(|| OpenError::InvalidConfig("mCAS window not opened".into()))?;
+                    let (f, path) = window_file
+                        .as_ref()
+                        .ok_or_else(|| OpenError::InvalidConfig("mCAS window not opened".into()))?;
                     (f.try_clone().map_err(io("dup", path))?, path.clone(), false)
                 }
                 Some((Place::Device(spec), _)) if r.is_hwcc() => {
@@ -482,7 +483,9 @@ impl FileBacking {
                         .map_err(io("open", &spec.memory))?;
                     (f, spec.memory.clone(), false)
                 }
-                _ if r == RegionId::Header => (hf.try_clone().map_err(io("dup", &header_path))?, header_path.clone(), false),
+                _ if r == RegionId::Header => {
+                    (hf.try_clone().map_err(io("dup", &header_path))?, header_path.clone(), false)
+                }
                 _ => {
                     let (f, path) = open_in(&dir_fd, dir, r.file_name(), false)?;
                     owner.check(&f, &path, header.mode)?;
@@ -602,7 +605,10 @@ impl Backing for FileBacking {
     }
 
     fn huge_objects(&self) -> Vec<(u64, u64)> {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else { return Vec::new() };
+        // Through the descriptor opened with the heap, not the path: a directory renamed or
+        // replaced since is not this heap's.
+        let own = PathBuf::from(format!("/proc/self/fd/{}", self.dir_fd.as_raw_fd()));
+        let Ok(entries) = std::fs::read_dir(&own) else { return Vec::new() };
         entries.flatten().filter_map(|e| e.file_name().to_str().and_then(HugeName::parse)).collect()
     }
 }
