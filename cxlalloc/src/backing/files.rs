@@ -21,7 +21,6 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, renameat2, FallocateFlags, OFlag, RenameFlags, AT_FDCWD};
@@ -287,6 +286,23 @@ fn zero_device_memory(spec: &DeviceSpec, bytes: u64) -> Result<(), OpenError> {
     Ok(())
 }
 
+/// Makes a fresh temporary directory in `parent` for a creation: `{CREATING_PREFIX}{pid}-{tid}-
+/// {nanos}`, unique to the calling thread (a name taken by an earlier creation of the same
+/// thread within the clock's resolution is retried with a later time).
+fn make_temp_dir(parent: &Path) -> Result<PathBuf, OpenError> {
+    let tid = nix::unistd::gettid();
+    let mut tries = 0;
+    loop {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let tmp = parent.join(format!("{CREATING_PREFIX}{}-{tid}-{nanos}", std::process::id()));
+        match mkdirat(AT_FDCWD, &tmp, Mode::from_bits_truncate(0o700)) {
+            Ok(()) => return Ok(tmp),
+            Err(Errno::EEXIST) if tries < 8 => tries += 1,
+            Err(e) => return Err(sys("create directory", &tmp, e)),
+        }
+    }
+}
+
 /// Opens the heap directory `dir` once, not following a symbolic link; every file of the heap
 /// is then opened relative to it.
 fn open_dir(dir: &Path) -> Result<OwnedFd, OpenError> {
@@ -298,20 +314,13 @@ fn open_dir(dir: &Path) -> Result<OwnedFd, OpenError> {
     }
 }
 
-/// Distinguishes temporary directories of concurrent creations in one process.
-static CREATIONS: AtomicU32 = AtomicU32::new(0);
-
 impl FileBacking {
     /// Creates a heap directory at `dir` with `header`; fails with `AlreadyExists` if one is there.
     /// A no-HWcc heap's HWcc regions go on `device` when one is given.
     pub fn create(dir: &Path, header: &Header, device: Option<DeviceSpec>) -> Result<Self, OpenError> {
         let (parent, _) = split_path(dir)?;
         remove_abandoned_creations(parent);
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-        // Relaxed: only uniqueness matters.
-        let seq = CREATIONS.fetch_add(1, Ordering::Relaxed);
-        let tmp = parent.join(format!("{CREATING_PREFIX}{}-{seq}-{nanos}", std::process::id()));
-        mkdirat(AT_FDCWD, &tmp, Mode::from_bits_truncate(0o700)).map_err(|e| sys("create directory", &tmp, e))?;
+        let tmp = make_temp_dir(parent)?;
         let plan = plan(header, device);
         let offsets = plan.as_ref().map_or([0; REGIONS], |(_, o)| *o);
         let home = plan.as_ref().map(|(place, _)| place.home(dir));
