@@ -414,7 +414,9 @@ impl FileBacking {
             }
             files.push(f);
         }
-        let st = fstat(&files[RegionId::Header as usize]).map_err(|e| sys("stat", tmp, e))?;
+        // The header region comes first (`RegionId::ALL`); its owner is the heap's.
+        let header_file = files.first().ok_or_else(|| OpenError::InvalidConfig("no header region".into()))?;
+        let st = fstat(header_file).map_err(|e| sys("stat", tmp, e))?;
         let owner = Owner { uid: st.st_uid, gid: st.st_gid, mode: header.mode };
         let files = files.try_into().map_err(|_| OpenError::InvalidConfig("region count".into()))?;
         Ok((dir_fd, files, owner))
