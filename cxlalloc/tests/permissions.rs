@@ -277,6 +277,21 @@ fn a_heap_shared_with_every_user_admits_another_users_huge_blocks() {
     assert!(files.iter().all(|&(_, m)| m == 0o666), "every file 0666: {files:?}");
 }
 
+#[test]
+fn the_checker_names_a_huge_object_whose_mode_was_changed() {
+    let _serial = serial();
+    let dir = TempHeapDir::new("check-huge", "heap");
+    let heap = Heap::create_at(&dir.path, &small(0o600)).unwrap();
+    let off = huge_block(&heap);
+    let clean = heap.check();
+    assert!(clean.is_clean(), "{clean}");
+    let object = file_modes(&dir.path).into_iter().find(|(n, _)| n.starts_with("huge-")).unwrap().0;
+    std::fs::set_permissions(dir.path.join(&object), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let report = heap.check().to_string();
+    assert!(report.contains(&format!("huge block at {off:#x}: backing object")), "{report}");
+    assert!(report.contains("mode 0o644"), "{report}");
+}
+
 // ---- Item 5: identity ---------------------------------------------------------------------
 
 #[test]

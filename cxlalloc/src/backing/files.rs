@@ -23,8 +23,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
+use nix::fcntl::AtFlags;
 use nix::fcntl::{openat, renameat2, FallocateFlags, OFlag, RenameFlags, AT_FDCWD};
-use nix::sys::stat::{fchmod, fstat, mkdirat, Mode};
+use nix::sys::stat::{fchmod, fstat, fstatat, mkdirat, Mode};
 use nix::unistd::{fchown, ftruncate, getegid, unlinkat, Gid, Uid, UnlinkatFlags};
 
 use super::{Backing, HugeName};
@@ -613,6 +614,26 @@ impl Backing for FileBacking {
 
     fn huge_dir(&self) -> Option<RawFd> {
         Some(self.dir_fd.as_raw_fd())
+    }
+
+    fn huge_object_problem(&self, name: &HugeName) -> Option<String> {
+        let o = self.owner;
+        let st = match fstatat(&self.dir_fd, name.as_cstr(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(e) => return Some(format!("stat: {e}")),
+        };
+        let mode = st.st_mode & 0o7777;
+        let owned = st.st_uid == o.uid && st.st_gid == o.gid;
+        // An object of another user made under the rules of `adopt_huge`: its group is the
+        // heap's (with group access), or it admits everyone.
+        let reachable = (st.st_gid == o.gid && o.mode & 0o060 == 0o060) || o.mode & 0o006 == 0o006;
+        if mode != o.mode || !(owned || reachable) {
+            return Some(format!(
+                "owner {}:{} mode {mode:#o}, the heap's is {}:{} mode {:#o}",
+                st.st_uid, st.st_gid, o.uid, o.gid, o.mode
+            ));
+        }
+        None
     }
 
     fn huge_objects(&self) -> Vec<(u64, u64)> {
