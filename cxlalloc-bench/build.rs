@@ -1,4 +1,4 @@
-//! Build script: the baselines that need system libraries (DESIGN §12.3).
+//! Build script: the baselines that need system libraries (docs/design.md §12.3).
 //!
 //! - Boost.Interprocess (Debian `libboost-dev`, header-only): when
 //!   `boost/interprocess/managed_shared_memory.hpp` is found, compiles `cshim/boost_shim.cpp`

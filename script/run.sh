@@ -3,7 +3,7 @@
 #
 # Installs what is missing (a C toolchain, the baselines' Debian packages, Rust, a Python venv
 # for plot/), builds the harness in release mode, runs every configuration of WORKLOAD
-# (driver -> coordinator -> worker processes, DESIGN.md §12), prints the results table, writes
+# (driver -> coordinator -> worker processes, docs/design.md §12), prints the results table, writes
 # one NDJSON line per worker process to results/NAME-DATE.ndjson, draws the figures into
 # results/NAME-DATE/ (PNG and PDF) and prints the headline ratios against the targets.
 # Exits non-zero when any run failed (the rest still run and are reported).

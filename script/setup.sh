@@ -33,7 +33,7 @@ ensure_cc() {
   command -v cc >/dev/null 2>&1 || apt_install build-essential pkg-config
 }
 
-# The system libraries of the baseline allocators (DESIGN §12.3): Boost.Interprocess
+# The system libraries of the baseline allocators (docs/design.md §12.3): Boost.Interprocess
 # (header-only) and PMDK libpmemobj. cxlalloc-bench's build.rs builds those baselines only when
 # it finds them; without them the `boost` and `pmdk` allocators are skipped, saying why, so a
 # failed install is a warning here, not an error.

@@ -1,4 +1,4 @@
-//! The CAS-latency microbenchmark (issue 6, DESIGN §9): what one compare-and-swap costs under
+//! The CAS-latency microbenchmark (issue 6, docs/design.md §9): what one compare-and-swap costs under
 //! each coherence model, from 1 to N threads contending on one word.
 //!
 //! - `native`: a hardware CAS on a cache-coherent word (full HWcc);

@@ -1,4 +1,4 @@
-//! Evaluation programs for cxlalloc (DESIGN §12).
+//! Evaluation programs for cxlalloc (docs/design.md §12).
 //!
 //! Binaries:
 //!

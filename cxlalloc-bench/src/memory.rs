@@ -1,4 +1,4 @@
-//! This process's memory, split into HWcc, SWcc and other (DESIGN §12.1).
+//! This process's memory, split into HWcc, SWcc and other (docs/design.md §12.1).
 //!
 //! The split comes from `/proc/self/smaps`: every mapping's `Pss` and `Rss` are attributed by an
 //! explicit region table ([`RegionTable`]) built from the heap directories this process has open.

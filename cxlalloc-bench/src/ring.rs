@@ -5,7 +5,7 @@
 //! published in a heap root; every process finds the rings from there. All-zero bytes are a valid
 //! empty board apart from the header, which its creator writes before publishing the offset.
 //!
-//! Coherence: the board lives in slab data, which DESIGN §2 calls software-coherent. The demo
+//! Coherence: the board lives in slab data, which docs/design.md §2 calls software-coherent. The demo
 //! runs only under `Coherence::Full` (the only model the library offers today), where plain
 //! atomics are coherent across processes; a SWcc device would need flush/invalidate around each
 //! access, which is the library's business, not this queue's.

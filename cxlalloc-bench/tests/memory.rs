@@ -1,4 +1,4 @@
-//! The memory split (DESIGN §12.1): smaps parsing, the explicit region table, and one live
+//! The memory split (docs/design.md §12.1): smaps parsing, the explicit region table, and one live
 //! measurement of a real `/dev/shm` heap.
 
 use std::path::PathBuf;

@@ -202,7 +202,7 @@ fn calibration_expects_the_table_values_exactly() {
     }
 }
 
-/// Checks one cluster's measured statistics against the table (DESIGN §12.2). Tolerances: set
+/// Checks one cluster's measured statistics against the table (docs/design.md §12.2). Tolerances: set
 /// share ±1 point; key size exactly in range and equal to the key's length; set value sizes in
 /// range; mean set value size ±5 % (the heavy tails make this the loosest; measured ≤ 1 %);
 /// one-hit-wonder share ±2 points (measured ≤ 0.3).

@@ -14,7 +14,7 @@
 //!   thread-local error slots are reached with `try_with` / `try_borrow_mut`. Should a panic
 //!   escape the library regardless, `extern "C"` functions abort the process rather than unwind
 //!   into C (Rust ≥ 1.81), so it is never undefined behaviour — only a crash, which the
-//!   library's policy (DESIGN §11) rules out on every public path.
+//!   library's policy (docs/design.md §11) rules out on every public path.
 
 use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
@@ -25,10 +25,10 @@ use std::ptr::{self, NonNull};
 
 use crate::error::{AllocError, ErrorCode, FreeError, OffsetError, OpenError};
 use crate::heap::Heap;
+use crate::heap::{ReallocError, ThreadHandle};
 use crate::layout::{Coherence, Config};
 use crate::offset::Offset;
 use crate::sync::{AtomicU64, Ordering};
-use crate::thread::{ReallocError, ThreadHandle};
 
 // ---------------------------------------------------------------------------------------------
 // Types shared with C

@@ -26,8 +26,8 @@
 
 use crate::class::{Bracket, LARGE_CLASSES, SMALL_CLASSES};
 use crate::error::OpenError;
-use crate::sync::AtomicU64;
-use crate::thread::record::ThreadRecord;
+use crate::persist::record::ThreadRecord;
+use crate::persist::shared::{SharedHeader, SlotLease, ROOTS};
 use crate::word::MAX_SLOTS;
 
 /// Alignment of every region and of the reservation base.
@@ -46,10 +46,8 @@ pub const MAX_HUGE_SLOTS: u32 = 1 << 14;
 pub const HAZARDS_PER_SET: usize = 32;
 /// Magic bytes at the start of the header.
 pub const MAGIC: [u8; 8] = *b"CXLALLOC";
-/// Number of application roots.
-pub const ROOTS: usize = 64;
 
-/// How the device keeps memory coherent between hosts (DESIGN §9.1). Recorded in the header;
+/// How the device keeps memory coherent between hosts (docs/design.md §9.1). Recorded in the header;
 /// every process of a heap runs the same model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[repr(u32)]
@@ -91,7 +89,7 @@ impl Coherence {
     }
 
     /// Bytes between consecutive per-slab and per-slot HWcc words: each mCAS target gets a
-    /// cache line of its own (DESIGN §9.1), the others pack 8-byte words.
+    /// cache line of its own (docs/design.md §9.1), the others pack 8-byte words.
     pub fn hwcc_stride(self) -> usize {
         match self {
             Coherence::NoHwcc => 64,
@@ -123,7 +121,7 @@ pub struct Config {
     /// Reserve backing store when the heap grows (`fallocate`), so a full `/dev/shm` is an
     /// out-of-memory error instead of a `SIGBUS` on first touch.
     pub commit_on_grow: bool,
-    /// Crash recovery (DESIGN §8): threads log every metadata transition and help each
+    /// Crash recovery (docs/design.md §8): threads log every metadata transition and help each
     /// other's detectable CASes, so that a dead slot can be adopted and repaired. Off only to
     /// measure what recovery costs: a slot whose holder died is then lost with its memory.
     pub recovery: bool,
@@ -557,49 +555,6 @@ pub struct BracketLayout {
     /// Slab data (in the data region).
     pub data: Span,
 }
-
-/// Per-bracket HWcc global words.
-///
-/// Region: shared (HWcc). Both words are written by any thread of any process with CAS only and
-/// carry a [`crate::word::Tagged`] value. Each sits on its own cache line: the length changes
-/// rarely, the global head often, and neither should slow the other.
-#[repr(C, align(64))]
-pub struct BracketGlobals {
-    /// Heap length in slabs (T1 bumps it). Monotone; a stale read only delays growth.
-    pub length: AtomicU64,
-    _pad0: [u8; 56],
-    /// Global free-list head: slab index + 1, 0 = empty (T2 pops, T9 pushes).
-    pub global_head: AtomicU64,
-    _pad1: [u8; 56],
-}
-
-/// One thread-slot lease.
-///
-/// Region: shared (HWcc). `holder` is claimed with CAS 0 → [`crate::word::Holder`] by an
-/// attaching thread and cleared by its holder (or an adopter). `tid` is written by the holder
-/// after claiming and never cleared: non-zero means the slot's record has been used (and its
-/// backing store reserved).
-#[repr(C)]
-pub struct SlotLease {
-    /// Packed [`crate::word::Holder`]; 0 = free.
-    pub holder: AtomicU64,
-    /// Kernel thread id of the holding thread.
-    pub tid: AtomicU64,
-}
-
-/// The fixed part of the shared region; the slot table follows it.
-///
-/// Region: shared (HWcc).
-#[repr(C)]
-pub struct SharedHeader {
-    /// Global words of the small and large brackets.
-    pub brackets: [BracketGlobals; 2],
-    /// Application roots: offsets (or any 64-bit value) updated with CAS by any process.
-    pub roots: [AtomicU64; ROOTS],
-}
-
-const _: () = assert!(std::mem::size_of::<BracketGlobals>() == 128);
-const _: () = assert!(std::mem::size_of::<SharedHeader>() % 64 == 0);
 
 /// Offsets of everything in the reservation, derived only from the header.
 #[derive(Clone, Debug)]

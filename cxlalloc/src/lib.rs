@@ -15,24 +15,48 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # Documentation
+//!
+//! - [`guide`]: the repository's README — building, running the benchmarks and tests, using the
+//!   heap from Rust, C and the command line, coherence models, recovery.
+//! - [`design`]: `docs/design.md`, how the allocator works (layout, size classes, the slab state
+//!   machine T1–T10, thread slots, the fault handler, the huge heap, recovery, coherence and
+//!   mCAS, the harness, tests, targets). Comments cite it as `docs/design.md §N`.
+//!
 //! # Layers
 //!
 //! Each module uses only modules above it in this list:
 //!
-//! 1. [`sync`] (atomics facade), [`word`] (packed-word decoders), [`class`] (size classes)
+//! 1. [`sync`] (atomics facade), [`word`] (packed-word decoders), [`class`] (size classes),
+//!    [`error`] (the error enums), [`offset`], [`identity`] (slot holders and their liveness)
 //! 2. [`protocol`] — the lock-free CAS protocols, model-checked with loom
-//! 3. [`map`] (mmap) → [`backing`] (region storage) → [`layout`] (header and offsets);
+//! 3. [`persist`] — every type that lives in heap memory (descriptors, thread records, redo
+//!    words, slot leases, globals, huge descriptors)
+//! 4. [`map`] (mmap) → [`backing`] (region storage) → [`layout`] (header and offsets);
 //!    [`mcas`] (the mCAS window, client and software device) → [`coherence`] (the coherence
 //!    models: SWcc flushes, HWcc words through mCAS)
-//! 4. [`mem`] — a mapped heap and its checked accessors (the raw-memory boundary)
-//! 5. [`slab`] (the state machine), [`thread`] (slots, records, redo log) and [`huge`] (its
-//!    [`huge::view`] sits at layer 4: the fault handler reaches it through [`mem`]); [`crash`]
-//!    marks their crash points
-//! 6. [`signal`] (SIGSEGV handler for growth and huge blocks), [`check`] and [`stats`];
+//! 5. [`mem`] — a mapped heap and its checked accessors (the raw-memory boundary)
+//! 6. [`slab`] (the state machine) and [`huge`] (its [`huge::view`] sits at layer 5: the fault
+//!    handler reaches it through [`mem`]); [`crash`] marks their crash points
+//! 7. [`signal`] (SIGSEGV handler for growth and huge blocks), [`check`] and [`stats`];
 //!    [`recovery`] (adoption and repair of a dead slot)
-//! 7. [`heap`] (public API) → [`ffi`] (C API)
+//! 8. [`heap`] (public API: [`Heap`], and [`ThreadHandle`], a thread's lease on a slot with
+//!    the allocation fast paths) → [`ffi`] (C API)
+//!
+//! `tests/layers.rs` reads the sources and fails on an import against this order or on a
+//! dependency cycle between files.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
+
+/// The user guide: the repository's `README.md`, rendered here so that `cargo doc` has a
+/// guide-level page. Its Rust examples are compiled as doctests.
+#[doc = include_str!("../../README.md")]
+pub mod guide {}
+
+/// The design document, `docs/design.md`: what the code does and why, with the section numbers
+/// that comments cite (`docs/design.md §N`).
+#[doc = include_str!("../../docs/design.md")]
+pub mod design {}
 
 pub mod sync;
 pub mod word;
@@ -58,6 +82,8 @@ pub mod heap;
 #[cfg(not(loom))]
 pub mod huge;
 #[cfg(not(loom))]
+pub mod identity;
+#[cfg(not(loom))]
 pub mod layout;
 #[cfg(not(loom))]
 pub mod map;
@@ -68,6 +94,8 @@ pub mod mem;
 #[cfg(not(loom))]
 pub mod offset;
 #[cfg(not(loom))]
+pub mod persist;
+#[cfg(not(loom))]
 pub mod recovery;
 #[cfg(not(loom))]
 pub mod signal;
@@ -75,30 +103,27 @@ pub mod signal;
 pub mod slab;
 #[cfg(not(loom))]
 pub mod stats;
-#[cfg(not(loom))]
-pub mod thread;
 
 #[cfg(not(loom))]
 pub use crate::{
     check::Report,
     error::{AdoptError, AllocError, AttachError, ErrorCode, FreeError, OffsetError, OpenError},
-    heap::Heap,
+    heap::{Heap, ReallocError, ThreadHandle},
     layout::{Coherence, Config},
     offset::Offset,
     recovery::RecoveryReport,
     stats::Stats,
-    thread::{ReallocError, ThreadHandle},
 };
 
 #[cfg(not(loom))]
 impl Heap {
     /// Walks all metadata and reports inconsistencies and a census by slab state.
     pub fn check(&self) -> Report {
-        check::check(self)
+        check::check(self.mem())
     }
 
     /// Statistics: census, counters, HWcc/SWcc bytes.
     pub fn stats(&self) -> Stats {
-        stats::stats(self)
+        stats::stats(self.mem())
     }
 }

@@ -12,11 +12,12 @@ use crate::coherence::hwcc::{Hw, Targets};
 use crate::coherence::{window_geometry, McasHub, Site, Swcc};
 use crate::error::OpenError;
 use crate::huge::view::HugeView;
-use crate::layout::{BracketGlobals, Coherence, Header, Layout, RegionId, SharedHeader, SlotLease, Span, HEADER_BYTES};
+use crate::layout::{Coherence, Header, Layout, RegionId, Span, HEADER_BYTES};
 use crate::map;
-use crate::slab::descriptor::{Descriptor, DescriptorHead};
+use crate::persist::descriptor::{Descriptor, DescriptorHead};
+use crate::persist::record::ThreadRecord;
+use crate::persist::shared::{BracketGlobals, SharedHeader, SlotLease};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
-use crate::thread::record::ThreadRecord;
 use crate::word::Tagged;
 
 /// A slab index checked against the heap's length: its descriptor, counter and data exist.
@@ -567,7 +568,7 @@ impl HeapMem {
     pub fn word_at(&self, off: u64) -> Option<&AtomicU64> {
         let off = usize::try_from(off).ok()?;
         let roots = self.layout.region(RegionId::Shared).offset + std::mem::offset_of!(SharedHeader, roots);
-        let in_roots = off >= roots && off < roots + std::mem::size_of::<[AtomicU64; crate::layout::ROOTS]>();
+        let in_roots = off >= roots && off < roots + std::mem::size_of::<[AtomicU64; crate::persist::shared::ROOTS]>();
         let in_data = self.bracket_at(off).is_some() || self.huge().is_some_and(|h| h.span.contains(off));
         if off % 8 != 0 || !(in_roots || in_data) {
             return None;

@@ -3,10 +3,10 @@
 use crate::check::huge::HugeCensus;
 use crate::check::{self, BracketCensus};
 use crate::class::Bracket;
-use crate::heap::Heap;
+use crate::mem::HeapMem;
+use crate::persist::record::ThreadRecord;
 use crate::protocol::hazard;
 use crate::sync::Ordering;
-use crate::thread::record::ThreadRecord;
 
 /// Slow-path operation counts summed over all thread slots.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -54,9 +54,8 @@ pub struct Stats {
 }
 
 /// Collects statistics (walks the heap like the checker; see its caveats on concurrency).
-pub fn stats(heap: &Heap) -> Stats {
-    let report = check::check(heap);
-    let mem = heap.mem();
+pub fn stats(mem: &HeapMem) -> Stats {
+    let report = check::check(mem);
     let mut counters = OpCounters::default();
     for slot in mem.used_slots() {
         let c = &mem.record(slot).counters;

@@ -137,7 +137,7 @@ impl Holder {
 pub struct HugeStatus {
     /// The allocation's generation.
     pub generation: u64,
-    /// The state bits (see [`crate::huge::descriptor::HugeState`]).
+    /// The state bits (see [`crate::persist::huge::HugeState`]).
     pub state: u8,
 }
 
@@ -164,7 +164,7 @@ impl HugeStatus {
 /// +------------------------+-------------------------------------------+
 /// ```
 ///
-/// The generation (low bits of the allocation's [`crate::huge::descriptor::HugeDescriptor`]
+/// The generation (low bits of the allocation's [`crate::persist::huge::HugeDescriptor`]
 /// generation) tells two allocations at one offset apart, so a stale entry for a freed
 /// allocation never pins a newer one at the same address. 0 means an empty entry (offset 0 is
 /// the header, never a huge block).

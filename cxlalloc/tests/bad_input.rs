@@ -1,4 +1,4 @@
-//! DESIGN.md §11: every kind of bad input gets a clear, typed error and leaves the heap intact
+//! docs/design.md §11: every kind of bad input gets a clear, typed error and leaves the heap intact
 //! (the checker stays clean and earlier blocks keep their contents).
 
 use std::path::PathBuf;

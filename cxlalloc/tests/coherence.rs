@@ -1,4 +1,4 @@
-//! The coherence models (DESIGN §9.1): the model is fixed at creation and checked at open; the
+//! The coherence models (docs/design.md §9.1): the model is fixed at creation and checked at open; the
 //! no-HWcc model keeps its HWcc words in an mCAS window and runs every CAS on them through the
 //! software mCAS device, from threads and from processes.
 

@@ -1,4 +1,4 @@
-//! Source-tree rule (STYLE.md §5): every atomic, fence and cell comes from `crate::sync`, so the
+//! Source-tree rule (docs/design.md §13): every atomic, fence and cell comes from `crate::sync`, so the
 //! loom models see every protocol.
 
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! The huge heap (DESIGN §7): blocks above 512 KiB, each with its own backing object, shared
+//! The huge heap (docs/design.md §7): blocks above 512 KiB, each with its own backing object, shared
 //! across real processes (`fork`; each child opens the heap by name), freed by any of them,
 //! with hazards keeping a block alive while some process still maps it.
 //!

@@ -1,4 +1,4 @@
-//! `loom` models of the lock-free protocols in `cxlalloc::protocol` (DESIGN §4, §5, §13).
+//! `loom` models of the lock-free protocols in `cxlalloc::protocol` (docs/design.md §4, §5, §13).
 //!
 //! Every model drives the *real* protocol functions (`global_list`, `length`, `remote`, `lease`,
 //! `cached_word`, `hazard`, `detectable`), which `cxlalloc::sync` compiles against loom's atomics under `--cfg loom`. The
@@ -831,7 +831,7 @@ fn remote_load_then_store_decrement_is_caught() {
 }
 
 // ------------------------------------------------------------------------------------------------
-// (d) Thread-slot lease (§5)
+// (d) Thread-slot lease (docs/design.md §5)
 // ------------------------------------------------------------------------------------------------
 
 struct Slots {
@@ -1021,7 +1021,7 @@ fn cached_word_without_clearing_bits_is_caught() {
 }
 
 // ------------------------------------------------------------------------------------------------
-// (f) Huge-heap hazards (§7): publish before map, reclaim only when freed and hazard-free
+// (f) Huge-heap hazards (docs/design.md §7): publish before map, reclaim only when freed and hazard-free
 // ------------------------------------------------------------------------------------------------
 
 const LIVE: u64 = 1;
@@ -1140,7 +1140,7 @@ fn hazard_reclaim_without_fence_is_caught() {
 }
 
 // ------------------------------------------------------------------------------------------------
-// (g) Detectable CAS (§8.2, §14.1): help words and recovery's "did my last CAS take effect?"
+// (g) Detectable CAS (docs/design.md §8.2, §14.1): help words and recovery's "did my last CAS take effect?"
 // ------------------------------------------------------------------------------------------------
 
 /// The slot whose last operation a crash interrupts.

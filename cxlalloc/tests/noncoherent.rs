@@ -1,4 +1,4 @@
-//! The allocator under the non-coherence simulator (DESIGN §9.3; feature `noncoherent-sim`):
+//! The allocator under the non-coherence simulator (docs/design.md §9.3; feature `noncoherent-sim`):
 //! each forked child is a simulated host whose records and descriptors live in a private
 //! write-back cache, so only what the SWcc protocol writes back reaches the other hosts.
 //!

@@ -1,6 +1,6 @@
 // Constants shared by the mCAS unit, its memory model and its testbenches.
 //
-// The wire format of the published prototype (DESIGN.md §9.2), little-endian, byte 0 in bits [7:0]:
+// The wire format of the published prototype (docs/design.md §9.2), little-endian, byte 0 in bits [7:0]:
 //   spwr line (64 B): bytes 0-7 expected, 8-15 swap, 16-23 target byte address, 24-31 requester id,
 //                     32-63 padding;
 //   sprd answer (16 B): bytes 0-7 previous value, 8-15 success flag (1 = swapped, 0 = not).

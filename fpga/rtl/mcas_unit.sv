@@ -1,5 +1,5 @@
 // Near-memory compare-and-swap (mCAS) unit: the memory-side logic of paper §4 / Figure 6 for CXL
-// devices without inter-host cache coherence (DESIGN.md §9).
+// devices without inter-host cache coherence (docs/design.md §9).
 //
 // Protocol. A requester (one host thread, identified by its slot) first sends a spwr ("special
 // write") carrying a 64-byte line {expected, swap, target, requester id}; the unit parks those
@@ -98,7 +98,7 @@ module mcas_unit
   wire [63:0] line_id = req_line[255:192];
 
   // The full 64-bit id is compared, never a truncated index: id NUM_REQUESTERS + k must not land in
-  // register k (the published prototype overran its slot array this way, DESIGN.md §14.7).
+  // register k (the published prototype overran its slot array this way, docs/design.md §14.7).
   wire spwr_id_ok = line_id < 64'(NUM_REQUESTERS);
   wire sprd_id_ok = req_id < 64'(NUM_REQUESTERS);
   wire [IDW-1:0] spwr_idx = line_id[IDW-1:0];

@@ -1,10 +1,10 @@
-"""cxlplot: figures, headline ratios and tables from cxlalloc-bench's NDJSON (DESIGN §12.4).
+"""cxlplot: figures, headline ratios and tables from cxlalloc-bench's NDJSON (docs/design.md §12.4).
 
 Modules, each usable on its own:
 
 - `load`    — NDJSON lines -> DataFrames of lines, runs (summed over processes) and configs
               (medians over repeats);
-- `compare` — the headline ratios of DESIGN §15 next to their targets;
+- `compare` — the headline ratios of docs/design.md §15 next to their targets;
 - `table`   — a plain-text table with one row per configuration;
 - `figures` — Figures 7, 8, 9, 10 and 12 as PNG and PDF;
 - `vcd`      — a reader for Value Change Dump files from the RTL simulations in fpga/;

@@ -1,4 +1,4 @@
-"""The headline ratios of DESIGN §15, each next to its target.
+"""The headline ratios of docs/design.md §15, each next to its target.
 
 Throughput ratios are geometric means over *matched* configurations: the two sides must agree on
 benchmark, params, processes and threads, so a ratio never compares different work. Each side of
@@ -94,7 +94,7 @@ GROUPS = {"KV": KV_BENCHMARKS, "threadtest": ("threadtest",), "xmalloc": ("xmall
 
 
 def headline(runs: pd.DataFrame, configs: pd.DataFrame) -> list[Ratio]:
-    """All headline ratios, in the order of DESIGN §15."""
+    """All headline ratios, in the order of docs/design.md §15."""
     out = []
     for group, target in (("KV", 1.00), ("threadtest", 0.80), ("xmalloc", 1.00)):
         value, n = matched_ratio(configs, GROUPS[group], is_default_cxlalloc, _allocator("mimalloc"))
@@ -117,5 +117,5 @@ def headline(runs: pd.DataFrame, configs: pd.DataFrame) -> list[Ratio]:
 def render(ratios: list[Ratio]) -> str:
     """Plain-text report, one ratio per line."""
     width = max(len(r.name) for r in ratios)
-    head = "headline ratios (geometric means over matched configurations; DESIGN §15 targets)"
+    head = "headline ratios (geometric means over matched configurations; docs/design.md §15 targets)"
     return "\n".join([head, *(r.line(width) for r in ratios)])

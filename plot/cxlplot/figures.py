@@ -1,4 +1,4 @@
-"""The paper's figures (DESIGN §12.4), each drawn only from the data that is present.
+"""The paper's figures (docs/design.md §12.4), each drawn only from the data that is present.
 
 Every `figN_*` function takes the loaded tables and returns either a matplotlib Figure or a string
 saying why it has nothing to draw; `write_all` saves the figures as PNG and PDF and collects the

@@ -130,7 +130,7 @@ def _flatten(record: object, where: str) -> dict:
         "params_text": " ".join(f"{k}={params[k]}" for k in sorted(params)),
         "allocator": record["allocator"],
         "allocator_label": record["allocator_label"],
-        # Defaults as DESIGN §12.3 and the harness spell them: settings left out mean the default.
+        # Defaults as docs/design.md §12.3 and the harness spell them: settings left out mean the default.
         "coherence": settings.get("coherence", "full") if is_cxlalloc else None,
         "recovery": bool(settings.get("recovery", True)) if is_cxlalloc else None,
         "processes": record["processes"],

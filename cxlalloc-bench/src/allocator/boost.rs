@@ -1,4 +1,4 @@
-//! Boost.Interprocess `managed_shared_memory` as a benchmark allocator (DESIGN §12.3): the
+//! Boost.Interprocess `managed_shared_memory` as a benchmark allocator (docs/design.md §12.3): the
 //! cross-process baseline.
 //!
 //! One segment per run: a POSIX shared-memory object (the file `/dev/shm/<name>`, name from

@@ -6,7 +6,7 @@
 //! memory used); `thread_slots` (default 1024); `recovery` (default `true`: threads log their
 //! metadata transitions and a dead process's slots can be adopted and repaired; `false`
 //! measures what that costs, and a dead slot is then lost with its memory); `coherence` =
-//! `"full"` (default), `"limited"` or `"none"` (DESIGN §9.1; the two reduced models have no huge
+//! `"full"` (default), `"limited"` or `"none"` (docs/design.md §9.1; the two reduced models have no huge
 //! heap, and `"none"` needs the `shm` backend); `mcas_latency_ns` (only with `"none"`: one
 //! thread's mCAS latency, p50, default the paper's 2300; the device injects it less this
 //! machine's measured round trip, see [`device::calibrate`]).

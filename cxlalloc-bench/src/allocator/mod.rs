@@ -13,7 +13,7 @@
 //! handle is its address minus the allocator's [`Allocator::base`], the same number in every
 //! process for a cross-process allocator.
 //!
-//! Kinds (DESIGN §12.3): cxlalloc ([`cxl`]); the process-local mimalloc, jemalloc and system
+//! Kinds (docs/design.md §12.3): cxlalloc ([`cxl`]); the process-local mimalloc, jemalloc and system
 //! allocators ([`global`]); Boost.Interprocess `managed_shared_memory`, cross-process
 //! ([`boost`]); PMDK `libpmemobj`, one process per pool ([`pmdk`]). The last two need system
 //! libraries (Debian `libboost-dev`, `libpmemobj-dev`, installed by `script/setup.sh`); a build

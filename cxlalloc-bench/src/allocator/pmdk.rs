@@ -1,4 +1,4 @@
-//! PMDK `libpmemobj` as a benchmark allocator (DESIGN §12.3): a recoverable persistent-memory
+//! PMDK `libpmemobj` as a benchmark allocator (docs/design.md §12.3): a recoverable persistent-memory
 //! allocator. libpmemobj locks a pool file for the one process that opens it, so this kind runs
 //! single-process configurations only ([`super::unsupported`] skips the others).
 //!

@@ -1,5 +1,5 @@
 //! `crash`: a keyed table of blocks kept by detectable allocation while worker processes are
-//! killed with `SIGKILL` at random points (DESIGN §8.4, §12.2; the run itself is driven by
+//! killed with `SIGKILL` at random points (docs/design.md §8.4, §12.2; the run itself is driven by
 //! [`crate::harness::crash`]). Not a throughput benchmark: its numbers are kills survived,
 //! inconsistencies, leaked blocks, the survivors' longest stall and the recovery times.
 //!

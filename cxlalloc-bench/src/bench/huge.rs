@@ -1,4 +1,4 @@
-//! huge (DESIGN §12.2): threadtest and xmalloc with very large objects (1 GiB by default).
+//! huge (docs/design.md §12.2): threadtest and xmalloc with very large objects (1 GiB by default).
 //!
 //! `mode = "threadtest"`: each thread repeatedly allocates one object, stamps it and frees it.
 //! `mode = "xmalloc"`: even threads allocate and stamp objects and pass their handles through

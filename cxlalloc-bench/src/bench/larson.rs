@@ -1,4 +1,4 @@
-//! larson (DESIGN §12.2; after Larson and Krishnan's server simulation): each thread works on an
+//! larson (docs/design.md §12.2; after Larson and Krishnan's server simulation): each thread works on an
 //! array of `slots` live blocks of random sizes in `min_size..=max_size`, replacing random slots
 //! (free the old block, allocate a new one), and after every round hands its whole array to the
 //! next thread and takes over its predecessor's — so most frees are of blocks another thread

@@ -1,4 +1,4 @@
-//! memcached trace replay on the shared KV store (DESIGN §12.2).
+//! memcached trace replay on the shared KV store (docs/design.md §12.2).
 //!
 //! The request stream is either a deterministic synthetic trace of a Twitter cluster
 //! (`cluster` = `MC-12`, `MC-15`, `MC-31` or `MC-37`, seeded with the run's seed; see

@@ -1,4 +1,4 @@
-//! The benchmarks (DESIGN §12.2) as the harness runs them: one [`Benchmark`] per name, each a
+//! The benchmarks (docs/design.md §12.2) as the harness runs them: one [`Benchmark`] per name, each a
 //! per-thread body that a worker process runs on every one of its threads.
 //!
 //! A benchmark sees its parameters ([`Params`], scalars from the workload file), where its

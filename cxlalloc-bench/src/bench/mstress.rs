@@ -1,4 +1,4 @@
-//! mstress (DESIGN §12.2; in the spirit of mimalloc-bench's `mstress`): each thread keeps a
+//! mstress (docs/design.md §12.2; in the spirit of mimalloc-bench's `mstress`): each thread keeps a
 //! retained set of objects and, every iteration, allocates a batch of mixed sizes into it, frees
 //! a random half of it, and moves a share of it into a shared transfer array, freeing whatever
 //! object it displaces there — usually one another thread allocated, in another process when

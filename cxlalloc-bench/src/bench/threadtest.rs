@@ -1,4 +1,4 @@
-//! threadtest (DESIGN §12.2): each thread runs rounds of "allocate `objects` blocks of `size`
+//! threadtest (docs/design.md §12.2): each thread runs rounds of "allocate `objects` blocks of `size`
 //! bytes, write the first `min(size, 64)` bytes of each, free them all". The total work is fixed
 //! across thread counts: `total_pairs` allocate/free pairs split over all threads of all
 //! processes. One untimed warm-up round per thread (`warmup_rounds`) runs before the start

@@ -1,4 +1,4 @@
-//! xmalloc (DESIGN §12.2): even global threads produce, odd ones consume, through one shared
+//! xmalloc (docs/design.md §12.2): even global threads produce, odd ones consume, through one shared
 //! bounded LIFO of containers; every object is freed by a thread other than the one that
 //! allocated it — in another process when the two run in different ones.
 //!

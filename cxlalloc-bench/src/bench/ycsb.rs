@@ -1,4 +1,4 @@
-//! YCSB on the shared KV store (DESIGN §12.2): 8-byte keys (the record id, little-endian),
+//! YCSB on the shared KV store (docs/design.md §12.2): 8-byte keys (the record id, little-endian),
 //! `value_size`-byte values (default 960) behind an 8-byte check header, zipfian constant
 //! `zipf` (default 0.99).
 //!

@@ -1,4 +1,4 @@
-//! `cxlalloc-bench`: the evaluation harness (DESIGN §12).
+//! `cxlalloc-bench`: the evaluation harness (docs/design.md §12).
 //!
 //! ```text
 //! cxlalloc-bench run WORKLOAD.toml [--out FILE] [--resume] [--only TEXT] [--dry-run]

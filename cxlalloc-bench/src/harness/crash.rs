@@ -1,4 +1,4 @@
-//! The coordinator and worker of a `crash` run (DESIGN §12.2; the application is
+//! The coordinator and worker of a `crash` run (docs/design.md §12.2; the application is
 //! [`crate::bench::crash`]).
 //!
 //! The coordinator sets up the run like any other (run directory, control area, the

@@ -1,4 +1,4 @@
-//! The evaluation harness (DESIGN §12.1): a driver expands a workload file into configurations
+//! The evaluation harness (docs/design.md §12.1): a driver expands a workload file into configurations
 //! and runs one coordinator per configuration, which starts the worker processes that run the
 //! benchmark threads and print one [`record::Record`] each.
 

@@ -1,4 +1,4 @@
-//! The NDJSON record: one line per worker process per run (DESIGN §12.4). `plot/` reads these
+//! The NDJSON record: one line per worker process per run (docs/design.md §12.4). `plot/` reads these
 //! lines; change [`SCHEMA`] when a field changes meaning or goes away.
 //!
 //! A run's lines share `run_id`; its throughput is the sum of the lines' `throughput` (each is

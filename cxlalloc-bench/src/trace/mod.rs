@@ -1,4 +1,4 @@
-//! Twitter cache-trace input for the memcached benchmark (DESIGN §12.2).
+//! Twitter cache-trace input for the memcached benchmark (docs/design.md §12.2).
 //!
 //! - [`record`]: one [`Request`] (timestamp, key bytes, key size, value size, client id, [`Op`],
 //!   TTL) — one line of the public traces' 7-column CSV.
@@ -6,7 +6,7 @@
 //!   zstd-compressed files with a message saying to decompress them first.
 //! - [`writer`]: writes the same CSV, so a synthetic trace can be saved and read back.
 //! - [`synthetic`]: a deterministic, seeded [`Generator`] per [`Cluster`] (MC-12, MC-15, MC-31,
-//!   MC-37) calibrated to the table of DESIGN §12.2; the model and its calibration are in that
+//!   MC-37) calibrated to the table of docs/design.md §12.2; the model and its calibration are in that
 //!   module's docs.
 //! - [`stats`]: [`TraceStats`], the table's quantities measured over any trace.
 //!

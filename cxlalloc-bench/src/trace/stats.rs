@@ -1,4 +1,4 @@
-//! Statistics of a trace, real or synthetic: the quantities of the DESIGN §12.2 table.
+//! Statistics of a trace, real or synthetic: the quantities of the docs/design.md §12.2 table.
 
 use std::collections::HashMap;
 use std::fmt;

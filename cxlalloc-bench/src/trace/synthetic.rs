@@ -1,4 +1,4 @@
-//! Deterministic synthetic Twitter cache traces, one profile per cluster of DESIGN §12.2.
+//! Deterministic synthetic Twitter cache traces, one profile per cluster of docs/design.md §12.2.
 //!
 //! # Model
 //!
@@ -80,7 +80,7 @@ const KEY_ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrst
 /// Characters that encode the whole 64-bit mixed key id (11 × 6 bits ≥ 64).
 const KEY_ID_CHARS: usize = 11;
 
-/// The four clusters of DESIGN §12.2 with a synthetic profile.
+/// The four clusters of docs/design.md §12.2 with a synthetic profile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Cluster {
     /// MC-12: mostly sets of ~1 KiB values, uniform keys, many one-hit wonders.
@@ -102,7 +102,7 @@ impl Cluster {
         self.profile().name
     }
 
-    /// The statistics the generator is calibrated to (DESIGN §12.2 table).
+    /// The statistics the generator is calibrated to (docs/design.md §12.2 table).
     pub const fn profile(self) -> Profile {
         match self {
             Cluster::Mc12 => Profile {

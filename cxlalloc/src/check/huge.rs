@@ -3,9 +3,9 @@
 use std::collections::{BTreeMap, HashSet};
 
 use crate::backing::HugeName;
-use crate::huge::descriptor::{HugeBlock, HugeState};
 use crate::huge::view::{HugeView, MAX_WALK};
 use crate::mem::HeapMem;
+use crate::persist::huge::{HugeBlock, HugeState};
 use crate::protocol::hazard;
 use crate::sync::Ordering;
 use crate::word::{HazardKey, Holder};
@@ -144,7 +144,7 @@ fn check_hazards(view: &HugeView, census: &mut HugeCensus, problems: &mut Vec<St
         census.hazards += n;
         match Holder::unpack(view.lease(s).load(Ordering::Acquire)) {
             None => problems.push(format!("hazard set {s} holds {n} entries but is not leased")),
-            Some(h) if !crate::thread::identity::is_alive(h) => census.dead_hazard_sets += 1,
+            Some(h) if !crate::identity::is_alive(h) => census.dead_hazard_sets += 1,
             Some(_) => {}
         }
     }

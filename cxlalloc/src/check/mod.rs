@@ -11,11 +11,10 @@ pub mod huge;
 use std::fmt;
 
 use crate::class::{Bracket, LARGE_CLASSES, SMALL_CLASSES};
-use crate::heap::Heap;
 use crate::mem::{HeapMem, Slab};
+use crate::persist::redo::{Pending, Redo};
 use crate::slab::ops::remote_count;
 use crate::sync::Ordering;
-use crate::thread::redo::{Pending, Redo};
 use crate::word::{Holder, Tagged};
 
 /// The state of a slab, as found by the checker.
@@ -283,9 +282,8 @@ impl Walker<'_> {
     }
 }
 
-/// Checks `heap` (see the module docs for when the result is exact).
-pub fn check(heap: &Heap) -> Report {
-    let mem = heap.mem();
+/// Checks the heap mapped at `mem` (see the module docs for when the result is exact).
+pub fn check(mem: &HeapMem) -> Report {
     let mut report = Report::default();
     // Without coherence the checker reads what hosts wrote back, not stale copies of its own.
     for b in Bracket::ALL {
@@ -302,7 +300,7 @@ pub fn check(heap: &Heap) -> Report {
         let word = rec.redo.load(Ordering::Acquire);
         let pending = rec.pending.word.load(Ordering::Acquire);
         if word != 0 || pending != 0 {
-            let holder_alive = holder.is_some_and(crate::thread::identity::is_alive);
+            let holder_alive = holder.is_some_and(crate::identity::is_alive);
             report.in_flight.push(InFlight {
                 slot,
                 record: Redo::unpack(word),

@@ -13,7 +13,7 @@ use crate::sync::{AtomicU64, Ordering};
 /// Nanoseconds added to every HWcc access of this process (0: none).
 static INJECTED_NS: AtomicU64 = AtomicU64::new(0);
 
-/// Latency injection (DESIGN §9.3): every HWcc load, CAS and store of this process afterwards
+/// Latency injection (docs/design.md §9.3): every HWcc load, CAS and store of this process afterwards
 /// first waits `extra`, modelling device memory slower than local DRAM on a machine without a
 /// CXL device ([`crate::mcas::device::PAPER_CXL_READ_EXTRA`] is the paper's device). Process-
 /// wide, for benchmarks; `Duration::ZERO` turns it off.

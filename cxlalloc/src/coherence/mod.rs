@@ -1,4 +1,4 @@
-//! Coherence models (DESIGN §9.1): what a process does so that heap metadata written on one
+//! Coherence models (docs/design.md §9.1): what a process does so that heap metadata written on one
 //! host is seen correctly on another.
 //!
 //! - [`Swcc`]: the software-coherence operations on descriptors and records (SWcc memory).
@@ -7,7 +7,7 @@
 //!   a line another host wrote ([`Swcc::refresh`]), with [`flush`]'s instructions.
 //! - [`hwcc`]: HWcc words in the no-HWcc model, CASed through the mCAS window.
 //!
-//! Where each operation is applied (the protocol of DESIGN §9.1, fixing §14.3) is documented at
+//! Where each operation is applied (the protocol of docs/design.md §9.1, fixing §14.3) is documented at
 //! the call sites in `slab::ops`, `thread` and `recovery`; each call names the transition.
 //!
 //! # Crashes
@@ -15,7 +15,7 @@
 //! What only a slot's holder reads (its record: redo word, pending record, remote-free batch,
 //! lists and cached words; the descriptors of slabs it keeps) stays in its host's caches, as in
 //! paper §3.2.2. A dead holder's slot is adopted by a process on the same host: liveness is that
-//! host's `/proc` (`thread::identity`), and the host's caches are coherent among its own cores,
+//! host's `/proc` (`identity`), and the host's caches are coherent among its own cores,
 //! so the adopter reads every line as the dead thread left it. Writing the record back at each
 //! logged step would buy nothing: a host on another machine could not use it, because the
 //! lists, cached words and bitsets it names are not written back either, and a live host's

@@ -1,4 +1,4 @@
-//! The non-coherence simulator (DESIGN §9.3), for tests: a process that calls [`enable`] before
+//! The non-coherence simulator (docs/design.md §9.3), for tests: a process that calls [`enable`] before
 //! opening a limited or no-HWcc heap becomes a simulated *host* whose SWcc regions (records,
 //! hazard sets, descriptors) are a private write-back cache of the shared files. Nothing it
 //! writes there reaches other hosts until a write-back, and nothing other hosts write back

@@ -1,9 +1,9 @@
-//! The huge heap (DESIGN §7): allocations above the largest slab class (512 KiB), each backed
+//! The huge heap (docs/design.md §7): allocations above the largest slab class (512 KiB), each backed
 //! by its own object and mapped at the same offset in every process.
 //!
 //! - [`view`]: the process's view of the shared structures (claim array, descriptor lists,
 //!   hazard sets) and the mapping system calls; async-signal-safe, used by the fault handler.
-//! - [`descriptor`]: the per-allocation descriptor (a small-heap block).
+//! - [`crate::persist::huge`]: the per-allocation descriptor (a small-heap block).
 //! - [`space`]: a thread's private free ranges, rebuilt at attach.
 //! - [`ops`]: allocate, free, reclaim, sweep.
 //!
@@ -11,7 +11,6 @@
 //! thread slot), so two processes can never place allocations at the same offset (PC-S).
 //! A process maps another's allocation on first touch, in the SIGSEGV handler (PC-T).
 
-pub mod descriptor;
 pub mod ops;
 pub mod space;
 pub mod view;

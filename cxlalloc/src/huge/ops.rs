@@ -1,4 +1,4 @@
-//! Huge allocation, free and reclaim for one thread slot (DESIGN §7.2).
+//! Huge allocation, free and reclaim for one thread slot (docs/design.md §7.2).
 //!
 //! - **Allocate**: round up to pages; first fit in the slot's free ranges, claiming a run of
 //!   free huge slots (one CAS each) when none fits; fill a descriptor (a small-heap block) and
@@ -20,17 +20,17 @@ use crate::backing::HugeName;
 use crate::class::Bracket;
 use crate::crash::crash_point;
 use crate::error::{AllocError, FreeError};
-use crate::huge::descriptor::{HugeBlock, HugeState};
 use crate::huge::space::FreeRanges;
 use crate::huge::view::HugeView;
+use crate::identity;
 use crate::layout::{HUGE_SLOT, HUGE_SLOT_SHIFT};
 use crate::mem::HeapMem;
+use crate::persist::huge::{HugeBlock, HugeState};
+use crate::persist::record::HugeRecord;
+use crate::persist::redo::{Pending, PendingKind};
 use crate::protocol::{hazard, lease};
 use crate::slab::ops::SlabThread;
 use crate::sync::{fence, Ordering};
-use crate::thread::identity;
-use crate::thread::record::HugeRecord;
-use crate::thread::redo::{Pending, PendingKind};
 use crate::word::{HazardKey, Holder};
 
 /// Small class of a descriptor block: 64 bytes (classes are multiples of 8).

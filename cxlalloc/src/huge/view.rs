@@ -9,12 +9,13 @@ use nix::errno::Errno;
 
 use crate::backing::HugeName;
 use crate::class::Bracket;
-use crate::huge::descriptor::{HugeBlock, HugeDescriptor, HugeState};
-use crate::layout::{Layout, RegionId, SharedHeader, Span, HAZARDS_PER_SET, HAZARD_SET_BYTES, HUGE_SLOT_SHIFT};
+use crate::layout::{Layout, RegionId, Span, HAZARDS_PER_SET, HAZARD_SET_BYTES, HUGE_SLOT_SHIFT};
 use crate::map;
+use crate::persist::huge::{HugeBlock, HugeDescriptor, HugeState};
+use crate::persist::record::{HugeRecord, ThreadRecord};
+use crate::persist::shared::SharedHeader;
 use crate::protocol::{hazard, lease};
 use crate::sync::{fence, AtomicU64, Ordering};
-use crate::thread::record::{HugeRecord, ThreadRecord};
 use crate::word::{HazardKey, HugeStatus, Tagged};
 
 /// Makes the descriptor at a heap offset readable in this process; false if it cannot.

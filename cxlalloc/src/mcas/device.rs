@@ -1,4 +1,4 @@
-//! The software mCAS device (DESIGN §9.2): a process that serves a window's requests the way the
+//! The software mCAS device (docs/design.md §9.2): a process that serves a window's requests the way the
 //! near-memory unit does (paper Figure 6, `fpga/rtl/mcas_unit.sv`), over shared memory.
 //!
 //! - **One CAS at a time**: requests are executed one after another, so each word's CASes are

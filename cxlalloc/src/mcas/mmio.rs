@@ -1,4 +1,4 @@
-//! The hardware transport of mCAS (DESIGN §9.2, the published prototype's): a request is one
+//! The hardware transport of mCAS (docs/design.md §9.2, the published prototype's): a request is one
 //! 64-byte line written to the requester's spwr slot with `movdir64b` and fenced; the answer is
 //! one 16-byte uncached load from its sprd slot, and that load is what makes the unit execute
 //! the CAS. No doorbells or sequence numbers: the bus orders the write before the read.
@@ -12,32 +12,12 @@
 //! which traps the same instructions with userfaultfd.
 
 use std::fs::OpenOptions;
-use std::path::PathBuf;
 
 use memmap2::{MmapOptions, MmapRaw};
 
-use crate::mcas::client::{Answer, McasError};
-use crate::mcas::spec::{DeviceSpec, SpecError};
+use crate::mcas::answer::{Answer, McasError};
+use crate::mcas::spec::{DeviceSpec, MmioError};
 use crate::sync::AtomicU64;
-
-/// Why a device could not be opened.
-#[derive(Debug, thiserror::Error)]
-pub enum MmioError {
-    /// The description was refused.
-    #[error(transparent)]
-    Spec(#[from] SpecError),
-    /// A range could not be opened or mapped.
-    #[error("mCAS device {path}: {source}")]
-    Io {
-        /// The file mapped.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// This build or CPU cannot drive the device.
-    #[error("mCAS device: {0}")]
-    Unsupported(String),
-}
 
 /// The request line, aligned as `movdir64b`'s source may be and its destination must be.
 #[repr(C, align(64))]
@@ -236,6 +216,7 @@ unsafe fn answer(_: *const u8) -> [u64; 2] {
 #[cfg(all(test, feature = "mcas-standin"))]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     /// A stand-in device with two requesters over a fresh memory file.
     fn stand_in(tag: &str) -> (Device, PathBuf) {

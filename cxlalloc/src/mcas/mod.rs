@@ -1,8 +1,9 @@
-//! mCAS (DESIGN §9.2): compare-and-swap executed by a near-memory unit, for devices without
+//! mCAS (docs/design.md §9.2): compare-and-swap executed by a near-memory unit, for devices without
 //! hardware cache coherence. A requester writes its operands to a request slot and reads the
 //! answer from its answer slot; the unit serializes CASes per word and fails competing ones.
 //!
 //! - [`window`]: the shared-memory window format (shared with the RTL co-simulation, `fpga/`);
+//! - [`answer`]: what a request comes back with (an answer or an error), for every transport;
 //! - [`client`]: one requester's CAS through a window or a device;
 //! - [`device`]: the software mCAS device that serves a window (binary `cxlalloc-mcasd`);
 //! - [`spec`] and [`mmio`]: a hardware device, described by a file and driven through its
@@ -13,6 +14,7 @@
 //! The same client speaks to the software device, to the RTL under co-simulation
 //! (`fpga/cosim/mcas-cosim`), and to hardware.
 
+pub mod answer;
 pub mod client;
 pub mod device;
 pub mod mmio;
@@ -21,7 +23,8 @@ pub mod spec;
 pub mod standin;
 pub mod window;
 
-pub use client::{Answer, Link, McasClient, McasError};
-pub use mmio::{Device, MmioError};
-pub use spec::{DeviceSpec, SpecError};
+pub use answer::{Answer, McasError};
+pub use client::{Link, McasClient};
+pub use mmio::Device;
+pub use spec::{DeviceSpec, MmioError, SpecError};
 pub use window::{Geometry, Window, WindowError};

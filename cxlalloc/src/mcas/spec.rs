@@ -1,4 +1,4 @@
-//! The description of a hardware mCAS device (DESIGN §9.2; `fpga/README.md`, "A real device"):
+//! The description of a hardware mCAS device (docs/design.md §9.2; `fpga/README.md`, "A real device"):
 //! where its request/answer registers and its device-biased memory are mapped from, read from a
 //! small TOML file.
 //!
@@ -153,6 +153,25 @@ impl DeviceSpec {
         }
         Ok(())
     }
+}
+
+/// Why a device could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum MmioError {
+    /// The description was refused.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// A range could not be opened or mapped.
+    #[error("mCAS device {path}: {source}")]
+    Io {
+        /// The file mapped.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// This build or CPU cannot drive the device.
+    #[error("mCAS device: {0}")]
+    Unsupported(String),
 }
 
 #[cfg(test)]

@@ -23,9 +23,8 @@ use std::sync::Arc;
 use memmap2::{MmapMut, MmapOptions};
 use userfaultfd::{Event, FaultKind, RegisterMode, Uffd, UffdBuilder};
 
-use crate::mcas::client::McasError;
-use crate::mcas::mmio::MmioError;
-use crate::mcas::spec::DeviceSpec;
+use crate::mcas::answer::McasError;
+use crate::mcas::spec::{DeviceSpec, MmioError};
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
 
 const PAGE: usize = 4096;

@@ -1,4 +1,4 @@
-//! Detectable CAS (DESIGN §8.2): after a crash, recovery asks "did my last CAS take effect?".
+//! Detectable CAS (docs/design.md §8.2): after a crash, recovery asks "did my last CAS take effect?".
 //!
 //! Every CAS target is a [`Tagged`] word naming its last writer `{slot, version}`. A thread
 //! starts each logged operation with a fresh version (and writes it to its redo record), and
@@ -8,7 +8,7 @@
 //! operation `v` then answers: it took effect iff the word still carries `{j, v}`, or `j`'s help
 //! word holds `v`.
 //!
-//! Why this is sound (the three defects of DESIGN §14.1 are excluded by construction):
+//! Why this is sound (the three defects of docs/design.md §14.1 are excluded by construction):
 //! - **No self-help**: a thread overwriting its own word records nothing, so its help word can
 //!   never move back to one of its older versions (the versions it compares against are only
 //!   ever its latest).

@@ -1,4 +1,4 @@
-//! Crash recovery (DESIGN §8.3): a live thread adopts the slot of a dead holder and repairs it
+//! Crash recovery (docs/design.md §8.3): a live thread adopts the slot of a dead holder and repairs it
 //! while every other thread goes on.
 //!
 //! Order of repair, each step idempotent so that an adopter that dies mid-way leaves a slot the
@@ -21,9 +21,9 @@ use crate::class::Bracket;
 use crate::crash::crash_point;
 use crate::huge::ops::HugeThread;
 use crate::huge::view::HugeView;
+use crate::persist::redo::{Pending, Redo};
 use crate::slab::ops::SlabThread;
 use crate::sync::Ordering;
-use crate::thread::redo::{Pending, Redo};
 use crate::word::Holder;
 
 pub use pending::PendingOutcome;

@@ -1,5 +1,5 @@
 //! Recovery of the outer operation a slot's pending word names (see
-//! [`crate::thread::redo::PendingRecord`]), after its slab state has been repaired.
+//! [`crate::persist::redo::PendingRecord`]), after its slab state has been repaired.
 //!
 //! The test for "did the block leave the free state" is the block itself: a slab block that is
 //! neither in its slab's bitset, nor in its owner's cached word, nor marked freed remotely is
@@ -8,11 +8,11 @@
 //! settled it is either still free in this slot's own cache or held by this slot.
 
 use crate::backing::HugeName;
-use crate::huge::descriptor::HugeState;
 use crate::huge::ops::{mark_freed, HugeThread};
+use crate::persist::huge::HugeState;
+use crate::persist::redo::{Pending, PendingKind};
 use crate::slab::ops::SlabThread;
 use crate::sync::Ordering;
-use crate::thread::redo::{Pending, PendingKind};
 
 /// What resolving the pending word did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

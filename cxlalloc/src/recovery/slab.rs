@@ -7,11 +7,11 @@
 
 use crate::class::Bracket;
 use crate::mem::Slab;
+use crate::persist::descriptor::Descriptor;
+use crate::persist::redo::{Op, Redo};
 use crate::protocol::{detectable, remote};
-use crate::slab::descriptor::Descriptor;
 use crate::slab::ops::SlabThread;
 use crate::sync::{AtomicU64, Ordering};
-use crate::thread::redo::{Op, Redo};
 use crate::word::Tagged;
 
 /// What resolving the redo word did.
@@ -42,7 +42,7 @@ impl SlabThread<'_> {
         Some((slab, self.mem.desc(r.bracket, slab)))
     }
 
-    /// Whether this slot's CAS of operation `version` on `word` took effect (DESIGN §8.2).
+    /// Whether this slot's CAS of operation `version` on `word` took effect (docs/design.md §8.2).
     fn took_effect(&self, word: &AtomicU64, version: u32) -> bool {
         self.mem
             .help(self.slot)

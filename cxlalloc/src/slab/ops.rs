@@ -21,11 +21,11 @@ use crate::coherence::Site;
 use crate::crash::crash_point;
 use crate::error::{AllocError, FreeError};
 use crate::mem::{HeapMem, Slab};
+use crate::persist::descriptor::Descriptor;
+use crate::persist::record::{Current, RemoteBatch, ThreadRecord};
+use crate::persist::redo::{Op, Pending, Redo};
 use crate::protocol::{detectable, global_list, length, remote};
-use crate::slab::descriptor::Descriptor;
 use crate::sync::{fence, AtomicU64, Ordering};
-use crate::thread::record::{Current, RemoteBatch, ThreadRecord};
-use crate::thread::redo::{Op, Pending, Redo};
 use crate::word::{Tag, Tagged};
 
 /// A block located from a pointer and validated against its slab's descriptor.
@@ -159,7 +159,7 @@ impl<'a> SlabThread<'a> {
         self.mem.swcc.refresh(site, p, len);
     }
 
-    /// Starts an outer operation (see [`crate::thread::redo::PendingRecord`]): fields first, then the word that
+    /// Starts an outer operation (see [`crate::persist::redo::PendingRecord`]): fields first, then the word that
     /// names them. Nothing when recovery is off.
     pub(crate) fn announce(&self, p: Pending, block: u64, dest: u64, desc: u64) {
         if self.recoverable {
@@ -747,7 +747,7 @@ impl<'a> SlabThread<'a> {
             self.tag(version),
             |link| match mem.link(b, link) {
                 Ok(Some(s)) => {
-                    // §14.3: the pusher wrote `next` on another host; read it from memory.
+                    // docs/design.md §14.3: the pusher wrote `next` on another host; read it from memory.
                     let d = mem.desc(b, s);
                     self.refresh(Site::PopNext, d.head_line());
                     Ok(d.head.next.load(Ordering::Relaxed))
@@ -908,7 +908,7 @@ impl<'a> SlabThread<'a> {
             self.log(Redo::new(Op::GlobalPush, b, slab.index(), version));
             lists.unsized_head.store(d.head.next.load(Ordering::Relaxed), Ordering::Relaxed);
             lists.unsized_len.store(lists.unsized_len.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
-            // The owner must be cleared before the slab is reachable by others (§14.3); the
+            // The owner must be cleared before the slab is reachable by others (docs/design.md §14.3); the
             // push's Release CAS publishes it.
             d.head.owner.store(0, Ordering::Relaxed);
             crash_point!(PushDisowned);
@@ -917,7 +917,7 @@ impl<'a> SlabThread<'a> {
                 &self.hw(&self.mem.globals(b).global_head),
                 tag,
                 slab.link(),
-                // §14.3: `next` is written before the write-back that precedes publication.
+                // docs/design.md §14.3: `next` is written before the write-back that precedes publication.
                 |next| {
                     d.head.next.store(next, Ordering::Relaxed);
                     self.publish(Site::GlobalPush, d.bytes());

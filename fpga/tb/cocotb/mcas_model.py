@@ -1,4 +1,4 @@
-"""Reference model of the mCAS unit's rules (fpga/rtl/mcas_unit.sv header, DESIGN.md §9.2), and a
+"""Reference model of the mCAS unit's rules (fpga/rtl/mcas_unit.sv header, docs/design.md §9.2), and a
 linearizability check of an observed history that does not rely on the model.
 
 The model is untimed: the testbench feeds it the events it observes on the unit's ports, in the

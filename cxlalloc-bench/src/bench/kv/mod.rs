@@ -1,4 +1,4 @@
-//! The KV store the YCSB and memcached benchmarks run on (DESIGN §12.2): a fixed-size,
+//! The KV store the YCSB and memcached benchmarks run on (docs/design.md §12.2): a fixed-size,
 //! lock-free, chained hash table whose bucket words live in the run's control area and hold
 //! block handles, so threads of every worker process share one table.
 //!

@@ -1,4 +1,4 @@
-//! `cxlalloc-mcasd`: the software mCAS device (DESIGN §9.3). Serves one mCAS window until
+//! `cxlalloc-mcasd`: the software mCAS device (docs/design.md §9.3). Serves one mCAS window until
 //! SIGTERM or SIGINT, answers what is in flight, releases the window and exits 0.
 //!
 //! What it serves:

@@ -119,7 +119,7 @@ impl Current {
 }
 
 /// A run of remote frees of one slab whose counter decrement is deferred (limited and no-HWcc
-/// models: one CAS — an mCAS without HWcc — subtracts them all, DESIGN §15's lever). Each block is marked freed when it joins, so a
+/// models: one CAS — an mCAS without HWcc — subtracts them all, docs/design.md §15's lever). Each block is marked freed when it joins, so a
 /// double free is still seen at once; the subtraction claims the slab when it reaches 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RemoteBatch {
@@ -181,7 +181,7 @@ pub struct Counters {
 /// any process that frees or maps one of the slot's huge blocks (the signal handler included).
 #[repr(C)]
 pub struct HugeRecord {
-    /// Heap offset of the first [`crate::huge::descriptor::HugeDescriptor`] of the slot's list
+    /// Heap offset of the first [`crate::persist::huge::HugeDescriptor`] of the slot's list
     /// (singly linked, newest first), 0 = none.
     pub head: AtomicU64,
     /// Odd while the holder unlinks a descriptor: a reader that saw it change during its walk
@@ -203,7 +203,7 @@ pub struct HugeRecord {
 /// `sized[c]` have ≥ 1 free block in their bitset; slabs on the unsized list have class 0.
 #[repr(C, align(64))]
 pub struct ThreadRecord {
-    /// The redo record ([`crate::thread::redo::Redo`]); 0 when idle.
+    /// The redo record ([`crate::persist::redo::Redo`]); 0 when idle.
     pub redo: AtomicU64,
     /// Version of this slot's current detectable-CAS operation; persists across re-attach so
     /// tags never repeat within the version's width.
@@ -215,8 +215,8 @@ pub struct ThreadRecord {
     /// slabs' counters, one slab per entry ([`RemoteBatch`]; 0 = none). Recovery applies what a dead
     /// holder left. Each entry is written back on its own when it changes.
     pub remote_batch: [AtomicU64; RemoteBatch::ENTRIES],
-    /// The outer operation in flight ([`crate::thread::redo::PendingRecord`]).
-    pub pending: crate::thread::redo::PendingRecord,
+    /// The outer operation in flight ([`crate::persist::redo::PendingRecord`]).
+    pub pending: crate::persist::redo::PendingRecord,
     /// Slow-path counters.
     pub counters: Counters,
     /// Small-bracket lists.

@@ -7,7 +7,7 @@ use crate::sync::AtomicU64;
 /// Lives in a 64-byte small-heap block allocated by the owning slot (so another process may
 /// find it in a chunk it has not mapped yet: the signal handler's nested fault maps it). Every
 /// field but `state` is written once by the owner before the descriptor is linked into the
-/// owner's list ([`crate::thread::record::HugeRecord`]), and read by any thread of any process;
+/// owner's list ([`crate::persist::record::HugeRecord`]), and read by any thread of any process;
 /// `status` goes Live → Freed with one CAS by whichever thread frees the block (a second free
 /// loses the CAS: a double free). Only the owner unlinks and frees a descriptor, inside the
 /// list's epoch (see [`crate::huge::view::HugeView::find`]).

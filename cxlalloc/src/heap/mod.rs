@@ -8,15 +8,19 @@ use crate::backing::anon::AnonBacking;
 use crate::backing::files::{self, FileBacking};
 use crate::error::{AdoptError, AttachError, OffsetError, OpenError};
 use crate::huge;
-use crate::layout::{Config, Header, Span, ROOTS};
+use crate::identity;
+use crate::layout::{Config, Header, Span};
 use crate::mcas::DeviceSpec;
 use crate::mem::HeapMem;
 use crate::offset::Offset;
+use crate::persist::shared::ROOTS;
 use crate::protocol::HwWord;
 use crate::recovery::RecoveryReport;
 use crate::signal::{self, Registration, MAX_HEAPS};
 use crate::sync::{AtomicU64, Ordering};
-use crate::thread::{self, identity, ThreadHandle};
+
+mod thread;
+pub use thread::{ReallocError, ThreadHandle};
 
 #[derive(Debug)]
 struct HeapInner {
@@ -200,7 +204,7 @@ impl Heap {
     /// Adopts thread slot `slot`, whose holder process died, for the calling thread: finishes
     /// or undoes the operation the holder was in, rebuilds the slot's lists, completes its
     /// detectable allocation or free, and clears the dead process's hazards, while every other
-    /// thread goes on (DESIGN §8.3). The handle then holds the slot: keep using it, or drop it
+    /// thread goes on (docs/design.md §8.3). The handle then holds the slot: keep using it, or drop it
     /// to return the slot's empty slabs to the heap and release the slot.
     pub fn adopt(&self, slot: u32) -> Result<(ThreadHandle, RecoveryReport), AdoptError> {
         thread::adopt(self, slot)

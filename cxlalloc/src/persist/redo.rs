@@ -11,7 +11,7 @@
 //! `arg` is a detectable-CAS version (bump, pop, push, remote free), a class id (unsized →
 //! sized, retire), a bitset word (take word) or a block index (local free). A zero word means
 //! "no operation in flight". The allocation fast path needs no record: popping a bit from the
-//! persistent current-slab word ([`crate::thread::record::Current`]) is one store that both
+//! persistent current-slab word ([`crate::persist::record::Current`]) is one store that both
 //! performs and records it.
 //!
 //! Operations that span several slab operations (a huge allocation, whose descriptor is a
@@ -143,7 +143,7 @@ impl Redo {
 
 /// The outer operation in flight (see the module docs).
 ///
-/// Region: owned (SWcc), in the slot's [`crate::thread::record::ThreadRecord`]; written only by
+/// Region: owned (SWcc), in the slot's [`crate::persist::record::ThreadRecord`]; written only by
 /// the slot's holder. `word` (a packed [`Pending`], 0 = idle) is written after the other
 /// fields when an operation starts and cleared when it ends, so the fields recovery reads are
 /// always those of the operation `word` names.

@@ -1,12 +1,8 @@
-//! Thread slots: leased identities under which threads of any process use the heap.
+//! Thread handles: a thread's lease on a slot, under which it allocates and frees.
 //!
 //! A slot is claimed with one CAS on its lease word (HWcc) and owns a record (SWcc) with the
 //! thread's redo record, CAS version and slab lists. Lists survive detach: the next holder of the
 //! slot inherits the slabs its predecessor cached.
-
-pub mod identity;
-pub mod record;
-pub mod redo;
 
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
@@ -19,15 +15,16 @@ use crate::error::{AdoptError, AllocError, AttachError, FreeError};
 use crate::heap::Heap;
 use crate::huge::ops::HugeThread;
 use crate::huge::space::FreeRanges;
+use crate::identity;
 use crate::layout::RegionId;
 use crate::mem::HeapMem;
 use crate::offset::Offset;
+use crate::persist::record::ThreadRecord;
+use crate::persist::redo::{Pending, PendingKind};
 use crate::protocol::{lease, HwWord};
 use crate::recovery::{self, RecoveryReport};
 use crate::slab::ops::SlabThread;
 use crate::sync::{AtomicU64, Ordering};
-use crate::thread::record::ThreadRecord;
-use crate::thread::redo::{Pending, PendingKind};
 use crate::word::Holder;
 
 /// A thread's lease on one slot of a heap. Allocation and free go through it. Dropping it
@@ -121,7 +118,7 @@ fn handle(heap: &Heap, slot: u32, holder: u64) -> Result<ThreadHandle, AttachErr
     })
 }
 
-/// Takes over `slot` from its dead holder and repairs it (DESIGN §8.3); the handle keeps a
+/// Takes over `slot` from its dead holder and repairs it (docs/design.md §8.3); the handle keeps a
 /// copy of the report ([`ThreadHandle::recovery`]).
 pub(crate) fn adopt(heap: &Heap, slot: u32) -> Result<(ThreadHandle, RecoveryReport), AdoptError> {
     let mem = heap.mem();
@@ -196,7 +193,7 @@ impl ThreadHandle {
         self.recovered.as_ref()
     }
 
-    /// Detectable allocation (DESIGN §8.4): allocates `size` bytes and stores the block's heap
+    /// Detectable allocation (docs/design.md §8.4): allocates `size` bytes and stores the block's heap
     /// offset into `dest`, an empty (0) word of this heap (in a block, the huge span or a root)
     /// that the application's structure owns. If the process dies at any point, recovery of
     /// this slot either completes the store or leaves the block free: the block is never lost.
@@ -231,7 +228,7 @@ impl ThreadHandle {
         Ok(block)
     }
 
-    /// Detectable free (DESIGN §8.4): clears `dest`, which must hold the heap offset of an
+    /// Detectable free (docs/design.md §8.4): clears `dest`, which must hold the heap offset of an
     /// allocated block, then frees the block. If the process dies at any point, recovery of
     /// this slot finishes both. The block is validated before `dest` is touched: bad input
     /// changes nothing.
