@@ -26,8 +26,9 @@
  *  - Failures also set errno (successes leave it alone): the allocation functions (cxl_malloc,
  *    cxl_calloc, cxl_realloc, cxl_aligned_alloc) set ENOMEM for every failure except a bad
  *    argument (EINVAL); elsewhere CXL_ENOTFOUND sets ENOENT, CXL_EEXIST EEXIST,
- *    CXL_ESLOTS_EXHAUSTED EAGAIN, CXL_ENOMEM and CXL_EUNSUPPORTED ENOMEM, CXL_EIO the
- *    operating system's error (EIO if none), CXL_ECORRUPT EIO, and every other code EINVAL.
+ *    CXL_ESLOTS_EXHAUSTED EAGAIN, CXL_EACCES EACCES, CXL_ENOMEM and CXL_EUNSUPPORTED ENOMEM,
+ *    CXL_EIO the operating system's error (EIO if none), CXL_ECORRUPT EIO, and every other
+ *    code EINVAL.
  *  - A NULL handle is an error (CXL_EINVAL), never a crash. A dangling handle, or a handle used
  *    by two threads at once where that is not allowed, is undefined behaviour.
  *
@@ -81,6 +82,9 @@ extern "C" {
 #define CXL_EUNSUPPORTED 13
 /** An operating-system call on the heap's files failed. */
 #define CXL_EIO 14
+/** The heap's files do not admit this user (their mode or owner), or have mixed owners or
+ *  modes; the message names the file. Sets errno EACCES. */
+#define CXL_EACCES 15
 
 /** Number of application roots: valid root indexes are 0 .. CXL_ROOTS - 1. */
 #define CXL_ROOTS 64
@@ -139,6 +143,11 @@ typedef struct cxl_config {
     /** Non-zero: crash recovery (threads log their metadata transitions, so a live process can
      *  adopt and repair the slot of a dead one). Zero only to measure its cost. Default 1. */
     int recovery;
+    /** Permission bits of every file the heap creates, whatever the umask: 0 (the default) for
+     *  0600, the creating user only; 0660 to share with the creator's group, 0666 with every
+     *  local user. Only read and write bits; the owner's are required (else CXL_EINVAL). The
+     *  heap directory gets the matching search bits. */
+    uint32_t mode;
 } cxl_config_t;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -162,9 +171,10 @@ const char* cxl_strerror(int code);
 /** Fills `*cfg` with the default configuration. A NULL `cfg` sets CXL_EINVAL. */
 void cxl_config_default(cxl_config_t* cfg);
 
-/** Creates the heap called `name` (a file name: no '/', not starting with '.') in
- *  /dev/shm/cxlalloc.NAME. `cfg` NULL means the defaults. Returns NULL on failure
- *  (CXL_EEXIST if it exists, CXL_EINVAL for a bad name or configuration, ...). */
+/** Creates the heap called `name` in /dev/shm/cxlalloc.NAME. A name is 1 to 246 characters
+ *  of [A-Za-z0-9._-], the first not '.' or '-' (never a path: see cxl_heap_create_at()).
+ *  `cfg` NULL means the defaults. Returns NULL on failure (CXL_EEXIST if it exists,
+ *  CXL_EINVAL for a bad name or configuration, ...). */
 cxl_heap_t* cxl_heap_create(const char* name, const cxl_config_t* cfg);
 
 /** Opens the existing heap called `name`, whatever its configuration. Returns NULL on failure
@@ -180,11 +190,13 @@ cxl_heap_t* cxl_heap_open_or_create(const char* name, const cxl_config_t* cfg);
  *  or the error code (CXL_ENOTFOUND, ...). */
 int cxl_heap_unlink(const char* name);
 
-/** Creates a heap in the directory `path`, which must not exist. `cfg` NULL means the
- *  defaults. Returns NULL on failure. */
+/** Creates a heap in the directory `path`, which must not exist; its final component may be
+ *  any file name of up to 255 bytes. `cfg` NULL means the defaults. Returns NULL on failure. */
 cxl_heap_t* cxl_heap_create_at(const char* path, const cxl_config_t* cfg);
 
-/** Opens the heap in the directory `path`. Returns NULL on failure. */
+/** Opens the heap in the directory `path`. Returns NULL on failure: CXL_EACCES when the
+ *  heap's files do not admit this user or have mixed owners or modes (the message names the
+ *  file), CXL_EBADHEAP when a region file belongs to another heap. */
 cxl_heap_t* cxl_heap_open_at(const char* path);
 
 /** As cxl_heap_open_or_create(), for the heap in the directory `path`. */

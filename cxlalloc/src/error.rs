@@ -61,6 +61,43 @@ pub enum OpenError {
     /// A no-HWcc heap's mCAS window could not be used.
     #[error("mCAS window: {0}")]
     Mcas(String),
+    /// A heap name breaks the grammar of [`crate::Heap::check_name`], or a path given to a
+    /// `*_at` function has no usable final component.
+    #[error("invalid heap name {name:?}: {reason}")]
+    InvalidName {
+        /// The name (or path) as given.
+        name: String,
+        /// The rule it breaks.
+        reason: String,
+    },
+    /// This process may not read and write a file or directory of the heap (`EACCES` or
+    /// `EPERM`): the heap belongs to another user, or its mode does not share it with this one.
+    #[error("permission denied (EACCES) opening {path}: the heap's mode or owner does not admit this user")]
+    PermissionDenied {
+        /// The file or directory.
+        path: PathBuf,
+    },
+    /// A file of the heap has an owner, group or mode other than the heap's (its header file's
+    /// owner and group, and the mode the header records): every file of a heap must admit
+    /// exactly the users the heap does.
+    #[error("{path}: {what}; every file of a heap has its header's owner, group and mode")]
+    MixedPermissions {
+        /// The file.
+        path: PathBuf,
+        /// What differs, with both values.
+        what: String,
+    },
+    /// A region file does not carry the header's heap identity: it belongs to another heap (a
+    /// file swapped in, or a heap replaced while it was being opened), or is damaged.
+    #[error("region file {path} belongs to another heap (identity {found:#018x}, header's {expected:#018x})")]
+    ForeignRegion {
+        /// The region file.
+        path: PathBuf,
+        /// Identity found in its trailer.
+        found: u64,
+        /// The header's identity.
+        expected: u64,
+    },
 }
 
 /// Why a thread could not attach ([`crate::Heap::attach`]).
@@ -260,6 +297,8 @@ pub enum ErrorCode {
     Unsupported = 13,
     /// Operating-system error.
     Io = 14,
+    /// The heap's files do not admit this user, or have mixed owners or modes.
+    PermissionDenied = 15,
 }
 
 impl From<&OpenError> for ErrorCode {
@@ -273,6 +312,9 @@ impl From<&OpenError> for ErrorCode {
             OpenError::InvalidConfig(_) => ErrorCode::InvalidArgument,
             OpenError::Map(_) | OpenError::TooManyHeaps(_) => ErrorCode::OutOfMemory,
             OpenError::Mcas(_) => ErrorCode::Io,
+            OpenError::InvalidName { .. } => ErrorCode::InvalidArgument,
+            OpenError::PermissionDenied { .. } | OpenError::MixedPermissions { .. } => ErrorCode::PermissionDenied,
+            OpenError::ForeignRegion { .. } => ErrorCode::BadHeap,
         }
     }
 }

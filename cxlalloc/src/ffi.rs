@@ -72,6 +72,8 @@ pub struct CxlConfig {
     pub huge_capacity: u64,
     /// [`Config::recovery`]; any non-zero value is true.
     pub recovery: c_int,
+    /// [`Config::mode`]; 0 means the default, `0600`.
+    pub mode: u32,
 }
 
 // Pinned to the header's `cxl_config_t` (the C test asserts the same numbers).
@@ -82,6 +84,7 @@ const _: () = assert!(std::mem::offset_of!(CxlConfig, thread_slots) == 16);
 const _: () = assert!(std::mem::offset_of!(CxlConfig, coherence) == 32);
 const _: () = assert!(std::mem::offset_of!(CxlConfig, commit_on_grow) == 36);
 const _: () = assert!(std::mem::offset_of!(CxlConfig, huge_capacity) == 40);
+const _: () = assert!(std::mem::offset_of!(CxlConfig, mode) == 52);
 
 // C shares one heap handle between threads; the wrappers inherit Send/Sync from the Rust types.
 const _: fn() = || {
@@ -104,6 +107,7 @@ impl From<&Config> for CxlConfig {
             commit_on_grow: c_int::from(c.commit_on_grow),
             huge_capacity: c.huge_capacity,
             recovery: c_int::from(c.recovery),
+            mode: c.mode,
         }
     }
 }
@@ -125,6 +129,7 @@ impl CxlConfig {
             recovery: self.recovery != 0,
             // C creates window-backed no-HWcc heaps; device-backed ones open like any other.
             mcas_device: None,
+            mode: if self.mode == 0 { crate::layout::DEFAULT_MODE } else { self.mode },
         })
     }
 }
@@ -135,7 +140,7 @@ impl CxlConfig {
 
 /// Every [`ErrorCode`], in value order. The header's `CXL_OK` / `CXL_E*` constants are tested
 /// against this list.
-pub const ALL_CODES: [ErrorCode; 15] = [
+pub const ALL_CODES: [ErrorCode; 16] = [
     ErrorCode::Ok,
     ErrorCode::InvalidArgument,
     ErrorCode::OutOfMemory,
@@ -151,9 +156,10 @@ pub const ALL_CODES: [ErrorCode; 15] = [
     ErrorCode::Corrupt,
     ErrorCode::Unsupported,
     ErrorCode::Io,
+    ErrorCode::PermissionDenied,
 ];
 // A variant appended to `ErrorCode` without being listed here fails the build.
-const _: () = assert!(ALL_CODES.len() == ErrorCode::Io as usize + 1);
+const _: () = assert!(ALL_CODES.len() == ErrorCode::PermissionDenied as usize + 1);
 
 /// The header's name for `code` and a one-line description (what `cxl_strerror` returns).
 /// Exhaustive: a new [`ErrorCode`] variant does not compile until it is named here.
@@ -176,6 +182,9 @@ pub fn code_info(code: ErrorCode) -> (&'static str, &'static CStr) {
             ("CXL_EUNSUPPORTED", c"request not supported (above 512 KiB in a heap without a huge heap)")
         }
         ErrorCode::Io => ("CXL_EIO", c"operating-system error"),
+        ErrorCode::PermissionDenied => {
+            ("CXL_EACCES", c"the heap's files do not admit this user, or have mixed owners or modes")
+        }
     }
 }
 
@@ -189,6 +198,7 @@ pub fn errno_of(code: ErrorCode) -> c_int {
         ErrorCode::AlreadyExists => libc::EEXIST,
         ErrorCode::SlotsExhausted => libc::EAGAIN,
         ErrorCode::Corrupt | ErrorCode::Io => libc::EIO,
+        ErrorCode::PermissionDenied => libc::EACCES,
         ErrorCode::InvalidArgument
         | ErrorCode::BadHeap
         | ErrorCode::Mismatch

@@ -35,7 +35,7 @@ pub const REGION_ALIGN: usize = 2 << 20;
 /// Size of the header region.
 pub const HEADER_BYTES: usize = 4096;
 /// Version of the on-device layout; bumped on any incompatible change.
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 /// log2 of a huge slot: the unit in which threads claim huge address space.
 pub const HUGE_SLOT_SHIFT: u32 = 30;
 /// Bytes of one huge slot (1 GiB).
@@ -130,6 +130,35 @@ pub struct Config {
     /// `None`: an mCAS window file in the heap directory, served by `cxlalloc-mcasd`. Not in
     /// the header, and not compared by openers.
     pub mcas_device: Option<std::path::PathBuf>,
+    /// Permission bits of every file the heap ever creates: region files, huge blocks' backing
+    /// objects, the mCAS window, the device description (docs/design.md §2.3). Default
+    /// [`DEFAULT_MODE`] (`0o600`): only the creating user. Sharing is an explicit choice:
+    /// `0o660` for a group, `0o666` for every local user. Only read and write bits are allowed,
+    /// and the user's are required; the heap directory gets the matching search bits
+    /// ([`dir_mode`]). Applied with `fchmod`, so the umask changes nothing. Recorded in the
+    /// header: a huge object created later, by any process, gets the same mode, and the heap's
+    /// owner and group (a process of another user that may change them: root); see
+    /// [`crate::Heap::create_at`].
+    pub mode: u32,
+}
+
+/// The default [`Config::mode`]: read and write for the creating user only.
+pub const DEFAULT_MODE: u32 = 0o600;
+
+/// The heap directory's mode for file mode `mode`: search (x) for each class that may read.
+pub fn dir_mode(mode: u32) -> u32 {
+    mode | ((mode & 0o444) >> 2)
+}
+
+/// Checks a [`Config::mode`]: only read and write bits, and the user's both.
+pub fn check_mode(mode: u32) -> Result<(), String> {
+    if mode & !0o666 != 0 {
+        return Err(format!("mode {mode:#o} has bits other than read and write (allowed: 0o666)"));
+    }
+    if mode & 0o600 != 0o600 {
+        return Err(format!("mode {mode:#o} must give the owner read and write (0o600)"));
+    }
+    Ok(())
 }
 
 impl Default for Config {
@@ -146,6 +175,7 @@ impl Default for Config {
             commit_on_grow: true,
             recovery: true,
             mcas_device: None,
+            mode: DEFAULT_MODE,
         }
     }
 }
@@ -193,6 +223,7 @@ impl Config {
                 self.coherence.name()
             ));
         }
+        check_mode(self.mode).map_err(OpenError::InvalidConfig)?;
         if self.mcas_device.is_some() && self.coherence != Coherence::NoHwcc {
             return bad(format!("an mCAS device serves only coherence = none, not {}", self.coherence.name()));
         }
@@ -238,6 +269,15 @@ pub struct Header {
     pub cache_local: u32,
     /// Huge slots (1 GiB each) of the huge span.
     pub huge_slots: u32,
+    /// [`Config::mode`]: permission bits of every file of the heap, applied by every process
+    /// that creates one (huge objects are created long after the heap).
+    pub mode: u32,
+    /// Zero; keeps `heap_id` 8-aligned.
+    pub reserved: u32,
+    /// Random identity of the heap, drawn at creation and written into every region file's
+    /// trailer (`backing::files`), so an opener refuses a region file of another heap. Zero
+    /// for an anonymous heap.
+    pub heap_id: u64,
     /// Random per-heap value mixed into the free-block marks (double-free detection).
     pub secret: u64,
     /// Byte size of each region, in [`RegionId`] order.
@@ -278,6 +318,9 @@ impl Header {
             batch: [config.small_batch, config.large_batch],
             cache_local: config.cache_local,
             huge_slots: (config.huge_capacity >> HUGE_SLOT_SHIFT) as u32,
+            mode: config.mode,
+            reserved: 0,
+            heap_id: 0,
             secret,
             region_bytes: [0; REGIONS],
             checksum: 0,
@@ -286,6 +329,13 @@ impl Header {
         h.region_bytes = RegionId::ALL.map(|r| layout.region(r).size as u64);
         h.checksum = h.compute_checksum();
         h
+    }
+
+    /// This header with identity `heap_id` (see [`Header::heap_id`]).
+    pub fn with_heap_id(mut self, heap_id: u64) -> Self {
+        self.heap_id = heap_id;
+        self.checksum = self.compute_checksum();
+        self
     }
 
     fn compute_checksum(&self) -> u64 {
@@ -363,13 +413,14 @@ impl Header {
             commit_on_grow: self.flags & FLAG_COMMIT != 0,
             recovery: self.flags & FLAG_RECOVERY != 0,
             mcas_device: None,
+            mode: self.mode,
         }
     }
 
     /// Checks that an opener's expected configuration matches this heap.
     pub fn check_matches(&self, config: &Config) -> Result<(), OpenError> {
         let mine = self.config();
-        let pairs: [(&'static str, u64, u64); 9] = [
+        let pairs: [(&'static str, u64, u64); 10] = [
             ("small_capacity", mine.small_capacity, config.capacity_slabs(Bracket::Small) << self.slab_shift[0]),
             ("large_capacity", mine.large_capacity, config.capacity_slabs(Bracket::Large) << self.slab_shift[1]),
             ("thread_slots", mine.thread_slots.into(), config.thread_slots.into()),
@@ -379,6 +430,7 @@ impl Header {
             ("huge_capacity", mine.huge_capacity, config.huge_capacity),
             ("coherence", mine.coherence as u64, config.coherence as u64),
             ("recovery", mine.recovery.into(), config.recovery.into()),
+            ("mode", mine.mode.into(), config.mode.into()),
         ];
         for (field, found, expected) in pairs {
             if found != expected {

@@ -256,7 +256,7 @@ fn a_missing_heap_is_not_found() {
 #[test]
 fn invalid_names_are_refused() {
     for name in ["", "a/b", ".hidden"] {
-        assert!(matches!(Heap::open(name), Err(OpenError::InvalidConfig(_))), "{name:?}");
+        assert!(matches!(Heap::open(name), Err(OpenError::InvalidName { .. })), "{name:?}");
     }
 }
 
@@ -371,14 +371,13 @@ fn corrupted_descriptor_metadata_is_an_error_not_a_crash() {
 #[test]
 fn a_creation_abandoned_by_a_dead_process_is_cleaned_up() {
     let dir = TempHeapDir::new("abandoned");
-    let leaf = dir.0.file_name().unwrap().to_string_lossy().into_owned();
     let mut child = std::process::Command::new("true").spawn().unwrap();
     let dead = child.id();
     child.wait().unwrap();
-    let stale = dir.0.with_file_name(format!(".{leaf}.creating-{dead}-123"));
+    let stale = dir.0.with_file_name(format!(".cxlalloc.creating-{dead}-0-123"));
     std::fs::create_dir(&stale).unwrap();
     std::fs::write(stale.join("header"), b"half").unwrap();
-    let live = dir.0.with_file_name(format!(".{leaf}.creating-{}-456", std::process::id()));
+    let live = dir.0.with_file_name(format!(".cxlalloc.creating-{}-0-456", std::process::id()));
     std::fs::create_dir(&live).unwrap();
     let _heap = Heap::create_at(&dir.0, &Config::with_capacity(8 << 20)).unwrap();
     assert!(!stale.exists(), "the dead creator's directory is gone");

@@ -152,7 +152,7 @@ fn list_and_inspect_leave_a_dead_holders_slot_to_recovery() {
     let path = dir.0.join("demo");
     let (heap, _live, _dead) = heap_with_live_and_dead_holder(&path);
     let before: Vec<_> = ["shared", "owned", "local"].iter().map(|f| std::fs::read(path.join(f)).unwrap()).collect();
-    for args in [vec!["list", dir.0.to_str().unwrap()], vec!["inspect", path.to_str().unwrap()]] {
+    for args in [vec!["list", dir.0.to_str().unwrap()], vec!["inspect", "--at", path.to_str().unwrap()]] {
         assert!(cxlalloc(&args).status.success(), "{args:?}");
     }
     assert_eq!(heap.dead_slots(), vec![1], "the dead slot was adopted");
@@ -165,7 +165,7 @@ fn inspect_shows_sizes_in_binary_units_one_fact_a_line_and_no_debug_structs() ->
     let dir = TempDir::new("inspect-human");
     let path = dir.0.join("demo");
     let _heap = Heap::create_at(&path, &small())?;
-    let o = cxlalloc(&["inspect", path.to_str().ok_or("path")?]);
+    let o = cxlalloc(&["inspect", "--at", path.to_str().ok_or("path")?]);
     let text = stdout(&o);
     assert!(o.status.success(), "{o:?}");
     let fact = |key: &str, value: &str| text.lines().any(|l| l.starts_with(key) && l.ends_with(value));
@@ -186,12 +186,12 @@ fn inspect_and_stats_json_parse_and_do_not_overlap() -> TestResult {
     let t = heap.attach()?;
     let _block = t.alloc(100)?;
     let p = path.to_str().ok_or("path")?;
-    let inspect = json(&cxlalloc(&["inspect", "--json", p]));
+    let inspect = json(&cxlalloc(&["inspect", "--json", "--at", p]));
     assert_eq!(inspect["small_capacity_bytes"], 64u64 << 20);
     assert_eq!(inspect["thread_slots"], 4);
     assert_eq!(inspect["holders"][0]["pid"], std::process::id());
     assert!(inspect["regions"].as_array().is_some_and(|r| r.iter().any(|r| r["name"] == "data")), "{inspect}");
-    let stats = json(&cxlalloc(&["stats", "--json", p]));
+    let stats = json(&cxlalloc(&["stats", "--json", "--at", p]));
     let small = &stats["brackets"][0];
     assert_eq!(small["name"], "small");
     assert_eq!(small["live_blocks"], 1);
@@ -213,7 +213,7 @@ fn stats_shows_sizes_in_binary_units_and_no_debug_structs() -> TestResult {
     let heap = Heap::create_at(&path, &small())?;
     let t = heap.attach()?;
     let _block = t.alloc(100)?;
-    let o = cxlalloc(&["stats", path.to_str().ok_or("path")?]);
+    let o = cxlalloc(&["stats", "--at", path.to_str().ok_or("path")?]);
     let text = stdout(&o);
     assert!(o.status.success(), "{o:?}");
     assert!(text.lines().any(|l| l.starts_with("small slabs:") && l.ends_with("(32 KiB each)")), "{text}");
@@ -228,7 +228,7 @@ fn check_names_each_dead_holder_and_what_recover_would_do() {
     let dir = TempDir::new("check-dead");
     let path = dir.0.join("demo");
     let (_heap, _live, dead) = heap_with_live_and_dead_holder(&path);
-    let o = cxlalloc(&["check", path.to_str().unwrap()]);
+    let o = cxlalloc(&["check", "--at", path.to_str().unwrap()]);
     let text = stdout(&o);
     assert!(
         text.lines().any(|l| l.starts_with("dead holder, slot 1:") && l.ends_with(&format!("pid {dead}"))),
@@ -240,7 +240,7 @@ fn check_names_each_dead_holder_and_what_recover_would_do() {
     assert!(steps.last().is_some_and(|s| s.starts_with("release the slot")), "{text}");
     assert_eq!(o.status.code(), Some(3), "consistent with a dead holder: {text}");
 
-    let v = json(&cxlalloc(&["check", "--json", path.to_str().unwrap()]));
+    let v = json(&cxlalloc(&["check", "--json", "--at", path.to_str().unwrap()]));
     assert_eq!(v["consistent"], true);
     assert_eq!(v["dead_holders"][0]["slot"], 1);
     assert_eq!(v["dead_holders"][0]["pid"], dead);
@@ -254,7 +254,7 @@ fn recover_says_in_words_what_it_did_for_each_dead_holder() {
     let dir = TempDir::new("recover");
     let path = dir.0.join("demo");
     let (heap, _live, dead) = heap_with_live_and_dead_holder(&path);
-    let o = cxlalloc(&["recover", path.to_str().unwrap()]);
+    let o = cxlalloc(&["recover", "--at", path.to_str().unwrap()]);
     let text = stdout(&o);
     assert!(o.status.success(), "{o:?}");
     let steps: Vec<&str> = text.lines().filter_map(|l| l.trim().strip_prefix("recovery:")).map(str::trim).collect();
@@ -263,7 +263,7 @@ fn recover_says_in_words_what_it_did_for_each_dead_holder() {
     assert!(text.lines().any(|l| l.starts_with("slots recovered:") && l.ends_with(" 1")), "{text}");
     assert!(!text.contains('{') && !text.contains("Completed"), "Debug output: {text}");
     assert!(heap.dead_slots().is_empty());
-    let v = json(&cxlalloc(&["recover", "--json", path.to_str().unwrap()]));
+    let v = json(&cxlalloc(&["recover", "--json", "--at", path.to_str().unwrap()]));
     assert_eq!(v["recovered"].as_array().map(Vec::len), Some(0), "nothing left to recover: {v}");
     assert_eq!(v["still_dead"], 0);
 }
@@ -273,10 +273,10 @@ fn check_exit_status_is_0_on_a_clean_heap_and_2_on_a_missing_one() -> TestResult
     let dir = TempDir::new("check-status");
     let path = dir.0.join("demo");
     let _heap = Heap::create_at(&path, &small())?;
-    let o = cxlalloc(&["check", path.to_str().ok_or("path")?]);
+    let o = cxlalloc(&["check", "--at", path.to_str().ok_or("path")?]);
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
     assert!(stdout(&o).lines().any(|l| l.starts_with("result:") && l.ends_with(" consistent")));
-    let missing = cxlalloc(&["check", dir.0.join("nothing").to_str().ok_or("path")?]);
+    let missing = cxlalloc(&["check", "--at", dir.0.join("nothing").to_str().ok_or("path")?]);
     assert_eq!(missing.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no heap at"));
     Ok(())
@@ -301,7 +301,7 @@ fn output_into_a_closed_pipe_ends_quietly_with_the_commands_status() -> TestResu
     let path = dir.0.join("demo");
     let _heap = Heap::create_at(&path, &small())?;
     let p = path.to_str().ok_or("path")?;
-    for args in [vec!["check", p], vec!["list", dir.0.to_str().ok_or("path")?], vec!["stats", p], vec!["inspect", p]] {
+    for args in [vec!["check", "--at", p], vec!["list", dir.0.to_str().ok_or("path")?], vec!["stats", "--at", p], vec!["inspect", "--at", p]] {
         let o = into_closed_pipe(&args);
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert!(stderr.is_empty(), "{args:?} wrote to stderr: {stderr}");
@@ -316,7 +316,7 @@ fn output_that_cannot_be_written_is_an_error_not_a_panic() -> TestResult {
     let path = dir.0.join("demo");
     let _heap = Heap::create_at(&path, &small())?;
     let o = Command::new(env!("CARGO_BIN_EXE_cxlalloc"))
-        .args(["check", path.to_str().ok_or("path")?])
+        .args(["check", "--at", path.to_str().ok_or("path")?])
         .stdout(std::fs::OpenOptions::new().write(true).open("/dev/full")?)
         .output()?;
     let stderr = String::from_utf8_lossy(&o.stderr);

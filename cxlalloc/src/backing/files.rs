@@ -4,52 +4,189 @@
 //! written) and renamed into place with `RENAME_NOREPLACE`, so an opener either finds nothing or
 //! a complete heap, never a half-created or zero-length one. Files are sized to their full
 //! capacity up front and stay sparse until touched.
+//!
+//! Permissions (docs/design.md §2.3): every file the heap ever creates gets the header's mode
+//! ([`crate::layout::Config::mode`], default `0o600`) with `fchmod`, whatever the umask, and the directory the
+//! matching search bits. Huge objects, created later by any process, get the same mode and the
+//! heap's owner and group. An opener refuses a heap whose files have mixed owners or modes.
+//!
+//! Identity: the directory is opened once (`O_NOFOLLOW`) and every file relative to it, so a
+//! heap replaced while it is being opened cannot lend the opener some of its files; and every
+//! region file carries the header's random heap id in a trailer past the region's end (the
+//! mCAS window, in its header), so a file of another heap is refused by name.
 
+use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
+use nix::fcntl::AtFlags;
 use nix::fcntl::{openat, renameat2, FallocateFlags, OFlag, RenameFlags, AT_FDCWD};
-use nix::sys::stat::Mode;
-use nix::unistd::{ftruncate, unlinkat, UnlinkatFlags};
+use nix::sys::stat::{fchmod, fstat, fstatat, mkdirat, Mode};
+use nix::unistd::{fchown, ftruncate, getegid, unlinkat, Gid, Uid, UnlinkatFlags};
 
 use super::{Backing, HugeName};
 use crate::coherence::{window_geometry, McasHome, DEVICE_FILE, PROCESS_REQUESTERS, WINDOW_FILE};
 use crate::error::OpenError;
-use crate::layout::{Coherence, Header, RegionId, REGIONS};
+use crate::layout::{dir_mode, Coherence, Header, RegionId, REGIONS};
 use crate::mcas::{DeviceSpec, Geometry, Window};
 
 /// Default directory for named heaps.
 pub const SHM_DIR: &str = "/dev/shm";
 /// Prefix of a named heap's directory in [`SHM_DIR`].
 pub const NAME_PREFIX: &str = "cxlalloc.";
+/// Longest file name the kernel accepts (`NAME_MAX`).
+pub const NAME_MAX: usize = 255;
+/// Longest heap name: the directory `cxlalloc.NAME` must fit in [`NAME_MAX`].
+pub const MAX_NAME_LEN: usize = NAME_MAX - NAME_PREFIX.len();
+/// Prefix of the temporary directory a creation builds before renaming it into place. Its
+/// length does not depend on the heap's name, so any valid final component can be created.
+const CREATING_PREFIX: &str = ".cxlalloc.creating-";
 
-/// The directory of the heap called `name` in `/dev/shm`.
-pub fn path_for_name(name: &str) -> Result<PathBuf, OpenError> {
-    if name.is_empty() || name.len() > 200 || name.contains('/') || name.starts_with('.') || name.contains('\0') {
-        return Err(OpenError::InvalidConfig(format!("invalid heap name {name:?}")));
+/// Checks a heap name (the `NAME` of [`crate::Heap::create`], `cxl_heap_create` and
+/// `cxlalloc create NAME`). The grammar, in full: 1 ..= [`MAX_NAME_LEN`] (246) characters, each
+/// an ASCII letter, digit, `.`, `_` or `-`, the first not `.` or `-` (no hidden files, nothing a
+/// command line would read as an option). A name is never a path: a heap elsewhere is reached
+/// with the `*_at` functions (`cxlalloc --at DIR`).
+pub fn check_name(name: &str) -> Result<(), OpenError> {
+    let bad = |reason: String| Err(OpenError::InvalidName { name: name.to_string(), reason });
+    let Some(first) = name.chars().next() else {
+        return bad("a name has 1 or more characters".into());
+    };
+    if name.len() > MAX_NAME_LEN {
+        return bad(format!("{} characters, the most is {MAX_NAME_LEN}", name.len()));
     }
+    if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
+        return bad(format!(
+            "{c:?} is not allowed (letters, digits, '.', '_', '-'; a heap in another directory is \
+             opened by path)"
+        ));
+    }
+    if first == '.' || first == '-' {
+        return bad(format!("a name may not start with {first:?}"));
+    }
+    Ok(())
+}
+
+/// The directory of the heap called `name` in `/dev/shm` (after [`check_name`]).
+pub fn path_for_name(name: &str) -> Result<PathBuf, OpenError> {
+    check_name(name)?;
     Ok(Path::new(SHM_DIR).join(format!("{NAME_PREFIX}{name}")))
+}
+
+/// The parent directory and final component of a heap directory path given to a `*_at`
+/// function; the component must be a name (not `..` or `/`) of at most [`NAME_MAX`] bytes.
+fn split_path(dir: &Path) -> Result<(&Path, &OsStr), OpenError> {
+    let bad = |reason: String| Err(OpenError::InvalidName { name: dir.display().to_string(), reason });
+    let Some(leaf) = dir.file_name() else {
+        return bad("the path has no final component naming the heap directory".into());
+    };
+    if leaf.len() > NAME_MAX {
+        return bad(format!("final component of {} bytes, the most is {NAME_MAX}", leaf.len()));
+    }
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    Ok((parent, leaf))
 }
 
 fn io<'p>(op: &'static str, path: &'p Path) -> impl FnOnce(std::io::Error) -> OpenError + 'p {
     move |source| OpenError::Io { op, path: path.to_path_buf(), source }
 }
 
-/// Removes half-built heap directories (`{prefix}{pid}-{nanos}`) left by creators that died
-/// before renaming them into place. A directory whose creator may still be running is left
-/// alone; a reused pid only delays the cleanup.
-fn remove_abandoned_creations(parent: &Path, prefix: &str) {
+/// `errno` from `op` on `path` as an error: `EACCES`/`EPERM` name the file as not admitting
+/// this user.
+fn sys(op: &'static str, path: &Path, e: Errno) -> OpenError {
+    match e {
+        Errno::EACCES | Errno::EPERM => OpenError::PermissionDenied { path: path.to_path_buf() },
+        e => OpenError::Io { op, path: path.to_path_buf(), source: e.into() },
+    }
+}
+
+/// Removes half-built heap directories (`.cxlalloc.creating-{pid}-…`) left in `parent` by
+/// creators that died before renaming them into place. A directory whose creator may still be
+/// running is left alone; a reused pid only delays the cleanup.
+fn remove_abandoned_creations(parent: &Path) {
     let Ok(entries) = std::fs::read_dir(parent) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else { continue };
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(CREATING_PREFIX)) else { continue };
         let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
         if !Path::new(&format!("/proc/{pid}")).exists() {
             let _ = std::fs::remove_dir_all(entry.path());
         }
+    }
+}
+
+/// The trailer every region file carries past its region's bytes (never mapped): which heap
+/// and which region the file belongs to.
+///
+/// ```text
+/// +0  magic "CXLREGN1"   +8  heap id (u64, LE)   +16  region index (u32, LE)   +20  zero
+/// ```
+const TRAILER_MAGIC: [u8; 8] = *b"CXLREGN1";
+/// Bytes of a region file's trailer.
+pub const TRAILER_BYTES: u64 = 24;
+
+fn trailer(heap_id: u64, r: RegionId) -> [u8; TRAILER_BYTES as usize] {
+    let mut t = [0u8; TRAILER_BYTES as usize];
+    t[..8].copy_from_slice(&TRAILER_MAGIC);
+    t[8..16].copy_from_slice(&heap_id.to_le_bytes());
+    t[16..20].copy_from_slice(&(r as u32).to_le_bytes());
+    t
+}
+
+/// The heap id of the trailer at `at` in `f`, if it is a trailer of region `r` (0 otherwise).
+fn trailer_id(f: &File, at: u64, r: RegionId) -> u64 {
+    let mut t = [0u8; TRAILER_BYTES as usize];
+    if f.read_exact_at(&mut t, at).is_err() || t[..8] != TRAILER_MAGIC || t[16..20] != (r as u32).to_le_bytes() {
+        return 0;
+    }
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&t[8..16]);
+    u64::from_le_bytes(id)
+}
+
+/// Who a heap's files belong to: its header file's owner and group, and the header's mode.
+#[derive(Clone, Copy, Debug)]
+struct Owner {
+    uid: u32,
+    gid: u32,
+    mode: u32,
+}
+
+impl Owner {
+    /// Checks that the file or directory `f` at `path` has this owner and group, and `mode`.
+    fn check(&self, f: impl AsFd, path: &Path, mode: u32) -> Result<(), OpenError> {
+        let st = fstat(f).map_err(|e| sys("stat", path, e))?;
+        let mixed = |what: String| Err(OpenError::MixedPermissions { path: path.to_path_buf(), what });
+        if st.st_uid != self.uid || st.st_gid != self.gid {
+            return mixed(format!("owner {}:{}, the heap's is {}:{}", st.st_uid, st.st_gid, self.uid, self.gid));
+        }
+        if st.st_mode & 0o7777 != mode {
+            return mixed(format!("mode {:#o}, the heap's is {mode:#o}", st.st_mode & 0o7777));
+        }
+        Ok(())
+    }
+}
+
+/// Gives the new file or directory `f` permission bits `mode`, whatever the umask.
+fn set_mode(f: impl AsFd, path: &Path, mode: u32) -> Result<(), OpenError> {
+    fchmod(f, Mode::from_bits_truncate(mode)).map_err(|e| sys("chmod", path, e))
+}
+
+/// Opens `name` in the directory `dir_fd` (at `dir`) for reading and writing, without following
+/// a symbolic link; `create`: a new file (mode `0o600` until [`set_mode`]).
+fn open_in(dir_fd: &OwnedFd, dir: &Path, name: &str, create: bool) -> Result<(File, PathBuf), OpenError> {
+    let path = dir.join(name);
+    let mut flags = OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    if create {
+        flags |= OFlag::O_CREAT | OFlag::O_EXCL;
+    }
+    match openat(dir_fd, name, flags, Mode::from_bits_truncate(0o600)) {
+        Ok(fd) => Ok((File::from(fd), path)),
+        Err(e) => Err(sys(if create { "create" } else { "open" }, &path, e)),
     }
 }
 
@@ -65,6 +202,8 @@ pub struct FileBacking {
     offsets: [u64; REGIONS],
     /// No-HWcc heap: where the HWcc regions are.
     home: Option<McasHome>,
+    /// Owner, group and mode every huge object gets.
+    owner: Owner,
 }
 
 /// Where a no-HWcc heap's HWcc regions go: a window file in the heap directory, or a hardware
@@ -75,7 +214,7 @@ enum Place {
 }
 
 impl Place {
-    /// The file holding the HWcc regions, for a heap directory at `dir`.
+    /// The file that holds the HWcc regions, for a heap directory at `dir`.
     fn file(&self, dir: &Path) -> PathBuf {
         match self {
             Place::Window(_) => dir.join(WINDOW_FILE),
@@ -171,81 +310,121 @@ fn zero_device_memory(spec: &DeviceSpec, bytes: u64) -> Result<(), OpenError> {
     Ok(())
 }
 
+/// Makes a fresh temporary directory in `parent` for a creation: `{CREATING_PREFIX}{pid}-{tid}-
+/// {nanos}`, unique to the calling thread (a name taken by an earlier creation of the same
+/// thread within the clock's resolution is retried with a later time).
+fn make_temp_dir(parent: &Path) -> Result<PathBuf, OpenError> {
+    let tid = nix::unistd::gettid();
+    let mut tries = 0;
+    loop {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let tmp = parent.join(format!("{CREATING_PREFIX}{}-{tid}-{nanos}", std::process::id()));
+        match mkdirat(AT_FDCWD, &tmp, Mode::from_bits_truncate(0o700)) {
+            Ok(()) => return Ok(tmp),
+            Err(Errno::EEXIST) if tries < 8 => tries += 1,
+            Err(e) => return Err(sys("create directory", &tmp, e)),
+        }
+    }
+}
+
+/// Opens the heap directory `dir` once, not following a symbolic link; every file of the heap
+/// is then opened relative to it.
 fn open_dir(dir: &Path) -> Result<OwnedFd, OpenError> {
-    nix::fcntl::open(dir, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
-        .map_err(|e| io("open directory", dir)(e.into()))
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    match nix::fcntl::open(dir, flags, Mode::empty()) {
+        Ok(fd) => Ok(fd),
+        Err(Errno::ENOENT) => Err(OpenError::NotFound(dir.to_path_buf())),
+        Err(e) => Err(sys("open directory", dir, e)),
+    }
 }
 
 impl FileBacking {
     /// Creates a heap directory at `dir` with `header`; fails with `AlreadyExists` if one is there.
     /// A no-HWcc heap's HWcc regions go on `device` when one is given.
     pub fn create(dir: &Path, header: &Header, device: Option<DeviceSpec>) -> Result<Self, OpenError> {
-        let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let leaf =
-            dir.file_name().ok_or_else(|| OpenError::InvalidConfig(format!("bad heap path {}", dir.display())))?;
-        let prefix = format!(".{}.creating-", leaf.to_string_lossy());
-        remove_abandoned_creations(parent, &prefix);
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-        let tmp = parent.join(format!("{prefix}{}-{nanos}", std::process::id()));
-        std::fs::create_dir(&tmp).map_err(io("create directory", &tmp))?;
+        let (parent, _) = split_path(dir)?;
+        remove_abandoned_creations(parent);
+        let tmp = make_temp_dir(parent)?;
         let plan = plan(header, device);
-        let built = Self::populate(&tmp, header, plan.as_ref());
         let offsets = plan.as_ref().map_or([0; REGIONS], |(_, o)| *o);
-        let home = plan.map(|(place, _)| place.home(dir));
-        let result =
-            built.and_then(|files| match renameat2(AT_FDCWD, &tmp, AT_FDCWD, dir, RenameFlags::RENAME_NOREPLACE) {
-                Ok(()) => Ok(FileBacking { dir: dir.to_path_buf(), dir_fd: open_dir(dir)?, files, offsets, home }),
+        let home = plan.as_ref().map(|(place, _)| place.home(dir));
+        let result = Self::populate(&tmp, header, plan.as_ref()).and_then(|(dir_fd, files, owner)| {
+            match renameat2(AT_FDCWD, &tmp, AT_FDCWD, dir, RenameFlags::RENAME_NOREPLACE) {
+                // The descriptor opened on the temporary directory follows it: no second lookup
+                // by path, which a concurrent unlink and re-create could redirect.
+                Ok(()) => Ok(FileBacking { dir: dir.to_path_buf(), dir_fd, files, offsets, home, owner }),
                 Err(Errno::EEXIST) | Err(Errno::ENOTEMPTY) => Err(OpenError::AlreadyExists(dir.to_path_buf())),
-                Err(e) => Err(OpenError::Io { op: "rename", path: dir.to_path_buf(), source: e.into() }),
-            });
+                Err(e) => Err(sys("rename", dir, e)),
+            }
+        });
         if result.is_err() {
             let _ = std::fs::remove_dir_all(&tmp);
         }
         result
     }
 
+    /// Fills the new directory `tmp`: its mode, every region file (mode, size, trailer) and the
+    /// header. Returns the directory's descriptor, the region files and the heap's owner.
     fn populate(
         tmp: &Path,
         header: &Header,
         plan: Option<&(Place, [u64; REGIONS])>,
-    ) -> Result<[File; REGIONS], OpenError> {
+    ) -> Result<(OwnedFd, [File; REGIONS], Owner), OpenError> {
+        let dir_fd = open_dir(tmp)?;
+        // A setgid parent gives the directory its group; the heap's group is the creator's,
+        // like its files'.
+        let egid = getegid();
+        if fstat(&dir_fd).is_ok_and(|st| st.st_gid != egid.as_raw()) {
+            fchown(&dir_fd, None, Some(egid)).map_err(|e| sys("chown", tmp, e))?;
+        }
+        set_mode(&dir_fd, tmp, dir_mode(header.mode))?;
+        let mut window_file = None;
         match plan {
             Some((Place::Window(geometry), _)) => {
                 let path = tmp.join(WINDOW_FILE);
-                Window::create_or_open(&path, *geometry).map_err(window_error(&path))?;
+                let window = Window::create_or_open(&path, *geometry).map_err(window_error(&path))?;
+                window.set_owner(header.heap_id);
+                let (f, path) = open_in(&dir_fd, tmp, WINDOW_FILE, false)?;
+                set_mode(&f, &path, header.mode)?;
+                window_file = Some((f, path));
             }
             Some((Place::Device(spec), _)) => {
                 check_device(spec, header)?;
-                let path = tmp.join(DEVICE_FILE);
-                std::fs::write(&path, spec.to_toml()).map_err(io("write", &path))?;
+                let (mut f, path) = open_in(&dir_fd, tmp, DEVICE_FILE, true)?;
+                set_mode(&f, &path, header.mode)?;
+                f.write_all(spec.to_toml().as_bytes()).map_err(io("write", &path))?;
                 zero_device_memory(spec, hwcc_bytes(header))?;
             }
             None => {}
         }
-        let on_device = matches!(plan, Some((Place::Device(_), _)));
         let mut files = Vec::with_capacity(REGIONS);
         for r in RegionId::ALL {
             let bytes = header.region_bytes[r as usize];
-            let (path, mut f, at) = match plan {
-                Some((place, offsets)) if r.is_hwcc() => {
-                    let path = place.file(tmp);
-                    let f = OpenOptions::new().read(true).write(true).open(&path).map_err(io("open", &path))?;
-                    (path, f, offsets[r as usize])
+            let (mut f, path, at) = match plan {
+                Some((Place::Window(_), offsets)) if r.is_hwcc() => {
+                    let (f, path) = window_file
+                        .as_ref()
+                        .ok_or_else(|| OpenError::InvalidConfig("mCAS window not opened".into()))?;
+                    (f.try_clone().map_err(io("dup", path))?, path.clone(), offsets[r as usize])
                 }
-                _ => {
-                    let path = tmp.join(r.file_name());
+                Some((Place::Device(spec), offsets)) if r.is_hwcc() => {
                     let f = OpenOptions::new()
                         .read(true)
                         .write(true)
-                        .create_new(true)
-                        .open(&path)
-                        .map_err(io("create", &path))?;
-                    f.set_len(bytes).map_err(io("size", &path))?;
-                    (path, f, 0)
+                        .open(&spec.memory)
+                        .map_err(io("open", &spec.memory))?;
+                    (f, spec.memory.clone(), offsets[r as usize])
+                }
+                _ => {
+                    let (f, path) = open_in(&dir_fd, tmp, r.file_name(), true)?;
+                    set_mode(&f, &path, header.mode)?;
+                    f.set_len(bytes + TRAILER_BYTES).map_err(io("size", &path))?;
+                    f.write_all_at(&trailer(header.heap_id, r), bytes).map_err(io("write trailer", &path))?;
+                    (f, path, 0)
                 }
             };
             // Device memory is there already (and cannot be fallocated).
-            let device_memory = on_device && r.is_hwcc();
+            let device_memory = matches!(plan, Some((Place::Device(_), _))) && r.is_hwcc();
             if !device_memory && matches!(r, RegionId::Header | RegionId::Shared | RegionId::Claims | RegionId::Hazard)
             {
                 // Small, and touched by every process (hazards: from the signal handler, which
@@ -259,16 +438,24 @@ impl FileBacking {
             }
             files.push(f);
         }
-        files.try_into().map_err(|_| OpenError::InvalidConfig("region count".into()))
+        // The header region comes first (`RegionId::ALL`); its owner is the heap's.
+        let header_file = files.first().ok_or_else(|| OpenError::InvalidConfig("no header region".into()))?;
+        let st = fstat(header_file).map_err(|e| sys("stat", tmp, e))?;
+        let owner = Owner { uid: st.st_uid, gid: st.st_gid, mode: header.mode };
+        let files = files.try_into().map_err(|_| OpenError::InvalidConfig("region count".into()))?;
+        Ok((dir_fd, files, owner))
     }
 
-    /// Opens the heap directory at `dir`, validating its header and every region file's size.
+    /// Opens the heap directory at `dir`: the directory once, then every file relative to it.
+    /// Validates the header, every region file's size and identity, and that every file has
+    /// the header file's owner and group and the header's mode.
     pub fn open(dir: &Path) -> Result<(Self, Header), OpenError> {
-        let header_path = dir.join(RegionId::Header.file_name());
-        let mut hf = match OpenOptions::new().read(true).write(true).open(&header_path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(OpenError::NotFound(dir.to_path_buf())),
-            Err(e) => return Err(io("open", &header_path)(e)),
+        let dir_fd = open_dir(dir)?;
+        let (mut hf, header_path) = match open_in(&dir_fd, dir, RegionId::Header.file_name(), false) {
+            Err(OpenError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                return Err(OpenError::NotFound(dir.to_path_buf()))
+            }
+            other => other?,
         };
         let mut bytes = Vec::new();
         Read::by_ref(&mut hf)
@@ -276,16 +463,28 @@ impl FileBacking {
             .read_to_end(&mut bytes)
             .map_err(io("read header", &header_path))?;
         let header = Header::parse(&bytes, &header_path)?;
-        let description = dir.join(DEVICE_FILE);
-        let device = match description.exists() {
-            true => Some(DeviceSpec::load(&description).map_err(|e| OpenError::Mcas(e.to_string()))?),
-            false => None,
+        let st = fstat(&hf).map_err(|e| sys("stat", &header_path, e))?;
+        let owner = Owner { uid: st.st_uid, gid: st.st_gid, mode: header.mode };
+        owner.check(&hf, &header_path, header.mode)?;
+        owner.check(&dir_fd, dir, dir_mode(header.mode))?;
+        let device = match open_in(&dir_fd, dir, DEVICE_FILE, false) {
+            Ok((mut f, path)) => {
+                owner.check(&f, &path, header.mode)?;
+                let mut text = String::new();
+                f.read_to_string(&mut text).map_err(io("read", &path))?;
+                Some(DeviceSpec::parse(&text, &path).map_err(|e| OpenError::Mcas(e.to_string()))?)
+            }
+            Err(OpenError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
         };
         let plan = plan(&header, device);
+        let mut window_file = None;
         match &plan {
             Some((Place::Window(geometry), _)) => {
-                let path = dir.join(WINDOW_FILE);
-                let found = Window::open(&path).map_err(window_error(&path))?.geometry();
+                let (f, path) = open_in(&dir_fd, dir, WINDOW_FILE, false)?;
+                owner.check(&f, &path, header.mode)?;
+                let window = Window::open_file(&f, &path).map_err(window_error(&path))?;
+                let found = window.geometry();
                 if found != *geometry {
                     return Err(OpenError::Mismatch {
                         field: "mCAS window target bytes",
@@ -293,6 +492,10 @@ impl FileBacking {
                         expected: geometry.target_bytes,
                     });
                 }
+                if window.owner() != header.heap_id {
+                    return Err(OpenError::ForeignRegion { path, found: window.owner(), expected: header.heap_id });
+                }
+                window_file = Some((f, path));
             }
             Some((Place::Device(spec), _)) => check_device(spec, &header)?,
             None => {}
@@ -300,34 +503,82 @@ impl FileBacking {
         let offsets = plan.as_ref().map_or([0; REGIONS], |(_, o)| *o);
         let mut files = Vec::with_capacity(REGIONS);
         for r in RegionId::ALL {
-            let path = match &plan {
-                Some((place, _)) if r.is_hwcc() => place.file(dir),
-                _ => dir.join(r.file_name()),
-            };
-            let f = if r == RegionId::Header {
-                hf.try_clone().map_err(io("dup", &path))?
-            } else {
-                OpenOptions::new().read(true).write(true).open(&path).map_err(io("open", &path))?
+            let (f, path, own) = match &plan {
+                Some((Place::Window(_), _)) if r.is_hwcc() => {
+                    let (f, path) = window_file
+                        .as_ref()
+                        .ok_or_else(|| OpenError::InvalidConfig("mCAS window not opened".into()))?;
+                    (f.try_clone().map_err(io("dup", path))?, path.clone(), false)
+                }
+                Some((Place::Device(spec), _)) if r.is_hwcc() => {
+                    let f = OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open(&spec.memory)
+                        .map_err(io("open", &spec.memory))?;
+                    (f, spec.memory.clone(), false)
+                }
+                _ if r == RegionId::Header => {
+                    (hf.try_clone().map_err(io("dup", &header_path))?, header_path.clone(), false)
+                }
+                _ => {
+                    let (f, path) = open_in(&dir_fd, dir, r.file_name(), false)?;
+                    owner.check(&f, &path, header.mode)?;
+                    (f, path, true)
+                }
             };
             let meta = f.metadata().map_err(io("stat", &path))?;
-            let expected = header.region_bytes[r as usize] + offsets[r as usize];
+            let bytes = header.region_bytes[r as usize];
+            let expected = bytes + offsets[r as usize] + if own { TRAILER_BYTES } else { 0 };
             // A device file (a BAR's resourceN) has no length to check; its description's does.
             if meta.is_file() && meta.len() < expected {
                 return Err(OpenError::Truncated { path, expected, actual: meta.len() });
+            }
+            if own {
+                let found = trailer_id(&f, bytes, r);
+                if found != header.heap_id {
+                    return Err(OpenError::ForeignRegion { path, found, expected: header.heap_id });
+                }
             }
             files.push(f);
         }
         let files = files.try_into().map_err(|_| OpenError::InvalidConfig("region count".into()))?;
         let home = plan.map(|(place, _)| place.home(dir));
-        Ok((FileBacking { dir: dir.to_path_buf(), dir_fd: open_dir(dir)?, files, offsets, home }, header))
+        Ok((FileBacking { dir: dir.to_path_buf(), dir_fd, files, offsets, home, owner }, header))
     }
 
     /// Removes the heap directory at `dir`. Processes that have it open keep their mappings.
     pub fn unlink(dir: &Path) -> Result<(), OpenError> {
+        split_path(dir)?;
         if !dir.join(RegionId::Header.file_name()).exists() {
             return Err(OpenError::NotFound(dir.to_path_buf()));
         }
         std::fs::remove_dir_all(dir).map_err(io("remove", dir))
+    }
+
+    /// Gives a new huge object `fd` the heap's mode, owner and group. A process of another user
+    /// changes what it may (root: both; a member of the heap's group: the group); an object
+    /// that would still not admit the heap's users is refused with `EACCES`, so that no process
+    /// that can open the heap meets an object it cannot map (its fault handler could not say
+    /// why: the access would be a `SIGSEGV`).
+    fn adopt_huge(&self, fd: &OwnedFd) -> Result<(), Errno> {
+        let o = self.owner;
+        fchmod(fd, Mode::from_bits_truncate(o.mode))?;
+        let st = fstat(fd)?;
+        if st.st_uid == o.uid && st.st_gid == o.gid {
+            return Ok(());
+        }
+        if fchown(fd, Some(Uid::from_raw(o.uid)), Some(Gid::from_raw(o.gid))).is_ok() {
+            return Ok(());
+        }
+        let group = fchown(fd, None, Some(Gid::from_raw(o.gid))).is_ok() || st.st_gid == o.gid;
+        // The heap's owner reaches the object through its group or through the "other" bits.
+        let reachable = (group && o.mode & 0o060 == 0o060) || o.mode & 0o006 == 0o006;
+        if reachable {
+            Ok(())
+        } else {
+            Err(Errno::EACCES)
+        }
     }
 }
 
@@ -359,9 +610,9 @@ impl Backing for FileBacking {
     }
 
     fn huge_create(&self, name: &HugeName, len: usize, commit: bool) -> Result<Option<OwnedFd>, Errno> {
-        let flags = OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_CLOEXEC;
+        let flags = OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW;
         let fd = openat(&self.dir_fd, name.as_cstr(), flags, Mode::from_bits_truncate(0o600))?;
-        let sized = ftruncate(&fd, len as libc::off_t).and_then(|()| {
+        let sized = self.adopt_huge(&fd).and_then(|()| ftruncate(&fd, len as libc::off_t)).and_then(|()| {
             if commit {
                 nix::fcntl::fallocate(&fd, FallocateFlags::FALLOC_FL_KEEP_SIZE, 0, len as libc::off_t).map(|_| ())
             } else {
@@ -388,8 +639,31 @@ impl Backing for FileBacking {
         Some(self.dir_fd.as_raw_fd())
     }
 
+    fn huge_object_problem(&self, name: &HugeName) -> Option<String> {
+        let o = self.owner;
+        let st = match fstatat(&self.dir_fd, name.as_cstr(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(e) => return Some(format!("stat: {e}")),
+        };
+        let mode = st.st_mode & 0o7777;
+        let owned = st.st_uid == o.uid && st.st_gid == o.gid;
+        // An object of another user made under the rules of `adopt_huge`: its group is the
+        // heap's (with group access), or it admits everyone.
+        let reachable = (st.st_gid == o.gid && o.mode & 0o060 == 0o060) || o.mode & 0o006 == 0o006;
+        if mode != o.mode || !(owned || reachable) {
+            return Some(format!(
+                "owner {}:{} mode {mode:#o}, the heap's is {}:{} mode {:#o}",
+                st.st_uid, st.st_gid, o.uid, o.gid, o.mode
+            ));
+        }
+        None
+    }
+
     fn huge_objects(&self) -> Vec<(u64, u64)> {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else { return Vec::new() };
+        // Through the descriptor opened with the heap, not the path: a directory renamed or
+        // replaced since is not this heap's.
+        let own = PathBuf::from(format!("/proc/self/fd/{}", self.dir_fd.as_raw_fd()));
+        let Ok(entries) = std::fs::read_dir(&own) else { return Vec::new() };
         entries.flatten().filter_map(|e| e.file_name().to_str().and_then(HugeName::parse)).collect()
     }
 }

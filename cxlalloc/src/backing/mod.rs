@@ -90,6 +90,13 @@ pub trait Backing: Send + Sync + std::fmt::Debug {
     /// The huge objects that exist, as `(offset, generation)`.
     fn huge_objects(&self) -> Vec<(u64, u64)>;
 
+    /// What is wrong with the owner, group or mode of the backing object of huge allocation
+    /// `name`, which every process that may open the heap must be able to map (its fault
+    /// handler could not report a failure); `None` when nothing is, or there are no objects.
+    fn huge_object_problem(&self, _name: &HugeName) -> Option<String> {
+        None
+    }
+
     /// The offset of region `r` inside the file [`Backing::fd`] names (non-zero for the HWcc
     /// regions of a no-HWcc heap, which share its mCAS window's target area or its device's
     /// memory).

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use crate::backing::HugeName;
 use crate::huge::view::{HugeView, MAX_WALK};
 use crate::mem::HeapMem;
 use crate::persist::huge::{HugeBlock, HugeState};
@@ -66,6 +67,9 @@ pub fn check(mem: &HeapMem, problems: &mut Vec<String>) -> HugeCensus {
         for (_, b) in &blocks {
             if !objects.contains(&(b.offset, b.generation)) {
                 problems.push(format!("huge block at {:#x} has no backing object", b.offset));
+            } else if let Some(why) = mem.backing().huge_object_problem(&HugeName::new(b.offset, b.generation)) {
+                // A process the heap admits could not map it: its first touch would be a SIGSEGV.
+                problems.push(format!("huge block at {:#x}: backing object {why}", b.offset));
             }
         }
         for (offset, generation) in objects.difference(&named) {

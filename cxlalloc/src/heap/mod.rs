@@ -79,7 +79,16 @@ impl Heap {
         Ok(Heap { inner })
     }
 
-    /// Creates the heap called `name` in `/dev/shm`; fails if it exists.
+    /// Checks a heap name against the one grammar every entry point uses (the Rust API, the C
+    /// API, `cxlalloc NAME`): 1 ..= 246 characters of `[A-Za-z0-9._-]`, the first not `.` or
+    /// `-`. A name is never a path; a heap in another directory is reached with the `*_at`
+    /// functions. Errors are [`OpenError::InvalidName`], with the rule broken.
+    pub fn check_name(name: &str) -> Result<(), OpenError> {
+        files::check_name(name)
+    }
+
+    /// Creates the heap called `name` (see [`Heap::check_name`]) in `/dev/shm`; fails if it
+    /// exists.
     pub fn create(name: &str, config: &Config) -> Result<Self, OpenError> {
         Self::create_at(&files::path_for_name(name)?, config)
     }
@@ -105,10 +114,21 @@ impl Heap {
         files::path_for_name(name)
     }
 
-    /// Creates a heap in directory `path` (which must not exist).
+    /// Creates a heap in directory `path` (which must not exist; its final component may be any
+    /// file name of up to 255 bytes).
+    ///
+    /// Permissions: the directory and every file the heap ever creates get [`Config::mode`]
+    /// (default `0o600`: the creating user only) whatever the umask, and the heap's owner and
+    /// group (the creator's). A process of another user that the mode admits may use the heap;
+    /// a huge block it allocates gets the heap's mode, owner and group (root may change both,
+    /// a member of the heap's group the group), and a block whose object would not admit the
+    /// heap's users is refused (`AllocError::Backing(EACCES)`), so that a fault on a huge block
+    /// never meets a file this process may not map. An opener the heap does not admit gets
+    /// [`OpenError::PermissionDenied`]; a heap whose files were given other owners or modes
+    /// afterwards is refused with [`OpenError::MixedPermissions`], naming the file.
     pub fn create_at(path: &Path, config: &Config) -> Result<Self, OpenError> {
         config.validate()?;
-        let header = Header::new(config, random_secret());
+        let header = Header::new(config, random_secret()).with_heap_id(random_secret() | 1);
         let device = match &config.mcas_device {
             Some(spec) => Some(DeviceSpec::load(spec).map_err(|e| OpenError::Mcas(e.to_string()))?),
             None => None,
@@ -117,7 +137,11 @@ impl Heap {
         Self::from_mem(HeapMem::map(header, Box::new(backing), identity::current().pack())?)
     }
 
-    /// Opens the heap in directory `path`.
+    /// Opens the heap in directory `path`: the directory once (not following a symbolic link),
+    /// every file relative to it. Refused: a heap this user may not read and write
+    /// ([`OpenError::PermissionDenied`]), files with mixed owners or modes
+    /// ([`OpenError::MixedPermissions`]), a region file of another heap
+    /// ([`OpenError::ForeignRegion`]).
     pub fn open_at(path: &Path) -> Result<Self, OpenError> {
         let (backing, header) = FileBacking::open(path)?;
         Self::from_mem(HeapMem::map(header, Box::new(backing), identity::current().pack())?)

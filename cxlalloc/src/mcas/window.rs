@@ -123,6 +123,9 @@ const H_SERVER_PID: u64 = 24;
 /// The software device's parked word (1 while it sleeps on it as a futex, else 0). A server
 /// that never parks (the RTL co-simulation) leaves it 0, and clients then never wake anyone.
 const H_PARKED: u64 = 32;
+/// The identity (`Header::heap_id`) of the heap whose HWcc regions the window holds, written
+/// by the heap's creator before the heap becomes visible; 0 for a window of no heap.
+const H_OWNER: u64 = 40;
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WindowError + '_ {
     move |source| WindowError::Io { path: path.to_path_buf(), source }
@@ -138,12 +141,18 @@ impl Window {
     /// the geometry and the file size. Never writes to it.
     pub fn open(path: &Path) -> Result<Self, WindowError> {
         let file = OpenOptions::new().read(true).write(true).open(path).map_err(io(path))?;
+        Self::open_file(&file, path)
+    }
+
+    /// As [`Window::open`], for a file already open for reading and writing (`path` names it
+    /// in errors): a heap opener reaches its window relative to the heap directory it opened.
+    pub fn open_file(file: &File, path: &Path) -> Result<Self, WindowError> {
         let invalid = |what: String| WindowError::Invalid { path: path.to_path_buf(), what };
         let len = file.metadata().map_err(io(path))?.len();
         if len < HEADER_BYTES {
             return Err(invalid(format!("{len} bytes, shorter than the header")));
         }
-        let map = Self::map_file(&file, path)?;
+        let map = Self::map_file(file, path)?;
         let w = Window { map, geometry: Geometry { slots: 1, target_bytes: 8 }, path: path.to_path_buf() };
         let started = Instant::now();
         loop {
@@ -201,6 +210,19 @@ impl Window {
         // Release: an opener that reads the magic (Acquire) sees the fields above.
         w.word(0).store(u64::from_le_bytes(MAGIC), Ordering::Release);
         Ok(w)
+    }
+
+    /// The identity of the heap whose HWcc regions the window holds (0: none).
+    pub fn owner(&self) -> u64 {
+        // Relaxed: written once before the heap directory is renamed into place, which orders
+        // it before any opener's read (the rename and the opener's lookup are system calls).
+        self.word(H_OWNER).load(Ordering::Relaxed)
+    }
+
+    /// Records the heap whose HWcc regions the window holds (the heap's creator, once).
+    pub(crate) fn set_owner(&self, heap_id: u64) {
+        // Relaxed: see `owner`.
+        self.word(H_OWNER).store(heap_id, Ordering::Relaxed);
     }
 
     /// The window's geometry.

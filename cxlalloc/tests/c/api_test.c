@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The Rust side asserts the same layout (src/ffi.rs). */
@@ -29,6 +30,7 @@ _Static_assert(offsetof(cxl_config_t, thread_slots) == 16, "cxl_config_t.thread_
 _Static_assert(offsetof(cxl_config_t, coherence) == 32, "cxl_config_t.coherence");
 _Static_assert(offsetof(cxl_config_t, commit_on_grow) == 36, "cxl_config_t.commit_on_grow");
 _Static_assert(offsetof(cxl_config_t, huge_capacity) == 40, "cxl_config_t.huge_capacity");
+_Static_assert(offsetof(cxl_config_t, mode) == 52, "cxl_config_t.mode");
 
 static int checks;
 
@@ -533,6 +535,40 @@ static void test_heap_exhausted(void) {
     cxl_heap_close(heap);
 }
 
+/* The permission bits of `path`. */
+static unsigned mode_of(const char* path) {
+    struct stat st;
+    CHECK(stat(path, &st) == 0);
+    return (unsigned)(st.st_mode & 07777);
+}
+
+/* cxl_config_t.mode: 0 is the default 0600 (directory 0700), whatever the umask; 0660 shares
+ * with the group (directory 0770); execute bits, or no owner read/write, are CXL_EINVAL. */
+static void test_modes(const char* path, const cxl_config_t* base) {
+    char header[128];
+    snprintf(header, sizeof header, "%s/header", path);
+    mode_t old = umask(0);
+    cxl_config_t cfg = *base;
+    cfg.mode = 0;
+    cxl_heap_t* heap = cxl_heap_create_at(path, &cfg);
+    CHECK(heap != NULL);
+    CHECK(mode_of(path) == 0700 && mode_of(header) == 0600);
+    cxl_heap_close(heap);
+    CHECK(cxl_heap_unlink_at(path) == CXL_OK);
+    cfg.mode = 0660;
+    heap = cxl_heap_create_at(path, &cfg);
+    CHECK(heap != NULL);
+    CHECK(mode_of(path) == 0770 && mode_of(header) == 0660);
+    cxl_heap_close(heap);
+    CHECK(cxl_heap_unlink_at(path) == CXL_OK);
+    umask(old);
+    cfg.mode = 0700;
+    CHECK_ERR(cxl_heap_create_at(path, &cfg), CXL_EINVAL, EINVAL);
+    cfg.mode = 0060;
+    CHECK_ERR(cxl_heap_create_at(path, &cfg), CXL_EINVAL, EINVAL);
+    CHECK_ERR(cxl_heap_create("bad\nname", &cfg), CXL_EINVAL, EINVAL);
+}
+
 static void test_heap_at(void) {
     char* dir = at_dir;
     char* path = at_path;
@@ -573,6 +609,7 @@ static void test_heap_at(void) {
     CHECK(cxl_heap_unlink_at(path) == CXL_OK);
     CHECK_ERR(cxl_heap_open_at(path), CXL_ENOTFOUND, ENOENT);
     CHECK(cxl_heap_unlink_at(path) == CXL_ENOTFOUND);
+    test_modes(path, &cfg);
     CHECK(cxl_heap_unlink_at(NULL) == CXL_EINVAL);
     CHECK(rmdir(dir) == 0);
     at_path[0] = at_dir[0] = '\0';

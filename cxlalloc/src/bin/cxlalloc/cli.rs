@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use cxlalloc::{Coherence, Config, Heap, HeapInfo, McasInfo, OpenError, RecoveryPlan, SlotInfo};
 
 use crate::json::Json;
@@ -41,12 +41,67 @@ struct Cli {
     command: Command,
 }
 
+/// Which heap: a name (in /dev/shm), or a directory given with `--at`. A name is never read
+/// as a path, so `cxlalloc create ../x` is refused rather than made relative to the current
+/// directory.
+#[derive(Args)]
+struct Target {
+    /// Heap name: 1 to 246 characters of [A-Za-z0-9._-], the first not '.' or '-'; the heap
+    /// lives in /dev/shm/cxlalloc.NAME.
+    #[arg(required_unless_present = "at", conflicts_with = "at")]
+    name: Option<String>,
+    /// The heap in directory DIR (any path) instead of a named heap.
+    #[arg(long, value_name = "DIR")]
+    at: Option<PathBuf>,
+}
+
+impl Target {
+    fn open(&self) -> Result<Heap, Error> {
+        match (&self.at, &self.name) {
+            (Some(dir), _) => Heap::open_at(dir),
+            (None, Some(name)) => Heap::open(name),
+            // clap requires one of the two.
+            (None, None) => Err(no_target()),
+        }
+        .map_err(Error::Open)
+    }
+
+    fn info(&self) -> Result<HeapInfo, Error> {
+        match (&self.at, &self.name) {
+            (Some(dir), _) => Heap::info_at(dir),
+            (None, Some(name)) => Heap::info(name),
+            (None, None) => Err(no_target()),
+        }
+        .map_err(Error::Open)
+    }
+}
+
+/// As the command line names it: `NAME` or `--at DIR`.
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.at, &self.name) {
+            (Some(dir), _) => write!(f, "--at {}", dir.display()),
+            (None, Some(name)) => write!(f, "{name}"),
+            (None, None) => Ok(()),
+        }
+    }
+}
+
+fn no_target() -> OpenError {
+    OpenError::InvalidName { name: String::new(), reason: "give a heap name or --at DIR".into() }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Create a heap.
     Create {
-        /// Heap name (in /dev/shm) or directory path.
-        heap: String,
+        #[command(flatten)]
+        heap: Target,
+        /// Permission bits of the heap's files, in octal: 0600 (the default) for this user
+        /// only, 0660 to share with this user's group, 0666 with every local user. The heap
+        /// directory gets the matching search bits.
+        #[arg(long, value_parser = parse_mode)]
+        mode: Option<u32>,
         /// Bound on small-bracket data (e.g. 16G, 512M).
         #[arg(long, value_parser = parse_bytes)]
         small_capacity: Option<u64>,
@@ -86,8 +141,8 @@ enum Command {
     /// Print a heap's shape and identity: configuration, regions, storage, slot holders (read
     /// from its files, without mapping the heap).
     Inspect {
-        /// Heap name or directory path.
-        heap: String,
+        #[command(flatten)]
+        heap: Target,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -95,8 +150,8 @@ enum Command {
     /// Walk all metadata and report inconsistencies, dead slot holders and what `recover` would
     /// do for each (exit status 1: inconsistent; 3: consistent but dead holders).
     Check {
-        /// Heap name or directory path.
-        heap: String,
+        #[command(flatten)]
+        heap: Target,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -104,8 +159,8 @@ enum Command {
     /// Print a heap's use: bytes by kind, slab census by state and class, operation counters,
     /// huge heap.
     Stats {
-        /// Heap name or directory path.
-        heap: String,
+        #[command(flatten)]
+        heap: Target,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -113,16 +168,16 @@ enum Command {
     /// Adopt and repair every thread slot whose holder process died, then release it
     /// (printing what each recovery did).
     Recover {
-        /// Heap name or directory path.
-        heap: String,
+        #[command(flatten)]
+        heap: Target,
         /// Print JSON.
         #[arg(long)]
         json: bool,
     },
     /// Remove a heap (processes that have it open keep using it).
     Unlink {
-        /// Heap name or directory path.
-        heap: String,
+        #[command(flatten)]
+        heap: Target,
     },
 }
 
@@ -153,8 +208,10 @@ fn huge_capacity_for(coherence: Coherence, given: Option<u64>) -> u64 {
     given.unwrap_or(if coherence == Coherence::Full { Config::default().huge_capacity } else { 0 })
 }
 
-fn is_path(heap: &str) -> bool {
-    heap.contains('/')
+/// An octal permission mode (`0660`, `660` or `0o660`); `Config::validate` checks its bits.
+fn parse_mode(s: &str) -> Result<u32, String> {
+    let digits = s.trim().trim_start_matches("0o");
+    u32::from_str_radix(digits, 8).map_err(|_| format!("not an octal mode: {s:?} (e.g. 0660)"))
 }
 
 /// Why a command failed (exit status 2).
@@ -182,14 +239,6 @@ impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
         Error::Output(e)
     }
-}
-
-fn open(heap: &str) -> Result<Heap, Error> {
-    if is_path(heap) { Heap::open_at(Path::new(heap)) } else { Heap::open(heap) }.map_err(Error::Open)
-}
-
-fn info(heap: &str) -> Result<HeapInfo, Error> {
-    if is_path(heap) { Heap::info_at(Path::new(heap)) } else { Heap::info(heap) }.map_err(Error::Open)
 }
 
 /// `bytes` in the largest binary unit that keeps the number at least 1, with up to one
@@ -382,8 +431,8 @@ fn list(out: &mut Out, dir: Option<PathBuf>, json: bool) -> Result<(), Error> {
     Ok(())
 }
 
-fn inspect(out: &mut Out, heap: &str, json: bool) -> Result<(), Error> {
-    let info = info(heap)?;
+fn inspect(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
+    let info = heap.info()?;
     let c = &info.config;
     let holders = info.holders.as_ref().ok();
     if json {
@@ -453,8 +502,8 @@ fn inspect(out: &mut Out, heap: &str, json: bool) -> Result<(), Error> {
     Ok(())
 }
 
-fn stats(out: &mut Out, heap: &str, json: bool) -> Result<(), Error> {
-    let s = open(heap)?.stats();
+fn stats(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
+    let s = heap.open()?.stats();
     let counters = [
         ("remote frees", "remote_frees", s.counters.remote_frees),
         ("slabs bumped", "slabs_bumped", s.counters.slabs_bumped),
@@ -565,8 +614,8 @@ fn plan_json(p: &RecoveryPlan) -> Json {
     ])
 }
 
-fn check(out: &mut Out, heap: &str, json: bool) -> Result<ExitCode, Error> {
-    let h = open(heap)?;
+fn check(out: &mut Out, heap: &Target, json: bool) -> Result<ExitCode, Error> {
+    let h = heap.open()?;
     let report = h.check();
     let slots = h.slots();
     let plans = h.recovery_plan();
@@ -639,8 +688,8 @@ fn check(out: &mut Out, heap: &str, json: bool) -> Result<ExitCode, Error> {
     Ok(ExitCode::from(code))
 }
 
-fn recover(out: &mut Out, heap: &str, json: bool) -> Result<(), Error> {
-    let h = open(heap)?;
+fn recover(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
+    let h = heap.open()?;
     let reports = h.recover_dead();
     let still_dead = h.dead_slots().len();
     if json {
@@ -677,6 +726,7 @@ fn run(cli: Cli, out: &mut Out) -> Result<ExitCode, Error> {
             large_capacity,
             slots,
             huge_capacity,
+            mode,
             coherence,
             mcas_device,
             no_recovery,
@@ -690,16 +740,23 @@ fn run(cli: Cli, out: &mut Out) -> Result<ExitCode, Error> {
                 coherence,
                 recovery: !no_recovery,
                 mcas_device: mcas_device.clone(),
+                mode: mode.unwrap_or(d.mode),
                 ..d
             };
-            let h = if is_path(&heap) {
-                Heap::create_at(Path::new(&heap), &config).map_err(Error::Open)?
-            } else {
-                Heap::create(&heap, &config).map_err(Error::Open)?
+            let (h, which) = match (&heap.at, &heap.name) {
+                (Some(dir), _) => {
+                    (Heap::create_at(dir, &config).map_err(Error::Open)?, format!("--heap-dir {}", dir.display()))
+                }
+                (None, Some(name)) => (Heap::create(name, &config).map_err(Error::Open)?, format!("--heap {name}")),
+                (None, None) => return Err(Error::Open(no_target())),
             };
-            out.line(format_args!("created {} (coherence {})", h.location(), coherence.name()))?;
+            out.line(format_args!(
+                "created {} (coherence {}, mode {:#o})",
+                h.location(),
+                coherence.name(),
+                config.mode
+            ))?;
             if coherence == Coherence::NoHwcc && mcas_device.is_none() {
-                let which = if is_path(&heap) { format!("--heap-dir {heap}") } else { format!("--heap {heap}") };
                 out.line(format_args!("serve its mCAS window before attaching threads: cxlalloc-mcasd {which}"))?;
             }
         }
@@ -708,9 +765,11 @@ fn run(cli: Cli, out: &mut Out) -> Result<ExitCode, Error> {
         Command::Check { heap, json } => return check(out, &heap, json),
         Command::Stats { heap, json } => stats(out, &heap, json)?,
         Command::Recover { heap, json } => recover(out, &heap, json)?,
-        Command::Unlink { heap } => {
-            if is_path(&heap) { Heap::unlink_at(Path::new(&heap)) } else { Heap::unlink(&heap) }.map_err(Error::Open)?
-        }
+        Command::Unlink { heap } => match (&heap.at, &heap.name) {
+            (Some(dir), _) => Heap::unlink_at(dir).map_err(Error::Open)?,
+            (None, Some(name)) => Heap::unlink(name).map_err(Error::Open)?,
+            (None, None) => return Err(Error::Open(no_target())),
+        },
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -748,6 +807,33 @@ mod tests {
         assert_eq!(parse_bytes("16G"), Ok(16 << 30));
         assert!(parse_bytes("x").is_err());
         assert!(parse_bytes("99999999999T").is_err());
+    }
+
+    #[test]
+    fn modes_are_octal() {
+        assert_eq!(parse_mode("0660"), Ok(0o660));
+        assert_eq!(parse_mode("600"), Ok(0o600));
+        assert_eq!(parse_mode("0o666"), Ok(0o666));
+        assert!(parse_mode("0880").is_err());
+        assert!(parse_mode("rw").is_err());
+    }
+
+    #[test]
+    fn a_name_with_a_slash_is_not_taken_as_a_path() {
+        let cli = Cli::try_parse_from(["cxlalloc", "create", "../evil"]);
+        let Ok(Cli { command: Command::Create { heap, .. } }) = cli else { panic!("create ../evil did not parse") };
+        assert!(heap.at.is_none());
+        assert!(matches!(
+            Heap::create(heap.name.as_deref().unwrap_or_default(), &Config::default()),
+            Err(OpenError::InvalidName { .. })
+        ));
+    }
+
+    #[test]
+    fn a_name_and_a_directory_are_exclusive() {
+        assert!(Cli::try_parse_from(["cxlalloc", "inspect", "h", "--at", "/tmp/h"]).is_err());
+        assert!(Cli::try_parse_from(["cxlalloc", "inspect"]).is_err());
+        assert!(Cli::try_parse_from(["cxlalloc", "inspect", "--at", "/tmp/h"]).is_ok());
     }
 
     #[test]
