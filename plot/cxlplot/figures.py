@@ -86,10 +86,13 @@ def palette(configs: pd.DataFrame) -> dict[str, str]:
 
 
 def series_style(series: str, colors: dict[str, str]) -> dict:
-    """Plot keywords for a series: the label's colour; dashed for the multi-process one."""
+    """Line keywords for a series: the label's colour; dashed with hollow markers for the
+    multi-process one (hollow, so that a lone point is told apart too)."""
     multi = series.endswith(MULTI_PROCESS)
     label = series[: -len(MULTI_PROCESS)] if multi else series
-    return {"color": colors[label], "linestyle": "--" if multi else "-"}
+    if multi:
+        return {"color": colors[label], "linestyle": "--", "markerfacecolor": "white"}
+    return {"color": colors[label], "linestyle": "-"}
 
 
 def _scale(ax, values, label: str) -> None:
@@ -265,7 +268,7 @@ def fig10_huge(configs: pd.DataFrame):
             ax.set_ylim(bottom=0)
     _legend(fig, axes)
     sizes = sorted(huge["size"].unique())
-    fig.suptitle(f"Figure 10: huge allocations ({', '.join(size_text(s) for s in sizes)} objects) across processes")
+    fig.suptitle(f"Figure 10: huge allocations, {', '.join(size_text(s) for s in sizes)} objects")
     return fig
 
 
