@@ -76,16 +76,14 @@ sysdep_missing() {
   return 1
 }
 
-# ensure_sysdeps DEP...: installs the packages of the DEPs whose files are missing, then checks
-# the files again, so that an install which did not provide them is an error, not a pass.
+# ensure_sysdeps DEP...: installs, in order, the package of each DEP whose files are missing,
+# then checks the files again, so that an install which did not provide them is an error, not a
+# pass. One at a time: `libpython3` names its package only once python3 is there.
 ensure_sysdeps() {
-  local dep missing=() why
+  local dep why
   for dep in "$@"; do
-    sysdep_missing "$dep" >/dev/null && missing+=("$(sysdep_package "$dep")")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  apt_install "${missing[@]}" || return 1
-  for dep in "$@"; do
+    sysdep_missing "$dep" >/dev/null || continue
+    apt_install "$(sysdep_package "$dep")" || return 1
     if why=$(sysdep_missing "$dep"); then
       echo "setup: installed $(sysdep_package "$dep"), but there is still $why" >&2
       return 1
