@@ -264,8 +264,8 @@ def huge_records(size_mib=16, allocators=("cxlalloc", "boost")):
     out = variant(records, plain_xmalloc("cxlalloc", threads=2), "huge", benchmark="huge", params=params)
     for name in allocators:
         if name != "cxlalloc":
-            out += variant(records, plain_xmalloc("mimalloc", threads=2), f"huge-{name}", benchmark="huge", params=params,
-                           allocator=name, allocator_label=name)
+            out += variant(records, plain_xmalloc("mimalloc", threads=2), f"huge-{name}", benchmark="huge",
+                           params=params, allocator=name, allocator_label=name)
     return out
 
 
