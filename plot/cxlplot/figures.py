@@ -8,13 +8,17 @@ Conventions shared by the figures:
 - a point or bar is a configuration's median over repeats (`load.configs`);
 - the series is the allocator label, with " (multi-process)" appended for runs with more than one
   worker process, since cross-process runs of one allocator are a different line in the paper;
+- an allocator label has one colour in every figure (`palette`); its multi-process series keeps
+  that colour and is told apart by a dashed line or hatched bars;
 - cxlalloc with reduced coherence appears only in Figure 12, against full HWcc;
 - throughput axes switch to a log scale when the values span more than `LOG_SPAN`, as the paper
-  does for mutex-bound baselines that are orders of magnitude slower.
+  does for mutex-bound baselines that are orders of magnitude slower, and their label says "(log)";
+- an axis of thread or process counts has ticks at the counts the data has, and only there.
 """
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -24,39 +28,106 @@ matplotlib.use("Agg")  # files only: never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.ticker import NullLocator  # noqa: E402
 
 from .load import KV_BENCHMARKS, LoadError, param_sort_key  # noqa: E402
 
 MIB = 1 << 20
+GIB = 1 << 30
 LOG_SPAN = 50.0
 MICRO_BENCHMARKS = ("threadtest", "xmalloc", "larson", "mstress")
 KV_ORDER = ["YCSB-Load", "YCSB-A", "YCSB-D", "MC-12", "MC-15", "MC-31", "MC-37"]
 COHERENCE_ORDER = ["full", "limited", "none"]
 COHERENCE_LABEL = {"full": "full HWcc", "limited": "limited HWcc", "none": "no HWcc (mCAS)"}
 CRASH_PANELS = 6  # runs drawn in Figure 7; more would make the panels unreadable
+MULTI_PROCESS = " (multi-process)"
+# Each allocator's colour (matplotlib's tab10), the same in every figure and every results file.
+ALLOCATOR_COLORS = {
+    "cxlalloc": "#2ca02c",  # green
+    "mimalloc": "#1f77b4",  # blue
+    "jemalloc": "#9467bd",  # purple
+    "system": "#7f7f7f",  # grey
+    "boost": "#d62728",  # red
+    "pmdk": "#8c564b",  # brown
+}
+# For labels that are a variant of an allocator drawn beside its plain label (cxlalloc
+# recovery=false), or an allocator not listed above: the rest of tab10, then tab20's light shades.
+SPARE_COLORS = ["#ff7f0e", "#bcbd22", "#17becf", "#e377c2", "#98df8a", "#aec7e8", "#ff9896", "#c5b0d5",
+                "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5", "#ffbb78"]
+TITLE_WIDTH = 34  # characters of a panel title's line: three panels a row must not overlap
 
 
 def series_name(df: pd.DataFrame) -> pd.Series:
     """Allocator label, marked when the run spans several processes."""
-    multi = df["allocator_label"] + " (multi-process)"
+    multi = df["allocator_label"] + MULTI_PROCESS
     return df["allocator_label"].where(df["processes"] == 1, multi)
 
 
-def _colors(names) -> dict[str, str]:
-    """A stable colour per series name, so one allocator keeps its colour across panels; more
-    series than the default cycle's ten take the 20-colour palette, so no two share a colour."""
-    names = sorted(names)
-    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    if len(names) > len(cycle):
-        cycle = [matplotlib.colors.to_hex(c) for c in plt.get_cmap("tab20").colors]
-    return {name: cycle[i % len(cycle)] for i, name in enumerate(names)}
+def palette(configs: pd.DataFrame) -> dict[str, str]:
+    """Allocator label -> colour, one mapping for every figure of a results file.
+
+    A label takes its allocator's colour from `ALLOCATOR_COLORS` when it is the allocator's only
+    label in the data, or its plain name (`cxlalloc` beside `cxlalloc recovery=false`); other labels
+    take `SPARE_COLORS` in name order. Every figure computes it from the whole table it is given,
+    so the same data gives the same colours whichever figure draws them.
+    """
+    pairs = configs[["allocator", "allocator_label"]].drop_duplicates()
+    labels_of = pairs.groupby("allocator")["allocator_label"].apply(set)
+    colors, spare = {}, []
+    for label, allocator in sorted(zip(pairs["allocator_label"], pairs["allocator"])):
+        own = ALLOCATOR_COLORS.get(allocator)
+        if own is not None and (label == allocator or len(labels_of[allocator]) == 1):
+            colors[label] = own
+        else:
+            spare.append(label)
+    for i, label in enumerate(spare):
+        colors[label] = SPARE_COLORS[i % len(SPARE_COLORS)]
+    return colors
 
 
-def _scale(ax, values) -> None:
+def series_style(series: str, colors: dict[str, str]) -> dict:
+    """Line keywords for a series: the label's colour; dashed with hollow markers for the
+    multi-process one (hollow, so that a lone point is told apart too)."""
+    multi = series.endswith(MULTI_PROCESS)
+    label = series[: -len(MULTI_PROCESS)] if multi else series
+    if multi:
+        return {"color": colors[label], "linestyle": "--", "markerfacecolor": "white"}
+    return {"color": colors[label], "linestyle": "-"}
+
+
+def _scale(ax, values, label: str) -> None:
+    """Sets a log scale when `values` span more than `LOG_SPAN`, and the axis label, marked
+    "(log)" then: a log panel read as a linear one hides a 100x gap."""
     positive = [v for v in values if v > 0]
     if positive and max(positive) / min(positive) > LOG_SPAN:
         ax.set_yscale("log")
+        label += " (log)"
+    ax.set_ylabel(label)
+
+
+def _count_ticks(ax, counts) -> None:
+    """x ticks at the thread or process counts present, labelled as integers (a lone count would
+    otherwise get fractional ticks around it)."""
+    counts = sorted({int(c) for c in counts})
+    ax.set_xticks(counts, [str(c) for c in counts])
+    ax.xaxis.set_minor_locator(NullLocator())
+    if len(counts) == 1:
+        ax.set_xlim(counts[0] - 1, counts[0] + 1)
+
+
+def _panel_title(ax, head: str, detail: str = "") -> None:
+    """A panel title: `head`, then `detail` (parameters) wrapped to `TITLE_WIDTH` in smaller
+    type, so that long parameter lists do not run into the next panel's title."""
+    lines = textwrap.wrap(detail, TITLE_WIDTH) if detail else []
+    ax.set_title("\n".join([head, *lines]), fontsize=10 if lines else None)
+
+
+def size_text(nbytes: int) -> str:
+    """`nbytes` in the largest binary unit that divides it: 16 MiB, 1 GiB, 1536 KiB."""
+    for unit, name in ((GIB, "GiB"), (MIB, "MiB"), (1 << 10, "KiB")):
+        if nbytes >= unit and nbytes % unit == 0:
+            return f"{nbytes // unit} {name}"
+    return f"{nbytes} B"
 
 
 def _legend(fig, axes) -> None:
@@ -109,7 +180,7 @@ def fig8_kv(configs: pd.DataFrame):
     threads = kv.groupby("group")["threads"].max()
     groups = sorted(threads.index, key=lambda g: (KV_ORDER.index(g) if g in KV_ORDER else len(KV_ORDER), g))
     series = sorted(kv["series"].unique())
-    colors = _colors(series)
+    colors = palette(configs)
 
     fig, (ax_t, ax_m) = plt.subplots(2, 1, figsize=(max(6.0, 1.4 * len(groups) + 2), 6.5), sharex=True,
                                      layout="constrained")
@@ -118,16 +189,17 @@ def fig8_kv(configs: pd.DataFrame):
         offset = (i - (len(series) - 1) / 2) * width
         present = [(j, agg.loc[(g, name)]) for j, g in enumerate(groups) if (g, name) in agg.index]
         xs = [j + offset for j, _ in present]
-        ax_t.bar(xs, [r.throughput / 1e6 for _, r in present], width, color=colors[name], label=name)
-        ax_m.bar(xs, [r.total / MIB for _, r in present], width, color=colors[name])
+        color = series_style(name, colors)["color"]
+        hatch = "//" if name.endswith(MULTI_PROCESS) else None  # the multi-process bars
+        ax_t.bar(xs, [r.throughput / 1e6 for _, r in present], width, color=color, hatch=hatch, label=name)
+        ax_m.bar(xs, [r.total / MIB for _, r in present], width, color=color, hatch=hatch)
         # The HWcc part is a sliver of the total: draw it black and print its share above the bar.
         ax_m.bar(xs, [r.hwcc / MIB for _, r in present], width, color="black")
         for x, (_, r) in zip(xs, present):
             if r.hwcc > 0 and r.total > 0:
                 ax_m.annotate(f"{100 * r.hwcc / r.total:.3f}%", (x, r.total / MIB), ha="center",
                               va="bottom", rotation=90, fontsize=7, xytext=(0, 2), textcoords="offset points")
-    _scale(ax_t, agg["throughput"])
-    ax_t.set_ylabel("throughput (Mops/s)")
+    _scale(ax_t, agg["throughput"], "throughput (Mops/s)")
     ax_m.set_ylabel("PSS at end (MiB)\nblack, %: HWcc part")
     ax_m.margins(y=0.18)  # room for the share labels above the tallest bar
     ax_m.set_xticks(range(len(groups)), [f"{g}\nT={threads[g]}" for g in groups])
@@ -142,7 +214,7 @@ def fig9_micro(configs: pd.DataFrame):
     if micro.empty:
         return "no threadtest, xmalloc, larson or mstress runs"
     micro["series"] = series_name(micro)
-    colors = _colors(micro["series"].unique())
+    colors = palette(configs)
     panels = sorted(
         micro.groupby(["benchmark", "params_text"])["params"].first().items(),
         key=lambda kv: (MICRO_BENCHMARKS.index(kv[0][0]), param_sort_key(kv[1])),
@@ -154,12 +226,11 @@ def fig9_micro(configs: pd.DataFrame):
         points = sel.groupby(["series", "threads"])["throughput"].median()
         for name in sorted(sel["series"].unique()):
             line = points.loc[name]
-            ax.plot(line.index, line.values / 1e6, marker="o", color=colors[name], label=name)
-        _scale(ax, points.values)
-        ax.set_title(f"{bench} {ptext}".strip())
+            ax.plot(line.index, line.values / 1e6, marker="o", label=name, **series_style(name, colors))
+        _scale(ax, points.values, "throughput (Mops/s)")
+        _panel_title(ax, bench, ptext)
         ax.set_xlabel("threads")
-        ax.set_ylabel("throughput (Mops/s)")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        _count_ticks(ax, sel["threads"])
         if ax.get_yscale() == "linear":
             ax.set_ylim(bottom=0)
     _legend(fig, axes)
@@ -168,28 +239,36 @@ def fig9_micro(configs: pd.DataFrame):
 
 
 def fig10_huge(configs: pd.DataFrame):
-    """Figure 10: huge (1 GiB) allocations, throughput vs processes, one panel per mode."""
+    """Figure 10: huge allocations, throughput vs processes, one panel per mode and object size
+    (the benchmark's `size_mib`, 1024 when absent, as in the harness)."""
     huge = configs[configs["benchmark"] == "huge"].copy()
     if huge.empty:
         return "no huge runs"
-    huge["mode"] = [str(p.get("mode", "?")) for p in huge["params"]]
-    many_t = huge["threads"].nunique() > 1
-    huge["series"] = huge["allocator_label"] + (", T=" + huge["threads"].astype(str) if many_t else "")
-    colors = _colors(huge["series"].unique())
-    modes = sorted(huge["mode"].unique())
-    fig, axes = _grid(len(modes))
-    for ax, mode in zip(axes, modes):
-        points = huge[huge["mode"] == mode].groupby(["series", "processes"])["throughput"].median()
-        for name in points.index.get_level_values(0).unique():
-            line = points.loc[name]
-            ax.plot(line.index, line.values, marker="o", color=colors[name], label=name)
-        ax.set_title(f"huge {mode} (1 GiB objects)")
+    huge["mode"] = [str(p.get("mode", "threadtest")) for p in huge["params"]]
+    huge["size"] = [int(p.get("size_mib", 1024)) * MIB for p in huge["params"]]
+    colors = palette(configs)
+    # One colour per allocator label; thread counts, when several, by line style.
+    thread_counts = sorted(huge["threads"].unique())
+    styles = ["-", "--", ":", "-."]
+    panels = sorted(set(zip(huge["mode"], huge["size"])), key=lambda ms: (ms[1], ms[0]))
+    fig, axes = _grid(len(panels))
+    for ax, (mode, size) in zip(axes, panels):
+        sel = huge[(huge["mode"] == mode) & (huge["size"] == size)]
+        points = sel.groupby(["allocator_label", "threads", "processes"])["throughput"].median()
+        for label, threads in dict.fromkeys(zip(*[points.index.get_level_values(i) for i in (0, 1)])):
+            line = points.loc[(label, threads)]
+            name = f"{label}, T={threads}" if len(thread_counts) > 1 else label
+            ax.plot(line.index, line.values, marker="o", color=colors[label],
+                    linestyle=styles[thread_counts.index(threads) % len(styles)], label=name)
+        _panel_title(ax, f"huge {mode} ({size_text(size)} objects)")
         ax.set_xlabel("processes")
-        ax.set_ylabel("throughput (ops/s)")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylim(bottom=0)
+        _count_ticks(ax, sel["processes"])
+        _scale(ax, points.values, "throughput (ops/s)")
+        if ax.get_yscale() == "linear":
+            ax.set_ylim(bottom=0)
     _legend(fig, axes)
-    fig.suptitle("Figure 10: huge allocations across processes")
+    sizes = sorted(huge["size"].unique())
+    fig.suptitle(f"Figure 10: huge allocations, {', '.join(size_text(s) for s in sizes)} objects")
     return fig
 
 
@@ -261,7 +340,7 @@ def fig12_coherence(configs: pd.DataFrame):
         ax.set_xticks(range(len(points)), ticks)
         ax.set_xlabel("threads")
         ax.set_ylabel("throughput / full HWcc")
-        ax.set_title(f"{bench} {ptext}".strip())
+        _panel_title(ax, bench, ptext)
         if with_memory:
             ax = axes[1][col]
             for i, model in enumerate(models):

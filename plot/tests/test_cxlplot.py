@@ -19,6 +19,8 @@ import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 
+import matplotlib.pyplot as plt  # noqa: E402
+
 from cxlplot import compare, figures, load, table  # noqa: E402
 from cxlplot.__main__ import main  # noqa: E402
 
@@ -232,6 +234,155 @@ class Figures(unittest.TestCase):
         records[crash]["extra"]["timeline"] = [[0.0, 1.0, 2.0]]
         with self.assertRaisesRegex(load.LoadError, rf":{crash + 1}: extra.timeline"):
             self.write(records)
+
+
+def variant(records, keep, tag, **changes):
+    """Copies of the records for which `keep(record)` holds, with `changes` applied and their run
+    and config ids prefixed by `tag`, so that they form runs of their own."""
+    out = []
+    for r in records:
+        if keep(r):
+            r = json.loads(json.dumps(r))
+            r.update(changes)
+            r["config_id"] = f"{tag}-{r['config_id']}"
+            r["run_id"] = f"{tag}-{r['run_id']}"
+            out.append(r)
+    return out
+
+
+def plain_xmalloc(allocator, threads=None):
+    return lambda r: (r["benchmark"] == "xmalloc" and r["allocator"] == allocator and not r["allocator_settings"]
+                      and threads in (None, r["threads"]))
+
+
+def huge_records(size_mib=16, allocators=("cxlalloc", "boost")):
+    """Figure 10's data: the fixture's plain xmalloc runs at T=2 as huge runs of `size_mib` MiB objects
+    (None: the parameter left out), for cxlalloc and the other allocators named, which are made
+    from mimalloc's runs (boost sorts before cxlalloc, as in the mini job)."""
+    params = {"mode": "xmalloc"} if size_mib is None else {"mode": "xmalloc", "size_mib": size_mib}
+    records = fixture_records()
+    out = variant(records, plain_xmalloc("cxlalloc", threads=2), "huge", benchmark="huge", params=params)
+    for name in allocators:
+        if name != "cxlalloc":
+            out += variant(records, plain_xmalloc("mimalloc", threads=2), f"huge-{name}", benchmark="huge",
+                           params=params, allocator=name, allocator_label=name)
+    return out
+
+
+def micro_records_with_long_parameters():
+    """Eight micro panels, three a row, with parameter lists as long as the mini job's."""
+    records = fixture_records()
+    out = [r for r in records if r["benchmark"] == "xmalloc"]
+    for size in (8, 64, 256, 1024):
+        out += variant(records, lambda r: r["benchmark"] == "threadtest" and r["params"].get("size") == 8,
+                       f"tt{size}", params={"size": size, "total_pairs": 400_000})
+    out += variant(records, lambda r: r["benchmark"] == "xmalloc", "larson", benchmark="larson",
+                   params={"slots": 500, "ops": 200_000, "rounds": 4})
+    out += variant(records, lambda r: r["benchmark"] == "xmalloc", "mstress", benchmark="mstress",
+                   params={"iterations": 50, "objects_per_iter": 200, "transfer_slots": 256})
+    out += variant(records, lambda r: r["benchmark"] == "xmalloc", "mstress2", benchmark="mstress",
+                   params={"iterations": 500, "objects_per_iter": 2000, "transfer_slots": 256})
+    return out
+
+
+def configs_of(records):
+    with tempfile.TemporaryDirectory() as d:
+        return load.load([write_records(d, records)])[2]
+
+
+def line_colors(fig):
+    """Series label -> colour (hex) of every line drawn in `fig`'s panels."""
+    return {line.get_label(): matplotlib.colors.to_hex(line.get_color())
+            for ax in fig.axes for line in ax.get_lines() if not line.get_label().startswith("_")}
+
+
+def bar_colors(fig):
+    """Series label -> colour (hex) of every labelled bar series in `fig`'s panels."""
+    return {c.get_label(): matplotlib.colors.to_hex(c.patches[0].get_facecolor())
+            for ax in fig.axes for c in ax.containers if not c.get_label().startswith("_")}
+
+
+def panels(fig):
+    return [ax for ax in fig.axes if ax.get_visible()]
+
+
+def title(ax):
+    """A panel's title on one line (long ones are wrapped)."""
+    return " ".join(ax.get_title().split())
+
+
+class FigureStyle(unittest.TestCase):
+    """What every figure shares: colours, count axes, log-scale labels, titles from the data."""
+
+    def tearDown(self):
+        plt.close("all")
+
+    def test_an_allocator_has_the_same_colour_in_figures_8_9_and_10(self):
+        configs = configs_of(fixture_records() + huge_records())
+        fig8 = bar_colors(figures.fig8_kv(configs))
+        fig9 = line_colors(figures.fig9_micro(configs))
+        fig10 = line_colors(figures.fig10_huge(configs))
+        self.assertEqual({fig8["cxlalloc"], fig9["cxlalloc"], fig10["cxlalloc"]}, {fig8["cxlalloc"]})
+        self.assertEqual(fig8["mimalloc"], fig9["mimalloc"])
+        self.assertNotEqual(fig10["boost"], fig10["cxlalloc"])
+
+    def test_the_palette_gives_each_label_its_own_colour(self):
+        configs = configs_of(fixture_records() + huge_records())
+        colors = figures.palette(configs)
+        self.assertEqual(set(colors), set(configs["allocator_label"]))
+        self.assertEqual(len(set(colors.values())), len(colors))
+        self.assertEqual(colors["cxlalloc"], figures.ALLOCATOR_COLORS["cxlalloc"])
+        self.assertEqual(colors["boost"], figures.ALLOCATOR_COLORS["boost"])
+
+    def test_a_multi_process_series_keeps_its_allocators_colour(self):
+        configs = configs_of(fixture_records())
+        fig9 = line_colors(figures.fig9_micro(configs))
+        self.assertEqual(fig9["cxlalloc (multi-process)"], fig9["cxlalloc"])
+        fig8 = bar_colors(figures.fig8_kv(configs))
+        self.assertEqual(fig8["cxlalloc (multi-process)"], fig8["cxlalloc"])
+
+    def test_figure_10_names_the_object_size_of_its_runs(self):
+        fig = figures.fig10_huge(configs_of(huge_records(size_mib=16)))
+        titles = [fig.get_suptitle()] + [ax.get_title() for ax in panels(fig)]
+        self.assertTrue(all("16 MiB" in t for t in titles), titles)
+        self.assertFalse(any("GiB" in t for t in titles), titles)
+
+    def test_figure_10_without_a_size_parameter_says_the_harness_default_of_1_gib(self):
+        fig = figures.fig10_huge(configs_of(huge_records(size_mib=None)))
+        self.assertIn("1 GiB", fig.get_suptitle())
+
+    def test_the_thread_axis_has_a_tick_at_each_thread_count_of_the_data_and_nowhere_else(self):
+        # The fixture's threadtest size=8 runs have T=2 and T=4; size=64 and larson only T=2.
+        fig = figures.fig9_micro(configs_of(fixture_records()))
+        ticks = {title(ax): (list(ax.get_xticks()), [t.get_text() for t in ax.get_xticklabels()])
+                 for ax in panels(fig)}
+        self.assertEqual(ticks["threadtest size=8"], ([2, 4], ["2", "4"]))
+        self.assertEqual(ticks["threadtest size=64"], ([2], ["2"]))
+
+    def test_the_process_axis_of_figure_10_has_a_tick_at_each_process_count(self):
+        fig = figures.fig10_huge(configs_of(huge_records()))
+        for ax in panels(fig):
+            self.assertEqual(list(ax.get_xticks()), [1, 2])
+            self.assertEqual([t.get_text() for t in ax.get_xticklabels()], ["1", "2"])
+
+    def test_a_log_scale_panel_says_log_in_its_axis_label(self):
+        # A boost 100x slower than cxlalloc on xmalloc: that panel goes log, threadtest stays linear.
+        records = fixture_records() + variant(
+            fixture_records(), plain_xmalloc("mimalloc"), "slow", allocator="boost", allocator_label="boost",
+            throughput=0.4e6)
+        fig = figures.fig9_micro(configs_of(records))
+        scales = {title(ax): (ax.get_yscale(), ax.get_ylabel()) for ax in panels(fig)}
+        self.assertEqual(scales["xmalloc"], ("log", "throughput (Mops/s) (log)"))
+        self.assertEqual(scales["threadtest size=8"], ("linear", "throughput (Mops/s)"))
+
+    def test_panel_titles_do_not_overlap(self):
+        fig = figures.fig9_micro(configs_of(micro_records_with_long_parameters()))
+        fig.canvas.draw()
+        boxes = [(ax.get_title(), ax.title.get_window_extent()) for ax in panels(fig)]
+        self.assertGreaterEqual(len(boxes), 7)
+        for i, (a, box_a) in enumerate(boxes):
+            for b, box_b in boxes[i + 1:]:
+                self.assertFalse(box_a.overlaps(box_b), f"{a!r} overlaps {b!r}")
 
 
 class Coherence(unittest.TestCase):

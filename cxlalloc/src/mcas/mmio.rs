@@ -250,6 +250,11 @@ mod tests {
 
     #[test]
     fn the_stand_in_answers_the_units_error_codes() {
+        if !has_movdir64b() {
+            // `Device::open` refuses such a CPU (tests/mcas_device.rs checks that).
+            eprintln!("SKIPPED: this CPU has no movdir64b, so the stand-in cannot be opened here");
+            return;
+        }
         let (device, memory) = stand_in("errors");
         assert_eq!(exchange(&device, None)[1] >> 8, 2, "an answer read with nothing parked");
         assert_eq!(exchange(&device, Some(Line([0, 1, 0x1000, 1, 0, 0, 0, 0])))[1] >> 8, 1, "requester 1 in slot 0");
