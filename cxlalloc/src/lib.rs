@@ -19,76 +19,87 @@
 //!
 //! Each module uses only modules above it in this list:
 //!
-//! 1. [`sync`] (atomics facade), [`word`] (packed-word decoders), [`class`] (size classes)
-//! 2. [`protocol`] — the lock-free CAS protocols, model-checked with loom
-//! 3. [`map`] (mmap) → [`backing`] (region storage) → [`layout`] (header and offsets);
-//!    [`mcas`] (the mCAS window, client and software device) → [`coherence`] (the coherence
+//! 1. `sync` (atomics facade), `word` (packed-word decoders), `class` (size classes)
+//! 2. `protocol` — the lock-free CAS protocols, model-checked with loom
+//! 3. `map` (mmap) → `backing` (region storage) → `layout` (header and offsets);
+//!    `mcas` (the mCAS window, client and software device) → `coherence` (the coherence
 //!    models: SWcc flushes, HWcc words through mCAS)
-//! 4. [`mem`] — a mapped heap and its checked accessors (the raw-memory boundary)
-//! 5. [`slab`] (the state machine), [`thread`] (slots, records, redo log) and [`huge`] (its
-//!    [`huge::view`] sits at layer 4: the fault handler reaches it through [`mem`]); [`crash`]
+//! 4. `mem` — a mapped heap and its checked accessors (the raw-memory boundary)
+//! 5. `slab` (the state machine), `thread` (slots, records, redo log) and `huge` (its
+//!    `huge::view` sits at layer 4: the fault handler reaches it through `mem`); `crash`
 //!    marks their crash points
-//! 6. [`signal`] (SIGSEGV handler for growth and huge blocks), [`check`] and [`stats`];
-//!    [`recovery`] (adoption and repair of a dead slot)
-//! 7. [`heap`] (public API) → [`ffi`] (C API)
+//! 6. `signal` (SIGSEGV handler for growth and huge blocks), `check` and `stats`;
+//!    `recovery` (adoption and repair of a dead slot)
+//! 7. `heap` (public API) → `ffi` (C API)
 #![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
+#![warn(missing_docs, unreachable_pub, clippy::undocumented_unsafe_blocks)]
 
-pub mod sync;
-pub mod word;
+// Every module is private: the crate's API is the re-exports below (and, for the crate's own
+// tools and tests, the hidden `internal` module). A `pub` item inside a module is not
+// reachable from outside unless it is re-exported here; `unreachable_pub` keeps the two apart.
+mod sync;
+mod word;
 
-pub mod protocol;
+mod protocol;
 
 #[cfg(not(loom))]
-pub mod backing;
+mod backing;
 #[cfg(not(loom))]
-pub mod check;
+mod check;
 #[cfg(not(loom))]
-pub mod class;
+mod class;
 #[cfg(not(loom))]
-pub mod coherence;
+mod coherence;
 #[cfg(not(loom))]
-pub mod crash;
+mod crash;
 #[cfg(not(loom))]
-pub mod error;
+mod error;
 #[cfg(not(loom))]
-pub mod ffi;
+mod ffi;
 #[cfg(not(loom))]
-pub mod heap;
+mod heap;
 #[cfg(not(loom))]
-pub mod huge;
+mod huge;
 #[cfg(not(loom))]
-pub mod layout;
+mod layout;
 #[cfg(not(loom))]
-pub mod map;
+mod map;
 #[cfg(not(loom))]
-pub mod mcas;
+mod mcas;
 #[cfg(not(loom))]
-pub mod mem;
+mod mem;
 #[cfg(not(loom))]
-pub mod offset;
+mod offset;
 #[cfg(not(loom))]
-pub mod recovery;
+mod recovery;
 #[cfg(not(loom))]
-pub mod signal;
+mod signal;
 #[cfg(not(loom))]
-pub mod slab;
+mod slab;
 #[cfg(not(loom))]
-pub mod stats;
+mod stats;
 #[cfg(not(loom))]
-pub mod thread;
+mod thread;
 
+// The curated API, and the types its public fields and methods expose.
 #[cfg(not(loom))]
 pub use crate::{
-    check::Report,
+    check::{huge::HugeCensus, BracketCensus, ClassCensus, InFlight, Problem, Report, SlabState},
+    class::Bracket,
     error::{AdoptError, AllocError, AttachError, ErrorCode, FreeError, OffsetError, OpenError},
     heap::Heap,
     layout::{Coherence, Config},
     offset::Offset,
-    recovery::RecoveryReport,
-    stats::Stats,
-    thread::{ReallocError, ThreadHandle},
+    recovery::{PendingOutcome, Rebuilt, RecoveryReport, Resolution},
+    stats::{OpCounters, Stats},
+    thread::{
+        redo::{Op as RedoOp, Pending, PendingKind, Redo},
+        ReallocError, ThreadHandle,
+    },
+    word::Holder,
 };
+
+pub mod internal;
 
 #[cfg(not(loom))]
 impl Heap {
