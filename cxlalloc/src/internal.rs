@@ -46,7 +46,7 @@ pub use self::not_loom::*;
 #[cfg(not(loom))]
 mod not_loom {
     pub use crate::class::{class_aligned, class_of, LARGE_MAX, SMALL_MAX};
-    pub use crate::coherence::{Site, DEVICE_FILE, PROCESS_REQUESTERS, WINDOW_FILE};
+    pub use crate::coherence::{hwcc::inject_latency, Site, DEVICE_FILE, PROCESS_REQUESTERS, WINDOW_FILE};
     pub use crate::layout::{RegionId, REGIONS};
 
     /// The mCAS window, its client, the software device and hardware device descriptions.
@@ -57,7 +57,9 @@ mod not_loom {
 
         /// The software mCAS device (what `cxlalloc-mcasd` runs).
         pub mod device {
-            pub use crate::mcas::device::{calibrate, serve, CalibrationError, DeviceError, Served, PAPER_MCAS_LATENCY};
+            pub use crate::mcas::device::{
+                calibrate, serve, CalibrationError, DeviceError, Served, PAPER_CXL_READ_EXTRA, PAPER_MCAS_LATENCY,
+            };
         }
 
         /// Hardware device descriptions.

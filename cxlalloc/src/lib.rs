@@ -32,7 +32,7 @@
 //!    `recovery` (adoption and repair of a dead slot)
 //! 7. `heap` (public API) → `ffi` (C API)
 #![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs, unreachable_pub, clippy::undocumented_unsafe_blocks)]
+#![warn(missing_docs, unreachable_pub, unnameable_types, clippy::undocumented_unsafe_blocks)]
 
 // Every module is private: the crate's API is the re-exports below (and, for the crate's own
 // tools and tests, the hidden `internal` module). A `pub` item inside a module is not

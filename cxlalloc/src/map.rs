@@ -15,7 +15,7 @@ use crate::layout::REGION_ALIGN;
 /// Reserves `len` bytes of `PROT_NONE` address space aligned to `align` (a power of two, at
 /// least [`REGION_ALIGN`]).
 #[cfg(not(miri))]
-pub fn reserve(len: usize, align: usize) -> Result<NonNull<u8>, Errno> {
+pub(crate) fn reserve(len: usize, align: usize) -> Result<NonNull<u8>, Errno> {
     let padded = len.checked_add(align).ok_or(Errno::ENOMEM)?;
     // SAFETY: a fresh anonymous PROT_NONE mapping at a kernel-chosen address affects no existing
     // memory.
@@ -55,7 +55,7 @@ pub fn reserve(len: usize, align: usize) -> Result<NonNull<u8>, Errno> {
 /// - `[addr, addr + len)` must lie inside a reservation owned by the caller's heap, so that
 ///   replacing whatever is mapped there cannot clobber unrelated memory.
 /// - `addr`, `off` and `len` must be page-aligned.
-pub unsafe fn map_shared_fixed(addr: *mut u8, len: usize, fd: i32, off: usize, writable: bool) -> Result<(), Errno> {
+pub(crate) unsafe fn map_shared_fixed(addr: *mut u8, len: usize, fd: i32, off: usize, writable: bool) -> Result<(), Errno> {
     let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
     // SAFETY: forwarded from this function's contract.
     unsafe { mmap_fixed(addr, len, prot, libc::MAP_SHARED, fd, off) }
@@ -66,7 +66,7 @@ pub unsafe fn map_shared_fixed(addr: *mut u8, len: usize, fd: i32, off: usize, w
 /// # Safety
 /// Same as [`map_shared_fixed`].
 #[cfg(not(miri))]
-pub unsafe fn map_private_fixed(addr: *mut u8, len: usize) -> Result<(), Errno> {
+pub(crate) unsafe fn map_private_fixed(addr: *mut u8, len: usize) -> Result<(), Errno> {
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
     // SAFETY: forwarded from this function's contract.
     unsafe { mmap_fixed(addr, len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) }
@@ -80,7 +80,7 @@ pub unsafe fn map_private_fixed(addr: *mut u8, len: usize) -> Result<(), Errno> 
 /// # Safety
 /// Same as [`map_shared_fixed`]; nothing in this process may use the range afterwards.
 #[cfg(not(miri))]
-pub unsafe fn map_none_fixed(addr: *mut u8, len: usize) -> Result<(), Errno> {
+pub(crate) unsafe fn map_none_fixed(addr: *mut u8, len: usize) -> Result<(), Errno> {
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
     // SAFETY: forwarded from this function's contract.
     unsafe { mmap_fixed(addr, len, libc::PROT_NONE, flags, -1, 0) }
@@ -114,7 +114,7 @@ unsafe fn mmap_fixed(addr: *mut u8, len: usize, prot: i32, flags: i32, fd: i32, 
 /// # Safety
 /// `base..base + len` must be a reservation returned by [`reserve`] that nothing will touch again.
 #[cfg(not(miri))]
-pub unsafe fn release(base: NonNull<u8>, len: usize) {
+pub(crate) unsafe fn release(base: NonNull<u8>, len: usize) {
     // SAFETY: the caller hands over the whole reservation.
     unsafe {
         libc::munmap(base.as_ptr().cast(), len);
@@ -132,7 +132,7 @@ const MADV_POPULATE_WRITE: libc::c_int = 23;
 /// # Safety
 /// The range lies inside a live shared mapping of a heap (populating changes no contents).
 #[cfg(not(miri))]
-pub unsafe fn populate_write(addr: *mut u8, len: usize) -> Result<(), Errno> {
+pub(crate) unsafe fn populate_write(addr: *mut u8, len: usize) -> Result<(), Errno> {
     // SAFETY: by the caller's contract the range is mapped; populating writes no data.
     if unsafe { libc::madvise(addr.cast(), len, MADV_POPULATE_WRITE) } == 0 {
         Ok(())

@@ -54,7 +54,7 @@ pub struct Stats {
 }
 
 /// Collects statistics (walks the heap like the checker; see its caveats on concurrency).
-pub fn stats(heap: &Heap) -> Stats {
+pub(crate) fn stats(heap: &Heap) -> Stats {
     let report = check::check(heap);
     let mem = heap.mem();
     let mut counters = OpCounters::default();

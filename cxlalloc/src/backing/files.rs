@@ -22,12 +22,12 @@ use crate::layout::{Coherence, Header, RegionId, REGIONS};
 use crate::mcas::{DeviceSpec, Geometry, Window};
 
 /// Default directory for named heaps.
-pub const SHM_DIR: &str = "/dev/shm";
+pub(crate) const SHM_DIR: &str = "/dev/shm";
 /// Prefix of a named heap's directory in [`SHM_DIR`].
-pub const NAME_PREFIX: &str = "cxlalloc.";
+pub(crate) const NAME_PREFIX: &str = "cxlalloc.";
 
 /// The directory of the heap called `name` in `/dev/shm`.
-pub fn path_for_name(name: &str) -> Result<PathBuf, OpenError> {
+pub(crate) fn path_for_name(name: &str) -> Result<PathBuf, OpenError> {
     if name.is_empty() || name.len() > 200 || name.contains('/') || name.starts_with('.') || name.contains('\0') {
         return Err(OpenError::InvalidConfig(format!("invalid heap name {name:?}")));
     }
@@ -56,7 +56,7 @@ fn remove_abandoned_creations(parent: &Path, prefix: &str) {
 /// The region files of one heap directory, kept open for the life of the heap, and the
 /// directory itself, in which huge allocations' backing objects are created and opened by name.
 #[derive(Debug)]
-pub struct FileBacking {
+pub(crate) struct FileBacking {
     dir: PathBuf,
     dir_fd: OwnedFd,
     files: [File; REGIONS],
@@ -164,7 +164,7 @@ fn open_dir(dir: &Path) -> Result<OwnedFd, OpenError> {
 impl FileBacking {
     /// Creates a heap directory at `dir` with `header`; fails with `AlreadyExists` if one is there.
     /// A no-HWcc heap's HWcc regions go on `device` when one is given.
-    pub fn create(dir: &Path, header: &Header, device: Option<DeviceSpec>) -> Result<Self, OpenError> {
+    pub(crate) fn create(dir: &Path, header: &Header, device: Option<DeviceSpec>) -> Result<Self, OpenError> {
         let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let leaf =
             dir.file_name().ok_or_else(|| OpenError::InvalidConfig(format!("bad heap path {}", dir.display())))?;
@@ -248,7 +248,7 @@ impl FileBacking {
     }
 
     /// Opens the heap directory at `dir`, validating its header and every region file's size.
-    pub fn open(dir: &Path) -> Result<(Self, Header), OpenError> {
+    pub(crate) fn open(dir: &Path) -> Result<(Self, Header), OpenError> {
         let header_path = dir.join(RegionId::Header.file_name());
         let mut hf = match OpenOptions::new().read(true).write(true).open(&header_path) {
             Ok(f) => f,
@@ -308,7 +308,7 @@ impl FileBacking {
     }
 
     /// Removes the heap directory at `dir`. Processes that have it open keep their mappings.
-    pub fn unlink(dir: &Path) -> Result<(), OpenError> {
+    pub(crate) fn unlink(dir: &Path) -> Result<(), OpenError> {
         if !dir.join(RegionId::Header.file_name()).exists() {
             return Err(OpenError::NotFound(dir.to_path_buf()));
         }

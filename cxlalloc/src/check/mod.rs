@@ -6,7 +6,7 @@
 //! report is only advisory. Every walk is bounded by the heap length, so a corrupt link or a
 //! cycle becomes a reported problem, never a hang.
 
-pub mod huge;
+pub(crate) mod huge;
 
 use std::fmt;
 
@@ -148,7 +148,7 @@ pub struct Report {
 }
 
 /// Most problems a report lists.
-pub const MAX_PROBLEMS: usize = 1000;
+pub(crate) const MAX_PROBLEMS: usize = 1000;
 
 impl Report {
     /// True when no inconsistency was found.
@@ -284,7 +284,7 @@ impl Walker<'_> {
 }
 
 /// Checks `heap` (see the module docs for when the result is exact).
-pub fn check(heap: &Heap) -> Report {
+pub(crate) fn check(heap: &Heap) -> Report {
     let mem = heap.mem();
     let mut report = Report::default();
     // Without coherence the checker reads what hosts wrote back, not stale copies of its own.

@@ -84,7 +84,7 @@ unsafe impl Send for Device {}
 unsafe impl Sync for Device {}
 
 /// Whether this CPU has `movdir64b` (cpuid leaf 7, ECX bit 28).
-pub fn has_movdir64b() -> bool {
+pub(crate) fn has_movdir64b() -> bool {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         std::arch::x86_64::__cpuid_count(7, 0).ecx & (1 << 28) != 0

@@ -13,13 +13,13 @@
 //! The same client speaks to the software device, to the RTL under co-simulation
 //! (`fpga/cosim/mcas-cosim`), and to hardware.
 
-pub mod client;
-pub mod device;
-pub mod mmio;
-pub mod spec;
+pub(crate) mod client;
+pub(crate) mod device;
+pub(crate) mod mmio;
+pub(crate) mod spec;
 #[cfg(feature = "mcas-standin")]
-pub mod standin;
-pub mod window;
+pub(crate) mod standin;
+pub(crate) mod window;
 
 pub use client::{Answer, Link, McasClient, McasError};
 pub use mmio::{Device, MmioError};

@@ -11,5 +11,5 @@
 //!
 //! Transitions T1–T10 are documented where they are implemented, in [`ops`].
 
-pub mod descriptor;
-pub mod ops;
+pub(crate) mod descriptor;
+pub(crate) mod ops;

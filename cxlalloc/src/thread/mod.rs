@@ -4,9 +4,9 @@
 //! thread's redo record, CAS version and slab lists. Lists survive detach: the next holder of the
 //! slot inherits the slabs its predecessor cached.
 
-pub mod identity;
-pub mod record;
-pub mod redo;
+pub(crate) mod identity;
+pub(crate) mod record;
+pub(crate) mod redo;
 
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;

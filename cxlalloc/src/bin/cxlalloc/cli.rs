@@ -167,7 +167,7 @@ fn print_stats(heap: &Heap, per_class: bool) {
         );
         if per_class {
             for (i, k) in c.classes.iter().enumerate().filter(|(_, k)| k.slabs > 0) {
-                let size = b.spec().class(i as u32 + 1).map_or(0, |info| info.size);
+                let size = b.class_size(i as u32 + 1).unwrap_or(0);
                 println!(
                     "        class {:>3} ({size:>6} B): {} slabs, {} live, {} free, {} freed remotely",
                     i + 1,
