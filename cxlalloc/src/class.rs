@@ -111,7 +111,7 @@ pub(crate) const LARGE_CLASSES: usize = 36;
 
 /// One size class.
 #[derive(Clone, Copy, Debug)]
-pub struct ClassInfo {
+pub(crate) struct ClassInfo {
     /// Block size in bytes.
     pub size: u32,
     /// Blocks per slab.
@@ -122,13 +122,11 @@ pub struct ClassInfo {
 
 /// Static parameters of a bracket.
 #[derive(Debug)]
-pub struct BracketSpec {
+pub(crate) struct BracketSpec {
     /// Which bracket.
     pub bracket: Bracket,
     /// log2 of the slab size.
     pub slab_shift: u32,
-    /// 64-bit words in a descriptor's free-block bitset (max blocks / 64).
-    pub bitset_words: usize,
     /// Class table, index = class id − 1.
     pub classes: &'static [ClassInfo],
     /// Slabs per lazily mapped chunk (2 MiB of data).
@@ -138,18 +136,18 @@ pub struct BracketSpec {
 impl BracketSpec {
     /// Slab size in bytes.
     #[inline]
-    pub fn slab_size(&self) -> usize {
+    pub(crate) fn slab_size(&self) -> usize {
         1 << self.slab_shift
     }
 
     /// The class with 1-based id `class`, if it exists.
     #[inline]
-    pub fn class(&self, class: u32) -> Option<&'static ClassInfo> {
+    pub(crate) fn class(&self, class: u32) -> Option<&'static ClassInfo> {
         self.classes.get((class as usize).wrapping_sub(1))
     }
 
     /// Bytes of one local descriptor: a 64-byte metadata line plus the bitset.
-    pub fn descriptor_size(&self) -> usize {
+    pub(crate) fn descriptor_size(&self) -> usize {
         self.bracket.descriptor_size()
     }
 }
@@ -183,8 +181,8 @@ static SMALL_TABLE: [ClassInfo; SMALL_CLASSES] = small_classes();
 static LARGE_TABLE: [ClassInfo; LARGE_CLASSES] = large_classes();
 
 static SPECS: [BracketSpec; 2] = [
-    BracketSpec { bracket: Bracket::Small, slab_shift: 15, bitset_words: 64, classes: &SMALL_TABLE, chunk_slabs: 64 },
-    BracketSpec { bracket: Bracket::Large, slab_shift: 19, bitset_words: 8, classes: &LARGE_TABLE, chunk_slabs: 4 },
+    BracketSpec { bracket: Bracket::Small, slab_shift: 15, classes: &SMALL_TABLE, chunk_slabs: 64 },
+    BracketSpec { bracket: Bracket::Large, slab_shift: 19, classes: &LARGE_TABLE, chunk_slabs: 4 },
 ];
 
 /// The bracket and 1-based class id serving a request of `size` bytes (`1 ..= LARGE_MAX`).
@@ -243,7 +241,7 @@ mod tests {
     fn bitsets_cover_the_densest_class() {
         for spec in Bracket::ALL.map(Bracket::spec) {
             let max = spec.classes.iter().map(|c| c.blocks).max().unwrap() as usize;
-            assert!(max <= spec.bitset_words * 64);
+            assert!(max <= spec.bracket.bitset_words() * 64);
         }
     }
 }

@@ -36,21 +36,21 @@ use crate::thread::{ReallocError, ThreadHandle};
 
 /// `cxl_heap_t`: an open heap. Opaque to C.
 #[derive(Debug)]
-pub(crate) struct CxlHeap {
+pub struct CxlHeap {
     heap: Heap,
 }
 
 /// `cxl_thread_t`: a thread's lease on one slot of a heap. Opaque to C. Like [`ThreadHandle`],
 /// it may move between threads but only one thread may use it at a time.
 #[derive(Debug)]
-pub(crate) struct CxlThread {
+pub struct CxlThread {
     thread: ThreadHandle,
 }
 
 /// `cxl_config_t`: the C mirror of [`Config`]. Field order and types are fixed by the header.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct CxlConfig {
+pub struct CxlConfig {
     /// [`Config::small_capacity`].
     pub small_capacity: u64,
     /// [`Config::large_capacity`].
@@ -135,7 +135,7 @@ impl CxlConfig {
 
 /// Every [`ErrorCode`], in value order. The header's `CXL_OK` / `CXL_E*` constants are tested
 /// against this list.
-pub(crate) const ALL_CODES: [ErrorCode; 15] = [
+pub const ALL_CODES: [ErrorCode; 15] = [
     ErrorCode::Ok,
     ErrorCode::InvalidArgument,
     ErrorCode::OutOfMemory,
@@ -157,7 +157,7 @@ const _: () = assert!(ALL_CODES.len() == ErrorCode::Io as usize + 1);
 
 /// The header's name for `code` and a one-line description (what `cxl_strerror` returns).
 /// Exhaustive: a new [`ErrorCode`] variant does not compile until it is named here.
-pub(crate) fn code_info(code: ErrorCode) -> (&'static str, &'static CStr) {
+pub fn code_info(code: ErrorCode) -> (&'static str, &'static CStr) {
     match code {
         ErrorCode::Ok => ("CXL_OK", c"success"),
         ErrorCode::InvalidArgument => ("CXL_EINVAL", c"invalid argument"),
@@ -181,7 +181,7 @@ pub(crate) fn code_info(code: ErrorCode) -> (&'static str, &'static CStr) {
 
 /// The `errno` value a failure with `code` sets (allocation functions override it with
 /// `ENOMEM`, see `alloc_failed`; open failures carry the OS error where there is one).
-pub(crate) fn errno_of(code: ErrorCode) -> c_int {
+pub fn errno_of(code: ErrorCode) -> c_int {
     match code {
         ErrorCode::Ok => 0,
         ErrorCode::OutOfMemory | ErrorCode::Unsupported => libc::ENOMEM,
@@ -402,7 +402,7 @@ fn unit_result(func: &str, r: Result<(), OpenError>) -> c_int {
 
 /// `int cxl_last_error(void)`: the calling thread's last error code.
 #[unsafe(no_mangle)]
-pub(crate) extern "C" fn cxl_last_error() -> c_int {
+pub extern "C" fn cxl_last_error() -> c_int {
     LAST_CODE.try_with(Cell::get).unwrap_or(ErrorCode::Ok as i32)
 }
 
@@ -410,7 +410,7 @@ pub(crate) extern "C" fn cxl_last_error() -> c_int {
 /// ("success" when the last call succeeded). Never null. Valid until the next cxlalloc call on
 /// this thread.
 #[unsafe(no_mangle)]
-pub(crate) extern "C" fn cxl_last_error_message() -> *const c_char {
+pub extern "C" fn cxl_last_error_message() -> *const c_char {
     let code = cxl_last_error();
     if code == ErrorCode::Ok as c_int {
         return c"success".as_ptr();
@@ -425,7 +425,7 @@ pub(crate) extern "C" fn cxl_last_error_message() -> *const c_char {
 
 /// `const char* cxl_strerror(int code)`: a static description of `code`. Never null.
 #[unsafe(no_mangle)]
-pub(crate) extern "C" fn cxl_strerror(code: c_int) -> *const c_char {
+pub extern "C" fn cxl_strerror(code: c_int) -> *const c_char {
     match ALL_CODES.iter().find(|&&c| c as c_int == code) {
         Some(&c) => code_info(c).1.as_ptr(),
         None => c"unknown cxlalloc error code".as_ptr(),
@@ -442,7 +442,7 @@ pub(crate) extern "C" fn cxl_strerror(code: c_int) -> *const c_char {
 ///
 /// `cfg` is null (recorded as `CXL_EINVAL`) or points to writable memory for a `cxl_config_t`.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_config_default(cfg: *mut CxlConfig) {
+pub unsafe extern "C" fn cxl_config_default(cfg: *mut CxlConfig) {
     if cfg.is_null() {
         null_argument("cxl_config_default", "cfg");
         return;
@@ -459,7 +459,7 @@ pub(crate) unsafe extern "C" fn cxl_config_default(cfg: *mut CxlConfig) {
 ///
 /// `name` is null or a NUL-terminated string; `cfg` is null or points to a `cxl_config_t`.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_heap_create(name: *const c_char, cfg: *const CxlConfig) -> *mut CxlHeap {
+pub unsafe extern "C" fn cxl_heap_create(name: *const c_char, cfg: *const CxlConfig) -> *mut CxlHeap {
     const F: &str = "cxl_heap_create";
     // SAFETY: forwarded from this function's contract.
     let Some(name) = (unsafe { name_arg(name, F) }) else {
@@ -478,7 +478,7 @@ pub(crate) unsafe extern "C" fn cxl_heap_create(name: *const c_char, cfg: *const
 ///
 /// `name` is null or a NUL-terminated string.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_heap_open(name: *const c_char) -> *mut CxlHeap {
+pub unsafe extern "C" fn cxl_heap_open(name: *const c_char) -> *mut CxlHeap {
     const F: &str = "cxl_heap_open";
     // SAFETY: forwarded from this function's contract.
     let Some(name) = (unsafe { name_arg(name, F) }) else {
@@ -495,7 +495,7 @@ pub(crate) unsafe extern "C" fn cxl_heap_open(name: *const c_char) -> *mut CxlHe
 ///
 /// `name` is null or a NUL-terminated string; `cfg` is null or points to a `cxl_config_t`.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_heap_open_or_create(name: *const c_char, cfg: *const CxlConfig) -> *mut CxlHeap {
+pub unsafe extern "C" fn cxl_heap_open_or_create(name: *const c_char, cfg: *const CxlConfig) -> *mut CxlHeap {
     const F: &str = "cxl_heap_open_or_create";
     // SAFETY: forwarded from this function's contract.
     let Some(name) = (unsafe { name_arg(name, F) }) else {
@@ -515,7 +515,7 @@ pub(crate) unsafe extern "C" fn cxl_heap_open_or_create(name: *const c_char, cfg
 ///
 /// `name` is null or a NUL-terminated string.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_heap_unlink(name: *const c_char) -> c_int {
+pub unsafe extern "C" fn cxl_heap_unlink(name: *const c_char) -> c_int {
     const F: &str = "cxl_heap_unlink";
     // SAFETY: forwarded from this function's contract.
     let Some(name) = (unsafe { name_arg(name, F) }) else {
@@ -531,7 +531,7 @@ pub(crate) unsafe extern "C" fn cxl_heap_unlink(name: *const c_char) -> c_int {
 ///
 /// `path` is null or a NUL-terminated string; `cfg` is null or points to a `cxl_config_t`.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_heap_create_at(path: *const c_char, cfg: *const CxlConfig) -> *mut CxlHeap {
+pub unsafe extern "C" fn cxl_heap_create_at(path: *const c_char, cfg: *const CxlConfig) -> *mut CxlHeap {
     const F: &str = "cxl_heap_create_at";
     // SAFETY: forwarded from this function's contract.
     let Some(path) = (unsafe { path_arg(path, F) }) else {
@@ -550,7 +550,7 @@ pub(crate) unsafe extern "C" fn cxl_heap_create_at(path: *const c_char, cfg: *co
 ///
 /// `path` is null or a NUL-terminated string.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_heap_open_at(path: *const c_char) -> *mut CxlHeap {
+pub unsafe extern "C" fn cxl_heap_open_at(path: *const c_char) -> *mut CxlHeap {
     const F: &str = "cxl_heap_open_at";
     // SAFETY: forwarded from this function's contract.
     let Some(path) = (unsafe { path_arg(path, F) }) else {
@@ -566,7 +566,7 @@ pub(crate) unsafe extern "C" fn cxl_heap_open_at(path: *const c_char) -> *mut Cx
 ///
 /// `path` is null or a NUL-terminated string; `cfg` is null or points to a `cxl_config_t`.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_heap_open_or_create_at(path: *const c_char, cfg: *const CxlConfig) -> *mut CxlHeap {
+pub unsafe extern "C" fn cxl_heap_open_or_create_at(path: *const c_char, cfg: *const CxlConfig) -> *mut CxlHeap {
     const F: &str = "cxl_heap_open_or_create_at";
     // SAFETY: forwarded from this function's contract.
     let Some(path) = (unsafe { path_arg(path, F) }) else {
@@ -585,7 +585,7 @@ pub(crate) unsafe extern "C" fn cxl_heap_open_or_create_at(path: *const c_char, 
 ///
 /// `path` is null or a NUL-terminated string.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_heap_unlink_at(path: *const c_char) -> c_int {
+pub unsafe extern "C" fn cxl_heap_unlink_at(path: *const c_char) -> c_int {
     const F: &str = "cxl_heap_unlink_at";
     // SAFETY: forwarded from this function's contract.
     let Some(path) = (unsafe { path_arg(path, F) }) else {
@@ -601,7 +601,7 @@ pub(crate) unsafe extern "C" fn cxl_heap_unlink_at(path: *const c_char) -> c_int
 ///
 /// `cfg` is null or points to a `cxl_config_t`.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_heap_anonymous(cfg: *const CxlConfig) -> *mut CxlHeap {
+pub unsafe extern "C" fn cxl_heap_anonymous(cfg: *const CxlConfig) -> *mut CxlHeap {
     const F: &str = "cxl_heap_anonymous";
     // SAFETY: forwarded from this function's contract.
     let Some(config) = (unsafe { config_arg(cfg, F) }) else {
@@ -618,7 +618,7 @@ pub(crate) unsafe extern "C" fn cxl_heap_anonymous(cfg: *const CxlConfig) -> *mu
 /// `heap` is null or a live heap handle, which no other thread is using and which is not used
 /// again.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_heap_close(heap: *mut CxlHeap) {
+pub unsafe extern "C" fn cxl_heap_close(heap: *mut CxlHeap) {
     if !heap.is_null() {
         // SAFETY: by the contract above, `heap` came from Box::into_raw in `heap_result` and
         // ownership returns to us here, once.
@@ -638,7 +638,7 @@ pub(crate) unsafe extern "C" fn cxl_heap_close(heap: *mut CxlHeap) {
 ///
 /// `heap` is null or a live heap handle.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_thread_attach(heap: *const CxlHeap) -> *mut CxlThread {
+pub unsafe extern "C" fn cxl_thread_attach(heap: *const CxlHeap) -> *mut CxlThread {
     const F: &str = "cxl_thread_attach";
     // SAFETY: forwarded from this function's contract.
     let Some(heap) = (unsafe { heap_ref(heap, F) }) else {
@@ -667,7 +667,7 @@ pub(crate) unsafe extern "C" fn cxl_thread_attach(heap: *const CxlHeap) -> *mut 
 ///
 /// `heap` is null or a live heap handle.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_thread_adopt(heap: *const CxlHeap, slot: c_uint) -> *mut CxlThread {
+pub unsafe extern "C" fn cxl_thread_adopt(heap: *const CxlHeap, slot: c_uint) -> *mut CxlThread {
     const F: &str = "cxl_thread_adopt";
     // SAFETY: forwarded from this function's contract.
     let Some(heap) = (unsafe { heap_ref(heap, F) }) else {
@@ -693,7 +693,7 @@ pub(crate) unsafe extern "C" fn cxl_thread_adopt(heap: *const CxlHeap, slot: c_u
 ///
 /// `heap` is null or a live heap handle.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_heap_recover(heap: *const CxlHeap) -> usize {
+pub unsafe extern "C" fn cxl_heap_recover(heap: *const CxlHeap) -> usize {
     const F: &str = "cxl_heap_recover";
     // SAFETY: forwarded from this function's contract.
     let Some(heap) = (unsafe { heap_ref(heap, F) }) else {
@@ -712,7 +712,7 @@ pub(crate) unsafe extern "C" fn cxl_heap_recover(heap: *const CxlHeap) -> usize 
 /// `thread` is null or a live thread handle, which no other thread is using and which is not
 /// used again.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_thread_detach(thread: *mut CxlThread) {
+pub unsafe extern "C" fn cxl_thread_detach(thread: *mut CxlThread) {
     if !thread.is_null() {
         // SAFETY: by the contract above, `thread` came from Box::into_raw in
         // `cxl_thread_attach` and ownership returns to us here, once.
@@ -747,7 +747,7 @@ fn alloc_result(func: &str, r: Result<NonNull<u8>, AllocError>) -> *mut c_void {
 ///
 /// `thread` is null or a live thread handle that no other thread is using.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_malloc(thread: *mut CxlThread, size: usize) -> *mut c_void {
+pub unsafe extern "C" fn cxl_malloc(thread: *mut CxlThread, size: usize) -> *mut c_void {
     const F: &str = "cxl_malloc";
     // SAFETY: forwarded from this function's contract.
     let Some(t) = (unsafe { thread_ref(thread, F) }) else {
@@ -763,7 +763,7 @@ pub(crate) unsafe extern "C" fn cxl_malloc(thread: *mut CxlThread, size: usize) 
 ///
 /// `thread` is null or a live thread handle that no other thread is using.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_calloc(thread: *mut CxlThread, count: usize, size: usize) -> *mut c_void {
+pub unsafe extern "C" fn cxl_calloc(thread: *mut CxlThread, count: usize, size: usize) -> *mut c_void {
     const F: &str = "cxl_calloc";
     // SAFETY: forwarded from this function's contract.
     let Some(t) = (unsafe { thread_ref(thread, F) }) else {
@@ -783,7 +783,7 @@ pub(crate) unsafe extern "C" fn cxl_calloc(thread: *mut CxlThread, count: usize,
 /// any pointer (a block of this heap, or not: foreign pointers are detected) whose block no
 /// other thread frees or reallocates concurrently.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_realloc(thread: *mut CxlThread, ptr: *mut c_void, size: usize) -> *mut c_void {
+pub unsafe extern "C" fn cxl_realloc(thread: *mut CxlThread, ptr: *mut c_void, size: usize) -> *mut c_void {
     const F: &str = "cxl_realloc";
     // SAFETY: forwarded from this function's contract.
     let Some(t) = (unsafe { thread_ref(thread, F) }) else {
@@ -823,7 +823,7 @@ pub(crate) unsafe extern "C" fn cxl_realloc(thread: *mut CxlThread, ptr: *mut c_
 ///
 /// `thread` is null or a live thread handle that no other thread is using.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_aligned_alloc(thread: *mut CxlThread, alignment: usize, size: usize) -> *mut c_void {
+pub unsafe extern "C" fn cxl_aligned_alloc(thread: *mut CxlThread, alignment: usize, size: usize) -> *mut c_void {
     const F: &str = "cxl_aligned_alloc";
     // SAFETY: forwarded from this function's contract.
     let Some(t) = (unsafe { thread_ref(thread, F) }) else {
@@ -841,7 +841,7 @@ pub(crate) unsafe extern "C" fn cxl_aligned_alloc(thread: *mut CxlThread, alignm
 /// `thread` is null or a live thread handle that no other thread is using; `ptr` is null or any
 /// pointer whose block no other thread frees or reallocates concurrently.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_free(thread: *mut CxlThread, ptr: *mut c_void) -> c_int {
+pub unsafe extern "C" fn cxl_free(thread: *mut CxlThread, ptr: *mut c_void) -> c_int {
     const F: &str = "cxl_free";
     // SAFETY: forwarded from this function's contract.
     let Some(t) = (unsafe { thread_ref(thread, F) }) else {
@@ -879,7 +879,7 @@ fn free_status(f: &str, result: Result<(), FreeError>) -> c_int {
 /// `thread` is null or a live thread handle that no other thread is using; `dest` is any
 /// pointer (it is checked to be a word of the heap before it is read or written).
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_malloc_into(thread: *mut CxlThread, size: usize, dest: *mut u64) -> *mut c_void {
+pub unsafe extern "C" fn cxl_malloc_into(thread: *mut CxlThread, size: usize, dest: *mut u64) -> *mut c_void {
     const F: &str = "cxl_malloc_into";
     // SAFETY: forwarded from this function's contract.
     let Some(t) = (unsafe { thread_ref(thread, F) }) else {
@@ -901,7 +901,7 @@ pub(crate) unsafe extern "C" fn cxl_malloc_into(thread: *mut CxlThread, size: us
 ///
 /// As cxl_malloc_into().
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_free_from(thread: *mut CxlThread, dest: *mut u64) -> c_int {
+pub unsafe extern "C" fn cxl_free_from(thread: *mut CxlThread, dest: *mut u64) -> c_int {
     const F: &str = "cxl_free_from";
     // SAFETY: forwarded from this function's contract.
     let Some(t) = (unsafe { thread_ref(thread, F) }) else {
@@ -927,7 +927,7 @@ fn heap_word(t: &ThreadHandle, dest: *mut u64) -> Option<&AtomicU64> {
 ///
 /// `thread` is null or a live thread handle that no other thread is using.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_usable_size(thread: *mut CxlThread, ptr: *const c_void) -> usize {
+pub unsafe extern "C" fn cxl_usable_size(thread: *mut CxlThread, ptr: *const c_void) -> usize {
     const F: &str = "cxl_usable_size";
     // SAFETY: forwarded from this function's contract.
     let Some(t) = (unsafe { thread_ref(thread, F) }) else {
@@ -961,7 +961,7 @@ pub(crate) unsafe extern "C" fn cxl_usable_size(thread: *mut CxlThread, ptr: *co
 ///
 /// `heap` is null or a live heap handle.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_offset_of(heap: *const CxlHeap, ptr: *const c_void) -> u64 {
+pub unsafe extern "C" fn cxl_offset_of(heap: *const CxlHeap, ptr: *const c_void) -> u64 {
     const F: &str = "cxl_offset_of";
     // SAFETY: forwarded from this function's contract.
     let Some(h) = (unsafe { heap_ref(heap, F) }) else {
@@ -987,7 +987,7 @@ pub(crate) unsafe extern "C" fn cxl_offset_of(heap: *const CxlHeap, ptr: *const 
 ///
 /// `heap` is null or a live heap handle.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_pointer(heap: *const CxlHeap, offset: u64) -> *mut c_void {
+pub unsafe extern "C" fn cxl_pointer(heap: *const CxlHeap, offset: u64) -> *mut c_void {
     const F: &str = "cxl_pointer";
     // SAFETY: forwarded from this function's contract.
     let Some(h) = (unsafe { heap_ref(heap, F) }) else {
@@ -1016,7 +1016,7 @@ fn bad_root(func: &str, index: c_uint) {
 ///
 /// `heap` is null or a live heap handle.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_root_load(heap: *const CxlHeap, index: c_uint) -> u64 {
+pub unsafe extern "C" fn cxl_root_load(heap: *const CxlHeap, index: c_uint) -> u64 {
     const F: &str = "cxl_root_load";
     // SAFETY: forwarded from this function's contract.
     let Some(h) = (unsafe { heap_ref(heap, F) }) else {
@@ -1046,7 +1046,7 @@ pub(crate) unsafe extern "C" fn cxl_root_load(heap: *const CxlHeap, index: c_uin
 /// `heap` is null or a live heap handle; `expected` is null or points to a readable and
 /// writable `uint64_t`.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_root_cas(heap: *const CxlHeap, index: c_uint, expected: *mut u64, desired: u64) -> bool {
+pub unsafe extern "C" fn cxl_root_cas(heap: *const CxlHeap, index: c_uint, expected: *mut u64, desired: u64) -> bool {
     const F: &str = "cxl_root_cas";
     // SAFETY: forwarded from this function's contract.
     let Some(h) = (unsafe { heap_ref(heap, F) }) else {
@@ -1088,7 +1088,7 @@ pub(crate) unsafe extern "C" fn cxl_root_cas(heap: *const CxlHeap, index: c_uint
 /// `heap` is null or a live heap handle; `problems_out` is null or points to a writable
 /// `size_t`.
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cxl_heap_check(heap: *const CxlHeap, problems_out: *mut usize) -> c_int {
+pub unsafe extern "C" fn cxl_heap_check(heap: *const CxlHeap, problems_out: *mut usize) -> c_int {
     const F: &str = "cxl_heap_check";
     // SAFETY: forwarded from this function's contract.
     let Some(h) = (unsafe { heap_ref(heap, F) }) else {

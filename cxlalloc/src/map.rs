@@ -55,7 +55,13 @@ pub(crate) fn reserve(len: usize, align: usize) -> Result<NonNull<u8>, Errno> {
 /// - `[addr, addr + len)` must lie inside a reservation owned by the caller's heap, so that
 ///   replacing whatever is mapped there cannot clobber unrelated memory.
 /// - `addr`, `off` and `len` must be page-aligned.
-pub(crate) unsafe fn map_shared_fixed(addr: *mut u8, len: usize, fd: i32, off: usize, writable: bool) -> Result<(), Errno> {
+pub(crate) unsafe fn map_shared_fixed(
+    addr: *mut u8,
+    len: usize,
+    fd: i32,
+    off: usize,
+    writable: bool,
+) -> Result<(), Errno> {
     let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
     // SAFETY: forwarded from this function's contract.
     unsafe { mmap_fixed(addr, len, prot, libc::MAP_SHARED, fd, off) }

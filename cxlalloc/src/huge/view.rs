@@ -61,7 +61,14 @@ impl HugeView {
     /// The view of the heap laid out as `layout` and reserved at `base` in this process. The
     /// heap must stay mapped, and `mine` (one bit per hazard set, zeroed) alive, for as long as
     /// the view is used.
-    pub(crate) fn new(layout: &Layout, base: usize, page: usize, mine: *const AtomicU64, holder: u64, dir_fd: i32) -> Self {
+    pub(crate) fn new(
+        layout: &Layout,
+        base: usize,
+        page: usize,
+        mine: *const AtomicU64,
+        holder: u64,
+        dir_fd: i32,
+    ) -> Self {
         let shared = base + layout.region(RegionId::Shared).offset;
         Self {
             base,
@@ -160,7 +167,11 @@ impl HugeView {
     /// The descriptors of the list starting at `head`, in order: `Ok` for each, then `Err(link)`
     /// if the list ends at a link that cannot be a descriptor (or that `touch` cannot make
     /// readable). At most [`MAX_WALK`] items, so a cycle ends too. Async-signal-safe.
-    pub(crate) fn chain<'s>(&'s self, head: u64, touch: Touch<'s>) -> impl Iterator<Item = Result<HugeBlock, u64>> + 's {
+    pub(crate) fn chain<'s>(
+        &'s self,
+        head: u64,
+        touch: Touch<'s>,
+    ) -> impl Iterator<Item = Result<HugeBlock, u64>> + 's {
         let mut at = head;
         std::iter::from_fn(move || {
             if at == 0 {

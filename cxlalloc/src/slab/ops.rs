@@ -235,7 +235,12 @@ impl<'a> SlabThread<'a> {
     /// offset just before the block leaves the free state (the store that takes it): an outer
     /// record written there names the block whichever side of that store a crash falls.
     #[inline(always)]
-    pub(crate) fn alloc_with(&self, b: Bracket, class: u32, announce: impl FnOnce(usize)) -> Result<NonNull<u8>, AllocError> {
+    pub(crate) fn alloc_with(
+        &self,
+        b: Bracket,
+        class: u32,
+        announce: impl FnOnce(usize),
+    ) -> Result<NonNull<u8>, AllocError> {
         let info = b.class(class).ok_or(AllocError::Corrupt("class id out of range"))?;
         let cur = &self.rec.lists(b).current[class as usize - 1];
         let mut bits = cur.bits.load(Ordering::Relaxed);

@@ -4,10 +4,10 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use cxlalloc::check::SlabState;
-use cxlalloc::class::Bracket;
-use cxlalloc::coherence::{DEVICE_FILE, WINDOW_FILE};
-use cxlalloc::mcas::{DeviceSpec, Window};
+use cxlalloc::internal::mcas::{DeviceSpec, Window};
+use cxlalloc::internal::{DEVICE_FILE, WINDOW_FILE};
+use cxlalloc::Bracket;
+use cxlalloc::SlabState;
 use cxlalloc::{Coherence, Config, Heap, OpenError};
 
 #[derive(Parser)]
@@ -42,7 +42,7 @@ enum Command {
         #[arg(long, value_parser = parse_coherence, default_value = "full")]
         coherence: Coherence,
         /// With coherence none: put the HWcc words on the hardware mCAS device this TOML file
-        /// describes (registers, memory; see `cxlalloc::mcas::spec`) instead of a window.
+        /// describes (registers, memory; see `cxlalloc::internal::mcas::spec`) instead of a window.
         #[arg(long)]
         mcas_device: Option<std::path::PathBuf>,
         /// Create without crash recovery (only to measure what recovery costs).
