@@ -52,8 +52,8 @@ mod not_loom {
     /// The mCAS window, its client, the software device and hardware device descriptions.
     pub mod mcas {
         pub use crate::mcas::{
-            Answer, Device, DeviceSpec, Geometry, Link, McasClient, McasError, MmioError, SpecError, Window,
-            WindowError,
+            client::ANSWER_TIMEOUT, window::HEADER_WAIT, Answer, Device, DeviceSpec, Geometry, Link, McasClient,
+            McasError, MmioError, SpecError, Window, WindowError,
         };
 
         /// The software mCAS device (what `cxlalloc-mcasd` runs).

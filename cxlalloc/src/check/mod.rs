@@ -135,7 +135,7 @@ pub struct InFlight {
 pub struct Report {
     /// Small and large census.
     pub brackets: Vec<BracketCensus>,
-    /// Inconsistencies (first [`MAX_PROBLEMS`]).
+    /// Inconsistencies (at most the first 1000 are listed).
     pub problems: Vec<Problem>,
     /// Slots whose redo or pending record is not idle.
     pub in_flight: Vec<InFlight>,

@@ -10,7 +10,7 @@ use crate::mcas::window::{sprd, spwr, Window};
 use crate::sync::Ordering;
 
 /// How long a client waits for an answer before reporting the device gone.
-pub(crate) const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why an mCAS failed (a compare mismatch is not an error: see [`Answer`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]

@@ -29,7 +29,7 @@ pub(crate) const MAX_SLOTS: u32 = 65_536;
 /// Largest target area (the RTL build's 32-bit word address).
 pub(crate) const MAX_TARGET_BYTES: u64 = 8 << 32;
 /// How long an opener waits for a concurrent creator to publish the header.
-pub(crate) const HEADER_WAIT: Duration = Duration::from_secs(5);
+pub const HEADER_WAIT: Duration = Duration::from_secs(5);
 
 /// Why a window could not be opened or created.
 #[derive(Debug, thiserror::Error)]

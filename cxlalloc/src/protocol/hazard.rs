@@ -2,7 +2,7 @@
 //! allocation's owner does not reclaim its address range and backing object underneath it.
 //!
 //! A hazard set is a slice of entry pairs `[key, pages]`: `key` a packed
-//! [`crate::word::HazardKey`] (0 = empty), `pages` the mapped length in pages, which the
+//! `word::HazardKey` (0 = empty), `pages` the mapped length in pages, which the
 //! publishing process needs to unmap the range later without reading the (possibly reclaimed)
 //! descriptor. Entries are never moved or swap-removed, so a concurrent scanner cannot miss one
 //! by looking at the wrong index while the set is rearranged.
