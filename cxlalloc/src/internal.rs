@@ -8,7 +8,7 @@
 //! heap's internals (its mapped memory, descriptors and thread records) are not nameable from
 //! outside the crate at all:
 //!
-//! ```compile_fail
+//! ```compile_fail,E0603
 //! // The soundness hole this closes (issue 15): with the internals public, safe code could map
 //! // a heap and read a thread record at an unchecked index, far outside the mapping.
 //! use cxlalloc::{backing::anon::AnonBacking, layout::Header, mem::HeapMem, Config};
@@ -17,7 +17,7 @@
 //! let _dangling = mem.record(u32::MAX / 4);
 //! ```
 //!
-//! ```compile_fail
+//! ```compile_fail,E0432
 //! // Nor are those types re-exported anywhere.
 //! use cxlalloc::internal::HeapMem;
 //! ```

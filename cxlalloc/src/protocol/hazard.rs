@@ -59,7 +59,9 @@ pub fn begin_reclaim(status: &AtomicU64, freed: u64, reclaiming: u64) -> bool {
 
 /// Empties entry `index` of `set` (after its range is unmapped). Async-signal-safe.
 pub fn retract(set: &[AtomicU64], index: usize) {
-    if let Some(p) = set.get(2 * index..2 * index + 2) {
+    // Checked: an index past the set (or one whose double overflows) empties nothing.
+    let Some(first) = index.checked_mul(2) else { return };
+    if let Some(p) = set.get(first..first.saturating_add(2)) {
         p[1].store(0, Ordering::Relaxed);
         // Release: the unmapping that preceded this happens before any reuse of the entry.
         p[0].store(0, Ordering::Release);
