@@ -97,7 +97,7 @@ pub(crate) unsafe fn map_none_fixed(addr: *mut u8, len: usize) -> Result<(), Err
 /// # Safety
 /// Same as the non-miri version.
 #[cfg(miri)]
-pub unsafe fn map_none_fixed(_addr: *mut u8, _len: usize) -> Result<(), Errno> {
+pub(crate) unsafe fn map_none_fixed(_addr: *mut u8, _len: usize) -> Result<(), Errno> {
     Ok(())
 }
 
@@ -152,7 +152,7 @@ pub(crate) unsafe fn populate_write(addr: *mut u8, len: usize) -> Result<(), Err
 /// # Safety
 /// Same as the non-miri version.
 #[cfg(miri)]
-pub unsafe fn populate_write(_addr: *mut u8, _len: usize) -> Result<(), Errno> {
+pub(crate) unsafe fn populate_write(_addr: *mut u8, _len: usize) -> Result<(), Errno> {
     Ok(())
 }
 
@@ -163,7 +163,7 @@ pub unsafe fn populate_write(_addr: *mut u8, _len: usize) -> Result<(), Errno> {
 /// Miri: a zeroed allocation stands in for the reservation (heaps under miri have no huge
 /// span, so the alignment is the region alignment).
 #[cfg(miri)]
-pub fn reserve(len: usize, _align: usize) -> Result<NonNull<u8>, Errno> {
+pub(crate) fn reserve(len: usize, _align: usize) -> Result<NonNull<u8>, Errno> {
     let layout = std::alloc::Layout::from_size_align(len, REGION_ALIGN).map_err(|_| Errno::ENOMEM)?;
     // SAFETY: the layout has a non-zero size (a heap has at least a header region).
     NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) }).ok_or(Errno::ENOMEM)
@@ -174,7 +174,7 @@ pub fn reserve(len: usize, _align: usize) -> Result<NonNull<u8>, Errno> {
 /// # Safety
 /// Same as [`map_shared_fixed`].
 #[cfg(miri)]
-pub unsafe fn map_private_fixed(_addr: *mut u8, _len: usize) -> Result<(), Errno> {
+pub(crate) unsafe fn map_private_fixed(_addr: *mut u8, _len: usize) -> Result<(), Errno> {
     Ok(())
 }
 
@@ -183,7 +183,7 @@ pub unsafe fn map_private_fixed(_addr: *mut u8, _len: usize) -> Result<(), Errno
 /// # Safety
 /// `base..base + len` must come from [`reserve`] and nothing may touch it again.
 #[cfg(miri)]
-pub unsafe fn release(base: NonNull<u8>, len: usize) {
+pub(crate) unsafe fn release(base: NonNull<u8>, len: usize) {
     if let Ok(layout) = std::alloc::Layout::from_size_align(len, REGION_ALIGN) {
         // SAFETY: allocated by `reserve` with this very layout.
         unsafe { std::alloc::dealloc(base.as_ptr(), layout) };

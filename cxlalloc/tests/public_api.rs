@@ -119,10 +119,11 @@ fn small_config() -> Config {
     Config { thread_slots: 2, huge_capacity: 0, coherence: Coherence::Full, ..Config::with_capacity(32 << 20) }
 }
 
-/// Every field of a recovery report, by type.
-fn recovery_fields(
-    r: &RecoveryReport,
-) -> (u32, Option<Holder>, Option<(Redo, Resolution)>, Option<(Pending, PendingOutcome)>, Rebuilt) {
+/// Every field of a recovery report, by type: slot, dead holder, redo record and its
+/// resolution, pending operation and its outcome, list rebuild counts.
+type RecoveryFields = (u32, Option<Holder>, Option<(Redo, Resolution)>, Option<(Pending, PendingOutcome)>, Rebuilt);
+
+fn recovery_fields(r: &RecoveryReport) -> RecoveryFields {
     (r.slot, r.dead_holder, r.redo, r.pending, r.rebuilt)
 }
 
