@@ -105,6 +105,8 @@ pub use crate::{
     word::Holder,
 };
 
+// Support for the crate's own tools (CLI, daemon, bench) and tests; not part of the API.
+#[doc(hidden)]
 pub mod internal;
 
 #[cfg(not(loom))]

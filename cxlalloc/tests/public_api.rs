@@ -109,6 +109,12 @@ fn the_crate_root_exports_exactly_the_curated_api() {
 }
 
 #[test]
+fn the_internal_module_is_hidden_from_the_docs() {
+    let lib = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
+    assert!(lib.contains("#[doc(hidden)]\npub mod internal;"));
+}
+
+#[test]
 fn the_crate_denies_unreachable_pub_items() {
     let lib = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
     let lints = lib.lines().find(|l| l.starts_with("#![warn(")).unwrap_or("");
