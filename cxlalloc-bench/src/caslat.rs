@@ -17,9 +17,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cxlalloc::mcas::device;
-use cxlalloc::mcas::{Geometry, McasClient, Window};
-use cxlalloc::sync::{AtomicBool, AtomicU64, Ordering};
+use cxlalloc::internal::mcas::device;
+use cxlalloc::internal::mcas::{Geometry, McasClient, Window};
+use cxlalloc::internal::sync::{AtomicBool, AtomicU64, Ordering};
 use serde_json::json;
 
 use crate::Error;

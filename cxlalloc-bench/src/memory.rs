@@ -9,7 +9,7 @@
 //! harness matched file-name substrings and silently reported 0 HWcc after a rename.)
 //!
 //! A no-HWcc heap keeps its HWcc regions in its mCAS window file instead
-//! ([`cxlalloc::coherence::WINDOW_FILE`], next to the other region files), with the requesters'
+//! ([`cxlalloc::internal::WINDOW_FILE`], next to the other region files), with the requesters'
 //! request and answer slots that a device keeps in uncachable memory: every mapping of
 //! `DIR/mcas-window` is HWcc ([`Class::Window`]), counted in the HWcc totals but in no single
 //! region's.
@@ -28,8 +28,8 @@
 
 use std::path::{Path, PathBuf};
 
-use cxlalloc::coherence::WINDOW_FILE;
-use cxlalloc::layout::{RegionId, REGIONS};
+use cxlalloc::internal::WINDOW_FILE;
+use cxlalloc::internal::{RegionId, REGIONS};
 
 /// What went wrong reading or parsing `/proc/self/smaps` or `/proc/self/status`.
 #[derive(Debug, thiserror::Error)]

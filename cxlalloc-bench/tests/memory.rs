@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::ptr::NonNull;
 
-use cxlalloc::layout::RegionId;
+use cxlalloc::internal::RegionId;
 use cxlalloc::{Config, Heap};
 use cxlalloc_bench::memory::{self, Class, Error, MemorySplit, RegionTable};
 

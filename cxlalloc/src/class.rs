@@ -27,7 +27,7 @@ impl Bracket {
 
     /// Static parameters of this bracket.
     #[inline]
-    pub fn spec(self) -> &'static BracketSpec {
+    pub(crate) fn spec(self) -> &'static BracketSpec {
         &SPECS[self as usize]
     }
 
@@ -42,7 +42,7 @@ impl Bracket {
 
     /// log2 of the slab size. A `const fn` so that fast paths specialised to one bracket fold it.
     #[inline(always)]
-    pub const fn slab_shift(self) -> u32 {
+    pub(crate) const fn slab_shift(self) -> u32 {
         match self {
             Bracket::Small => 15,
             Bracket::Large => 19,
@@ -51,7 +51,7 @@ impl Bracket {
 
     /// 64-bit words in a descriptor's free-block bitset.
     #[inline(always)]
-    pub const fn bitset_words(self) -> usize {
+    pub(crate) const fn bitset_words(self) -> usize {
         match self {
             Bracket::Small => 64,
             Bracket::Large => 8,
@@ -60,19 +60,25 @@ impl Bracket {
 
     /// Bytes of one local descriptor: a 64-byte metadata line plus the bitset.
     #[inline(always)]
-    pub const fn descriptor_size(self) -> usize {
+    pub(crate) const fn descriptor_size(self) -> usize {
         64 + self.bitset_words() * 8
     }
 
     /// The class with 1-based id `class`, if it exists (direct table access, foldable when the
     /// bracket is a constant).
     #[inline(always)]
-    pub fn class(self, class: u32) -> Option<&'static ClassInfo> {
+    pub(crate) fn class(self, class: u32) -> Option<&'static ClassInfo> {
         let i = (class as usize).wrapping_sub(1);
         match self {
             Bracket::Small => SMALL_TABLE.get(i),
             Bracket::Large => LARGE_TABLE.get(i),
         }
+    }
+
+    /// Block size in bytes of the class with 1-based id `class` (the index of
+    /// [`BracketCensus::classes`](crate::BracketCensus) plus one), if it exists.
+    pub fn class_size(self, class: u32) -> Option<usize> {
+        self.class(class).map(|info| info.size as usize)
     }
 
     /// Number of size classes.
@@ -99,13 +105,13 @@ pub const SMALL_MAX: usize = 1024;
 pub const LARGE_MAX: usize = 512 * 1024;
 
 /// Number of small classes.
-pub const SMALL_CLASSES: usize = SMALL_MAX / 8;
+pub(crate) const SMALL_CLASSES: usize = SMALL_MAX / 8;
 /// Number of large classes.
-pub const LARGE_CLASSES: usize = 36;
+pub(crate) const LARGE_CLASSES: usize = 36;
 
 /// One size class.
 #[derive(Clone, Copy, Debug)]
-pub struct ClassInfo {
+pub(crate) struct ClassInfo {
     /// Block size in bytes.
     pub size: u32,
     /// Blocks per slab.
@@ -116,13 +122,11 @@ pub struct ClassInfo {
 
 /// Static parameters of a bracket.
 #[derive(Debug)]
-pub struct BracketSpec {
+pub(crate) struct BracketSpec {
     /// Which bracket.
     pub bracket: Bracket,
     /// log2 of the slab size.
     pub slab_shift: u32,
-    /// 64-bit words in a descriptor's free-block bitset (max blocks / 64).
-    pub bitset_words: usize,
     /// Class table, index = class id − 1.
     pub classes: &'static [ClassInfo],
     /// Slabs per lazily mapped chunk (2 MiB of data).
@@ -132,18 +136,18 @@ pub struct BracketSpec {
 impl BracketSpec {
     /// Slab size in bytes.
     #[inline]
-    pub fn slab_size(&self) -> usize {
+    pub(crate) fn slab_size(&self) -> usize {
         1 << self.slab_shift
     }
 
     /// The class with 1-based id `class`, if it exists.
     #[inline]
-    pub fn class(&self, class: u32) -> Option<&'static ClassInfo> {
+    pub(crate) fn class(&self, class: u32) -> Option<&'static ClassInfo> {
         self.classes.get((class as usize).wrapping_sub(1))
     }
 
     /// Bytes of one local descriptor: a 64-byte metadata line plus the bitset.
-    pub fn descriptor_size(&self) -> usize {
+    pub(crate) fn descriptor_size(&self) -> usize {
         self.bracket.descriptor_size()
     }
 }
@@ -177,8 +181,8 @@ static SMALL_TABLE: [ClassInfo; SMALL_CLASSES] = small_classes();
 static LARGE_TABLE: [ClassInfo; LARGE_CLASSES] = large_classes();
 
 static SPECS: [BracketSpec; 2] = [
-    BracketSpec { bracket: Bracket::Small, slab_shift: 15, bitset_words: 64, classes: &SMALL_TABLE, chunk_slabs: 64 },
-    BracketSpec { bracket: Bracket::Large, slab_shift: 19, bitset_words: 8, classes: &LARGE_TABLE, chunk_slabs: 4 },
+    BracketSpec { bracket: Bracket::Small, slab_shift: 15, classes: &SMALL_TABLE, chunk_slabs: 64 },
+    BracketSpec { bracket: Bracket::Large, slab_shift: 19, classes: &LARGE_TABLE, chunk_slabs: 4 },
 ];
 
 /// The bracket and 1-based class id serving a request of `size` bytes (`1 ..= LARGE_MAX`).
@@ -214,6 +218,30 @@ pub fn class_aligned(size: usize, align: usize) -> Option<(Bracket, u32)> {
                 Bracket::Large => return None,
             };
             class = 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reciprocal_division_is_exact_for_every_in_slab_offset() {
+        for spec in Bracket::ALL.map(Bracket::spec) {
+            for info in spec.classes {
+                for off in (0..spec.slab_size() as u64).step_by(7).chain([spec.slab_size() as u64 - 1]) {
+                    assert_eq!((off * info.recip) >> 40, off / u64::from(info.size), "{info:?} {off}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bitsets_cover_the_densest_class() {
+        for spec in Bracket::ALL.map(Bracket::spec) {
+            let max = spec.classes.iter().map(|c| c.blocks).max().unwrap() as usize;
+            assert!(max <= spec.bracket.bitset_words() * 64);
         }
     }
 }

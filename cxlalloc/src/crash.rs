@@ -119,7 +119,7 @@ pub fn arm(spec: &str) {
 
 /// A crash point was reached: dies here if it is the armed one and its skips are used up.
 #[cfg(feature = "crash-points")]
-pub fn hit(site: &str, op: &str, flag: bool) {
+pub(crate) fn hit(site: &str, op: &str, flag: bool) {
     let set = ARMED.load(Ordering::Acquire);
     // SAFETY: a non-null ARMED points to a leaked, never freed Armed.
     let a = match unsafe { set.as_ref() } {

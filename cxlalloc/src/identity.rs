@@ -28,20 +28,20 @@ fn start_low(start: u64) -> u32 {
 }
 
 /// The identity of the calling process.
-pub fn current() -> Holder {
+pub(crate) fn current() -> Holder {
     let pid = std::process::id();
     let start = proc_stat(pid).map_or(1, |p| start_low(p.start));
     Holder { pid, start }
 }
 
 /// The kernel thread id of the calling thread.
-pub fn current_tid() -> u64 {
+pub(crate) fn current_tid() -> u64 {
     nix::unistd::gettid().as_raw() as u64
 }
 
 /// Whether `holder` still names a live process (the one that took the lease). A zombie — killed
 /// but not yet reaped by its parent — is dead: it will never touch the heap again.
-pub fn is_alive(holder: Holder) -> bool {
+pub(crate) fn is_alive(holder: Holder) -> bool {
     proc_stat(holder.pid).is_some_and(|p| {
         start_low(p.start) == holder.start && (!matches!(p.state, 'Z' | 'X' | 'x') || other_threads_run(holder.pid))
     })

@@ -31,21 +31,21 @@ use crate::persist::shared::{SharedHeader, SlotLease, ROOTS};
 use crate::word::MAX_SLOTS;
 
 /// Alignment of every region and of the reservation base.
-pub const REGION_ALIGN: usize = 2 << 20;
+pub(crate) const REGION_ALIGN: usize = 2 << 20;
 /// Size of the header region.
-pub const HEADER_BYTES: usize = 4096;
+pub(crate) const HEADER_BYTES: usize = 4096;
 /// Version of the on-device layout; bumped on any incompatible change.
-pub const LAYOUT_VERSION: u32 = 5;
+pub(crate) const LAYOUT_VERSION: u32 = 5;
 /// log2 of a huge slot: the unit in which threads claim huge address space.
-pub const HUGE_SLOT_SHIFT: u32 = 30;
+pub(crate) const HUGE_SLOT_SHIFT: u32 = 30;
 /// Bytes of one huge slot (1 GiB).
-pub const HUGE_SLOT: usize = 1 << HUGE_SLOT_SHIFT;
+pub(crate) const HUGE_SLOT: usize = 1 << HUGE_SLOT_SHIFT;
 /// Most huge slots a heap may have (16 TiB of huge address space).
-pub const MAX_HUGE_SLOTS: u32 = 1 << 14;
+pub(crate) const MAX_HUGE_SLOTS: u32 = 1 << 14;
 /// Hazard entries per hazard set (each entry is two words: key and length in pages).
-pub const HAZARDS_PER_SET: usize = 32;
+pub(crate) const HAZARDS_PER_SET: usize = 32;
 /// Magic bytes at the start of the header.
-pub const MAGIC: [u8; 8] = *b"CXLALLOC";
+pub(crate) const MAGIC: [u8; 8] = *b"CXLALLOC";
 
 /// How the device keeps memory coherent between hosts (docs/design.md §9.1). Recorded in the header;
 /// every process of a heap runs the same model.
@@ -132,10 +132,10 @@ pub struct Config {
     pub mcas_device: Option<std::path::PathBuf>,
     /// Permission bits of every file the heap ever creates: region files, huge blocks' backing
     /// objects, the mCAS window, the device description (docs/design.md §2.3). Default
-    /// [`DEFAULT_MODE`] (`0o600`): only the creating user. Sharing is an explicit choice:
+    /// `DEFAULT_MODE` (`0o600`): only the creating user. Sharing is an explicit choice:
     /// `0o660` for a group, `0o666` for every local user. Only read and write bits are allowed,
     /// and the user's are required; the heap directory gets the matching search bits
-    /// ([`dir_mode`]). Applied with `fchmod`, so the umask changes nothing. Recorded in the
+    /// (`dir_mode`). Applied with `fchmod`, so the umask changes nothing. Recorded in the
     /// header: a huge object created later, by any process, gets the same mode, and the heap's
     /// owner and group (a process of another user that may change them: root); see
     /// [`crate::Heap::create_at`].
@@ -143,15 +143,15 @@ pub struct Config {
 }
 
 /// The default [`Config::mode`]: read and write for the creating user only.
-pub const DEFAULT_MODE: u32 = 0o600;
+pub(crate) const DEFAULT_MODE: u32 = 0o600;
 
 /// The heap directory's mode for file mode `mode`: search (x) for each class that may read.
-pub fn dir_mode(mode: u32) -> u32 {
+pub(crate) fn dir_mode(mode: u32) -> u32 {
     mode | ((mode & 0o444) >> 2)
 }
 
 /// Checks a [`Config::mode`]: only read and write bits, and the user's both.
-pub fn check_mode(mode: u32) -> Result<(), String> {
+pub(crate) fn check_mode(mode: u32) -> Result<(), String> {
     if mode & !0o666 != 0 {
         return Err(format!("mode {mode:#o} has bits other than read and write (allowed: 0o666)"));
     }
@@ -236,7 +236,7 @@ impl Config {
 /// read-only afterwards.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Header {
+pub(crate) struct Header {
     /// [`MAGIC`].
     pub magic: [u8; 8],
     /// [`LAYOUT_VERSION`].
@@ -298,7 +298,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 
 impl Header {
     /// The header of a new heap with `config` (already validated).
-    pub fn new(config: &Config, secret: u64) -> Self {
+    pub(crate) fn new(config: &Config, secret: u64) -> Self {
         let spec = |b: Bracket| b.spec();
         let mut h = Header {
             magic: MAGIC,
@@ -332,7 +332,7 @@ impl Header {
     }
 
     /// This header with identity `heap_id` (see [`Header::heap_id`]).
-    pub fn with_heap_id(mut self, heap_id: u64) -> Self {
+    pub(crate) fn with_heap_id(mut self, heap_id: u64) -> Self {
         self.heap_id = heap_id;
         self.checksum = self.compute_checksum();
         self
@@ -344,7 +344,7 @@ impl Header {
     }
 
     /// The header's bytes, as written to the header region.
-    pub fn as_bytes(&self) -> &[u8] {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
         // SAFETY: Header is repr(C), Copy, made only of integers, and has no padding (asserted
         // by the size checks above and the field order), so every byte is initialized.
         unsafe { std::slice::from_raw_parts((self as *const Self).cast::<u8>(), std::mem::size_of::<Self>()) }
@@ -352,7 +352,7 @@ impl Header {
 
     /// Parses and validates header bytes read from `path`: magic, checksum, and every constant
     /// this build depends on. The error names the first field that differs.
-    pub fn parse(bytes: &[u8], path: &std::path::Path) -> Result<Self, OpenError> {
+    pub(crate) fn parse(bytes: &[u8], path: &std::path::Path) -> Result<Self, OpenError> {
         if bytes.len() < 8 || bytes[..8] != MAGIC {
             return Err(OpenError::BadMagic(path.to_path_buf()));
         }
@@ -400,7 +400,7 @@ impl Header {
     }
 
     /// The configuration this header records.
-    pub fn config(&self) -> Config {
+    pub(crate) fn config(&self) -> Config {
         Config {
             small_capacity: u64::from(self.capacity[0]) << self.slab_shift[0],
             large_capacity: u64::from(self.capacity[1]) << self.slab_shift[1],
@@ -418,7 +418,7 @@ impl Header {
     }
 
     /// Checks that an opener's expected configuration matches this heap.
-    pub fn check_matches(&self, config: &Config) -> Result<(), OpenError> {
+    pub(crate) fn check_matches(&self, config: &Config) -> Result<(), OpenError> {
         let mine = self.config();
         let pairs: [(&'static str, u64, u64); 10] = [
             ("small_capacity", mine.small_capacity, config.capacity_slabs(Bracket::Small) << self.slab_shift[0]),
@@ -442,7 +442,7 @@ impl Header {
 }
 
 /// The system page size.
-pub fn page_size() -> usize {
+pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if p > 0 {
@@ -524,7 +524,7 @@ impl RegionId {
 
 /// A byte range of the reservation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct Span {
+pub(crate) struct Span {
     /// Offset from the reservation base.
     pub offset: usize,
     /// Length in bytes.
@@ -533,19 +533,19 @@ pub struct Span {
 
 impl Span {
     /// One past the last byte.
-    pub fn end(&self) -> usize {
+    pub(crate) fn end(&self) -> usize {
         self.offset + self.size
     }
 
     /// Whether `off` lies inside.
-    pub fn contains(&self, off: usize) -> bool {
+    pub(crate) fn contains(&self, off: usize) -> bool {
         off >= self.offset && off < self.end()
     }
 }
 
 /// Where a bracket's three per-slab arrays lie.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct BracketLayout {
+pub(crate) struct BracketLayout {
     /// Slab capacity.
     pub capacity: u32,
     /// Remote-free counters, 8 bytes per slab (in the remote region).
@@ -558,7 +558,7 @@ pub struct BracketLayout {
 
 /// Offsets of everything in the reservation, derived only from the header.
 #[derive(Clone, Debug)]
-pub struct Layout {
+pub(crate) struct Layout {
     /// Regions, indexed by [`RegionId`].
     pub regions: [Span; REGIONS],
     /// Per-bracket arrays, indexed by [`Bracket`].
@@ -590,7 +590,7 @@ pub struct Layout {
 }
 
 /// Bytes of one hazard set: [`HAZARDS_PER_SET`] entries of two words.
-pub const HAZARD_SET_BYTES: usize = HAZARDS_PER_SET * 16;
+pub(crate) const HAZARD_SET_BYTES: usize = HAZARDS_PER_SET * 16;
 
 fn align_up(x: usize, a: usize) -> usize {
     x.div_ceil(a) * a
@@ -598,7 +598,7 @@ fn align_up(x: usize, a: usize) -> usize {
 
 impl Layout {
     /// Computes the layout recorded by `h`.
-    pub fn from_header(h: &Header) -> Self {
+    pub(crate) fn from_header(h: &Header) -> Self {
         let page = h.page_size as usize;
         let mut regions = [Span::default(); REGIONS];
         let mut brackets = [BracketLayout::default(); 2];
@@ -659,7 +659,7 @@ impl Layout {
     }
 
     /// Alignment of the reservation base: huge blocks aligned to up to one huge slot need it.
-    pub fn base_align(&self) -> usize {
+    pub(crate) fn base_align(&self) -> usize {
         if self.huge.size == 0 {
             REGION_ALIGN
         } else {
@@ -667,25 +667,20 @@ impl Layout {
         }
     }
 
-    /// Huge slots of the huge span.
-    pub fn huge_slots(&self) -> usize {
-        self.huge.size >> HUGE_SLOT_SHIFT
-    }
-
     /// The span of region `r`.
-    pub fn region(&self, r: RegionId) -> Span {
+    pub(crate) fn region(&self, r: RegionId) -> Span {
         self.regions[r as usize]
     }
 
     /// The arrays of bracket `b`.
     #[inline]
-    pub fn bracket(&self, b: Bracket) -> &BracketLayout {
+    pub(crate) fn bracket(&self, b: Bracket) -> &BracketLayout {
         &self.brackets[b as usize]
     }
 
     /// Bytes of HWcc regions (shared, claims, and the remote counters the heap's current
     /// lengths use).
-    pub fn hwcc_bytes(&self, lengths: [u32; 2]) -> u64 {
+    pub(crate) fn hwcc_bytes(&self, lengths: [u32; 2]) -> u64 {
         let remote: usize = lengths.iter().map(|&l| l as usize * self.hwcc_stride).sum();
         (self.region(RegionId::Shared).size + self.region(RegionId::Claims).size + remote) as u64
     }

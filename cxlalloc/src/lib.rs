@@ -27,27 +27,30 @@
 //!
 //! Each module uses only modules above it in this list:
 //!
-//! 1. [`sync`] (atomics facade), [`word`] (packed-word decoders), [`class`] (size classes),
-//!    [`error`] (the error enums), [`offset`], [`identity`] (slot holders and their liveness)
-//! 2. [`protocol`] — the lock-free CAS protocols, model-checked with loom
-//! 3. [`persist`] — every type that lives in heap memory (descriptors, thread records, redo
+//! 1. `sync` (atomics facade), `word` (packed-word decoders), `class` (size classes), `error`
+//!    (the error enums), `offset`, `identity` (slot holders and their liveness)
+//! 2. `protocol` — the lock-free CAS protocols, model-checked with loom
+//! 3. `persist` — every type that lives in heap memory (descriptors, thread records, redo
 //!    words, slot leases, globals, huge descriptors)
-//! 4. [`layout`] (header and offsets) → [`map`] (mmap) → [`mcas`] (the mCAS window, client
-//!    and software device) → [`coherence`] (the coherence models: SWcc flushes, HWcc words
-//!    through mCAS) → [`backing`] (region storage)
-//! 5. [`mem`] — a mapped heap and its checked accessors (the raw-memory boundary)
-//! 6. [`slab`] (the state machine) and [`huge`] (its [`huge::view`] sits at layer 5: the fault
-//!    handler reaches it through [`mem`]); [`crash`] marks their crash points
-//! 7. [`signal`] (SIGSEGV handler for growth and huge blocks), [`check`] and [`stats`];
-//!    [`recovery`] (adoption and repair of a dead slot)
-//! 8. [`heap`] (public API: [`Heap`], and [`ThreadHandle`], a thread's lease on a slot with
-//!    the allocation fast paths) → [`survey`] (slot holders, recovery plans, a read-only look at
-//!    a heap directory) → [`ffi`] (C API)
+//! 4. `layout` (header and offsets) → `map` (mmap) → `mcas` (the mCAS window, client and
+//!    software device) → `coherence` (the coherence models: SWcc flushes, HWcc words through
+//!    mCAS) → `backing` (region storage)
+//! 5. `mem` — a mapped heap and its checked accessors (the raw-memory boundary)
+//! 6. `slab` (the state machine) and `huge` (its `huge::view` sits at layer 5: the fault
+//!    handler reaches it through `mem`); `crash` marks their crash points
+//! 7. `signal` (SIGSEGV handler for growth and huge blocks), `check` and `stats`; `recovery`
+//!    (adoption and repair of a dead slot)
+//! 8. `heap` (public API: [`Heap`], and [`ThreadHandle`], a thread's lease on a slot with the
+//!    allocation fast paths) → `survey` (slot holders, recovery plans, a read-only look at a
+//!    heap directory) → `ffi` (C API)
 //!
 //! `tests/layers.rs` reads the sources and fails on an import against this order or on a
 //! dependency cycle between files.
 #![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
+#![warn(missing_docs, unreachable_pub, unnameable_types, clippy::undocumented_unsafe_blocks)]
+// Under loom only `sync`, `word` and `protocol` are built, for the models: the decoders that
+// serve the other modules are unused there.
+#![cfg_attr(loom, allow(dead_code))]
 
 /// The user guide: the repository's `README.md`, rendered here so that `cargo doc` has a
 /// guide-level page. Its Rust examples are compiled as doctests.
@@ -59,65 +62,79 @@ pub mod guide {}
 #[doc = include_str!("../../docs/design.md")]
 pub mod design {}
 
-pub mod sync;
-pub mod word;
+// Every module is private: the crate's API is the re-exports below (and, for the crate's own
+// tools and tests, the hidden `internal` module). A `pub` item inside a module is not
+// reachable from outside unless it is re-exported here; `unreachable_pub` keeps the two apart.
+mod sync;
+mod word;
 
-pub mod protocol;
+mod protocol;
 
 #[cfg(not(loom))]
-pub mod backing;
+mod backing;
 #[cfg(not(loom))]
-pub mod check;
+mod check;
 #[cfg(not(loom))]
-pub mod class;
+mod class;
 #[cfg(not(loom))]
-pub mod coherence;
+mod coherence;
 #[cfg(not(loom))]
-pub mod crash;
+mod crash;
 #[cfg(not(loom))]
-pub mod error;
+mod error;
+// The C API: its `#[no_mangle]` functions are exported by symbol name, whatever their Rust
+// visibility, so they keep the `pub` that says what they are.
 #[cfg(not(loom))]
-pub mod ffi;
+#[allow(unreachable_pub)]
+mod ffi;
 #[cfg(not(loom))]
-pub mod heap;
+mod heap;
 #[cfg(not(loom))]
-pub mod huge;
+mod huge;
 #[cfg(not(loom))]
-pub mod identity;
+mod identity;
 #[cfg(not(loom))]
-pub mod layout;
+mod layout;
 #[cfg(not(loom))]
-pub mod map;
+mod map;
 #[cfg(not(loom))]
-pub mod mcas;
+mod mcas;
 #[cfg(not(loom))]
-pub mod mem;
+mod mem;
 #[cfg(not(loom))]
-pub mod offset;
+mod offset;
 #[cfg(not(loom))]
-pub mod persist;
+mod persist;
 #[cfg(not(loom))]
-pub mod recovery;
+mod recovery;
 #[cfg(not(loom))]
-pub mod signal;
+mod signal;
 #[cfg(not(loom))]
-pub mod slab;
+mod slab;
 #[cfg(not(loom))]
-pub mod stats;
+mod stats;
 #[cfg(not(loom))]
-pub mod survey;
+mod survey;
 
+// The curated API, and the types its public fields and methods expose.
 #[cfg(not(loom))]
 pub use crate::{
-    check::Report,
+    check::{huge::HugeCensus, BracketCensus, ClassCensus, InFlight, Problem, Report, SlabState},
+    class::Bracket,
     error::{AdoptError, AllocError, AttachError, ErrorCode, FreeError, OffsetError, OpenError},
     heap::{Heap, ReallocError, ThreadHandle},
     layout::{Coherence, Config},
     offset::Offset,
-    recovery::RecoveryReport,
-    stats::Stats,
+    persist::redo::{Op as RedoOp, Pending, PendingKind, Redo},
+    recovery::{PendingOutcome, Rebuilt, RecoveryReport, Resolution},
+    stats::{OpCounters, Stats},
     survey::{HeapInfo, Interrupted, McasInfo, RecoveryPlan, RegionInfo, SlotInfo},
+    word::Holder,
 };
+
+// Support for the crate's own tools (CLI, daemon, bench) and tests; not part of the API.
+#[doc(hidden)]
+pub mod internal;
 
 #[cfg(not(loom))]
 impl Heap {

@@ -15,7 +15,7 @@ use crate::layout::REGION_ALIGN;
 /// Reserves `len` bytes of `PROT_NONE` address space aligned to `align` (a power of two, at
 /// least [`REGION_ALIGN`]).
 #[cfg(not(miri))]
-pub fn reserve(len: usize, align: usize) -> Result<NonNull<u8>, Errno> {
+pub(crate) fn reserve(len: usize, align: usize) -> Result<NonNull<u8>, Errno> {
     let padded = len.checked_add(align).ok_or(Errno::ENOMEM)?;
     // SAFETY: a fresh anonymous PROT_NONE mapping at a kernel-chosen address affects no existing
     // memory.
@@ -55,7 +55,13 @@ pub fn reserve(len: usize, align: usize) -> Result<NonNull<u8>, Errno> {
 /// - `[addr, addr + len)` must lie inside a reservation owned by the caller's heap, so that
 ///   replacing whatever is mapped there cannot clobber unrelated memory.
 /// - `addr`, `off` and `len` must be page-aligned.
-pub unsafe fn map_shared_fixed(addr: *mut u8, len: usize, fd: i32, off: usize, writable: bool) -> Result<(), Errno> {
+pub(crate) unsafe fn map_shared_fixed(
+    addr: *mut u8,
+    len: usize,
+    fd: i32,
+    off: usize,
+    writable: bool,
+) -> Result<(), Errno> {
     let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
     // SAFETY: forwarded from this function's contract.
     unsafe { mmap_fixed(addr, len, prot, libc::MAP_SHARED, fd, off) }
@@ -66,7 +72,7 @@ pub unsafe fn map_shared_fixed(addr: *mut u8, len: usize, fd: i32, off: usize, w
 /// # Safety
 /// Same as [`map_shared_fixed`].
 #[cfg(not(miri))]
-pub unsafe fn map_private_fixed(addr: *mut u8, len: usize) -> Result<(), Errno> {
+pub(crate) unsafe fn map_private_fixed(addr: *mut u8, len: usize) -> Result<(), Errno> {
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
     // SAFETY: forwarded from this function's contract.
     unsafe { mmap_fixed(addr, len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) }
@@ -80,7 +86,7 @@ pub unsafe fn map_private_fixed(addr: *mut u8, len: usize) -> Result<(), Errno> 
 /// # Safety
 /// Same as [`map_shared_fixed`]; nothing in this process may use the range afterwards.
 #[cfg(not(miri))]
-pub unsafe fn map_none_fixed(addr: *mut u8, len: usize) -> Result<(), Errno> {
+pub(crate) unsafe fn map_none_fixed(addr: *mut u8, len: usize) -> Result<(), Errno> {
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
     // SAFETY: forwarded from this function's contract.
     unsafe { mmap_fixed(addr, len, libc::PROT_NONE, flags, -1, 0) }
@@ -91,7 +97,7 @@ pub unsafe fn map_none_fixed(addr: *mut u8, len: usize) -> Result<(), Errno> {
 /// # Safety
 /// Same as the non-miri version.
 #[cfg(miri)]
-pub unsafe fn map_none_fixed(_addr: *mut u8, _len: usize) -> Result<(), Errno> {
+pub(crate) unsafe fn map_none_fixed(_addr: *mut u8, _len: usize) -> Result<(), Errno> {
     Ok(())
 }
 
@@ -114,7 +120,7 @@ unsafe fn mmap_fixed(addr: *mut u8, len: usize, prot: i32, flags: i32, fd: i32, 
 /// # Safety
 /// `base..base + len` must be a reservation returned by [`reserve`] that nothing will touch again.
 #[cfg(not(miri))]
-pub unsafe fn release(base: NonNull<u8>, len: usize) {
+pub(crate) unsafe fn release(base: NonNull<u8>, len: usize) {
     // SAFETY: the caller hands over the whole reservation.
     unsafe {
         libc::munmap(base.as_ptr().cast(), len);
@@ -132,7 +138,7 @@ const MADV_POPULATE_WRITE: libc::c_int = 23;
 /// # Safety
 /// The range lies inside a live shared mapping of a heap (populating changes no contents).
 #[cfg(not(miri))]
-pub unsafe fn populate_write(addr: *mut u8, len: usize) -> Result<(), Errno> {
+pub(crate) unsafe fn populate_write(addr: *mut u8, len: usize) -> Result<(), Errno> {
     // SAFETY: by the caller's contract the range is mapped; populating writes no data.
     if unsafe { libc::madvise(addr.cast(), len, MADV_POPULATE_WRITE) } == 0 {
         Ok(())
@@ -146,7 +152,7 @@ pub unsafe fn populate_write(addr: *mut u8, len: usize) -> Result<(), Errno> {
 /// # Safety
 /// Same as the non-miri version.
 #[cfg(miri)]
-pub unsafe fn populate_write(_addr: *mut u8, _len: usize) -> Result<(), Errno> {
+pub(crate) unsafe fn populate_write(_addr: *mut u8, _len: usize) -> Result<(), Errno> {
     Ok(())
 }
 
@@ -157,7 +163,7 @@ pub unsafe fn populate_write(_addr: *mut u8, _len: usize) -> Result<(), Errno> {
 /// Miri: a zeroed allocation stands in for the reservation (heaps under miri have no huge
 /// span, so the alignment is the region alignment).
 #[cfg(miri)]
-pub fn reserve(len: usize, _align: usize) -> Result<NonNull<u8>, Errno> {
+pub(crate) fn reserve(len: usize, _align: usize) -> Result<NonNull<u8>, Errno> {
     let layout = std::alloc::Layout::from_size_align(len, REGION_ALIGN).map_err(|_| Errno::ENOMEM)?;
     // SAFETY: the layout has a non-zero size (a heap has at least a header region).
     NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) }).ok_or(Errno::ENOMEM)
@@ -168,7 +174,7 @@ pub fn reserve(len: usize, _align: usize) -> Result<NonNull<u8>, Errno> {
 /// # Safety
 /// Same as [`map_shared_fixed`].
 #[cfg(miri)]
-pub unsafe fn map_private_fixed(_addr: *mut u8, _len: usize) -> Result<(), Errno> {
+pub(crate) unsafe fn map_private_fixed(_addr: *mut u8, _len: usize) -> Result<(), Errno> {
     Ok(())
 }
 
@@ -177,7 +183,7 @@ pub unsafe fn map_private_fixed(_addr: *mut u8, _len: usize) -> Result<(), Errno
 /// # Safety
 /// `base..base + len` must come from [`reserve`] and nothing may touch it again.
 #[cfg(miri)]
-pub unsafe fn release(base: NonNull<u8>, len: usize) {
+pub(crate) unsafe fn release(base: NonNull<u8>, len: usize) {
     if let Ok(layout) = std::alloc::Layout::from_size_align(len, REGION_ALIGN) {
         // SAFETY: allocated by `reserve` with this very layout.
         unsafe { std::alloc::dealloc(base.as_ptr(), layout) };

@@ -22,18 +22,18 @@ use crate::word::Tagged;
 
 /// A slab index checked against the heap's length: its descriptor, counter and data exist.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Slab(u32);
+pub(crate) struct Slab(u32);
 
 impl Slab {
     /// The raw index.
     #[inline]
-    pub fn index(self) -> u32 {
+    pub(crate) fn index(self) -> u32 {
         self.0
     }
 
     /// The index + 1 encoding used by list links (0 = none).
     #[inline]
-    pub fn link(self) -> u32 {
+    pub(crate) fn link(self) -> u32 {
         self.0 + 1
     }
 }
@@ -46,7 +46,7 @@ impl Slab {
 /// mapping never overlaps another's and a mapped chunk is never mapped again: each chunk has a
 /// bit in this process's bitmap, set once mapped.
 #[derive(Clone, Copy, Debug)]
-pub struct LazyMap {
+pub(crate) struct LazyMap {
     base: usize,
     total: usize,
     fd: i32,
@@ -74,7 +74,7 @@ impl LazyMap {
 
     /// Maps the data chunk of bracket `b` that holds `slab`, unless this process already has.
     /// Async-signal-safe.
-    pub fn map_chunk(&self, b: usize, slab: u32) -> Result<(), Errno> {
+    pub(crate) fn map_chunk(&self, b: usize, slab: u32) -> Result<(), Errno> {
         let chunk = (slab / self.chunk_slabs[b]) as usize;
         let word = self.mapped_word(b, chunk).ok_or(Errno::EINVAL)?;
         let bit = 1u64 << (chunk % 64);
@@ -96,7 +96,7 @@ impl LazyMap {
     /// If `addr` is in this heap's slab data at a slab below the current length, maps its
     /// chunk and returns true; if it is in a live huge block, maps that (see
     /// [`HugeView::handle_fault`]). Async-signal-safe: reads atomic words, no allocation.
-    pub fn handle_fault(&self, addr: usize) -> bool {
+    pub(crate) fn handle_fault(&self, addr: usize) -> bool {
         let off = addr.wrapping_sub(self.base);
         if off >= self.total {
             return false;
@@ -138,7 +138,7 @@ struct Arrays {
 
 /// A heap mapped in this process.
 #[derive(Debug)]
-pub struct HeapMem {
+pub(crate) struct HeapMem {
     base: NonNull<u8>,
     arrays: [Arrays; 2],
     /// Region and array offsets.
@@ -175,7 +175,7 @@ unsafe impl Sync for HeapMem {}
 impl HeapMem {
     /// Maps a heap described by `header` from `backing`, for the process `holder` (a packed
     /// [`crate::word::Holder`]). For a fresh anonymous heap, writes the header into the mapping.
-    pub fn map(header: Header, backing: Box<dyn Backing>, holder: u64) -> Result<Self, OpenError> {
+    pub(crate) fn map(header: Header, backing: Box<dyn Backing>, holder: u64) -> Result<Self, OpenError> {
         let layout = Layout::from_header(&header);
         let base = map::reserve(layout.total, layout.base_align()).map_err(OpenError::Map)?;
         let arrays = Bracket::ALL.map(|b| {
@@ -295,13 +295,13 @@ impl HeapMem {
     }
 
     /// No-HWcc model: the mCAS window connection (`None` in the other models).
-    pub fn mcas(&self) -> Option<&McasHub> {
+    pub(crate) fn mcas(&self) -> Option<&McasHub> {
         self.mcas.as_ref()
     }
 
     /// `word` reached through this process's own requester (lease operations, which run before
     /// a thread holds a slot).
-    pub fn hw_process<'a>(&'a self, word: &'a AtomicU64) -> Hw<'a> {
+    pub(crate) fn hw_process<'a>(&'a self, word: &'a AtomicU64) -> Hw<'a> {
         Hw::new(word, self.mcas.as_ref().map(McasHub::process_port))
     }
 
@@ -324,28 +324,28 @@ impl HeapMem {
     }
 
     /// The huge heap in this process, if the heap has one.
-    pub fn huge(&self) -> Option<&HugeView> {
+    pub(crate) fn huge(&self) -> Option<&HugeView> {
         self.huge.as_ref()
     }
 
     /// The heap's backing store.
-    pub fn backing(&self) -> &dyn Backing {
+    pub(crate) fn backing(&self) -> &dyn Backing {
         self.backing.as_ref()
     }
 
     /// The signal-handler view of this heap, if it maps anything lazily.
-    pub fn lazy(&self) -> Option<&LazyMap> {
+    pub(crate) fn lazy(&self) -> Option<&LazyMap> {
         self.lazy.as_ref()
     }
 
     /// Where the heap lives.
-    pub fn location(&self) -> String {
+    pub(crate) fn location(&self) -> String {
         self.backing.location()
     }
 
     /// Maps (in this process) every data chunk of `b` below `len` slabs not mapped yet. Saves
     /// the faults that would otherwise map them on first touch.
-    pub fn ensure_mapped(&self, b: Bracket, len: u32) -> Result<(), Errno> {
+    pub(crate) fn ensure_mapped(&self, b: Bracket, len: u32) -> Result<(), Errno> {
         let Some(lazy) = &self.lazy else { return Ok(()) };
         let chunk = b.spec().chunk_slabs;
         let prefix = &self.mapped_prefix[b as usize];
@@ -362,7 +362,7 @@ impl HeapMem {
     /// Faults in the data of slabs `from..to` of `b` in this process with one system call (a
     /// file-backed heap's pages otherwise fault one at a time on first touch, which dominated
     /// insert-heavy runs). Only an optimization: on error the pages fault in lazily.
-    pub fn populate(&self, b: Bracket, from: u32, to: u32) -> Result<(), Errno> {
+    pub(crate) fn populate(&self, b: Bracket, from: u32, to: u32) -> Result<(), Errno> {
         if self.lazy.is_none() || from >= to {
             return Ok(());
         }
@@ -374,7 +374,7 @@ impl HeapMem {
     }
 
     /// Reserves backing store for slabs `from..to` of `b` in all three arrays.
-    pub fn commit(&self, b: Bracket, from: u32, to: u32) -> Result<(), Errno> {
+    pub(crate) fn commit(&self, b: Bracket, from: u32, to: u32) -> Result<(), Errno> {
         let bl = self.layout.bracket(b);
         let spec = b.spec();
         for (r, span, stride) in [
@@ -390,7 +390,7 @@ impl HeapMem {
 
     /// Reserves backing store for `len` bytes at offset `off` of a whole-mapped region
     /// (header, shared, owned).
-    pub fn commit_region(&self, r: RegionId, off: usize, len: usize) -> Result<(), Errno> {
+    pub(crate) fn commit_region(&self, r: RegionId, off: usize, len: usize) -> Result<(), Errno> {
         self.backing.commit(r, off, len)
     }
 
@@ -403,13 +403,13 @@ impl HeapMem {
 
     /// The reservation base.
     #[inline]
-    pub fn base(&self) -> *mut u8 {
+    pub(crate) fn base(&self) -> *mut u8 {
         self.base.as_ptr()
     }
 
     /// The shared region's fixed part.
     #[inline]
-    pub fn shared(&self) -> &SharedHeader {
+    pub(crate) fn shared(&self) -> &SharedHeader {
         // SAFETY: the shared region is mapped for the life of self, 64-byte aligned (region
         // alignment), and SharedHeader is all atomics, valid for any bit pattern.
         unsafe { &*(self.addr(self.layout.region(RegionId::Shared).offset) as *const SharedHeader) }
@@ -417,12 +417,12 @@ impl HeapMem {
 
     /// Global words of bracket `b`.
     #[inline]
-    pub fn globals(&self, b: Bracket) -> &BracketGlobals {
+    pub(crate) fn globals(&self, b: Bracket) -> &BracketGlobals {
         &self.shared().brackets[b as usize]
     }
 
     /// The lease of thread slot `slot`; callers pass only indices below the slot count.
-    pub fn lease(&self, slot: u32) -> &SlotLease {
+    pub(crate) fn lease(&self, slot: u32) -> &SlotLease {
         debug_assert!(slot < self.layout.slots, "slot index out of range");
         // SAFETY: the slot table lies in the mapped shared region, 8-byte aligned, with
         // `slots` entries; SlotLease is all atomics.
@@ -431,7 +431,7 @@ impl HeapMem {
 
     /// The detectable-CAS help word of slot `slot`; `None` for an index a corrupt word could
     /// name beyond the slot count.
-    pub fn help(&self, slot: u32) -> Option<&AtomicU64> {
+    pub(crate) fn help(&self, slot: u32) -> Option<&AtomicU64> {
         (slot < self.layout.slots).then(|| {
             // SAFETY: the help table lies in the mapped shared region, 8-byte aligned, with
             // `slots` words, and the index was checked; AtomicU64 is valid for any bits.
@@ -442,20 +442,20 @@ impl HeapMem {
     }
 
     /// Whether the heap runs with crash recovery (logging and detectable-CAS help).
-    pub fn recoverable(&self) -> bool {
+    pub(crate) fn recoverable(&self) -> bool {
         self.header.config().recovery
     }
 
     /// Slots that have ever been leased, in index order. The others' records are still all zero
     /// (an empty slot), and readers skip them: touching a never-used record could allocate
     /// backing store on a full device, which for a mapping means SIGBUS.
-    pub fn used_slots(&self) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn used_slots(&self) -> impl Iterator<Item = u32> + '_ {
         // Relaxed: `tid` is written once at a slot's first attach, after its record is committed.
         (0..self.layout.slots).filter(|&s| self.lease(s).tid.load(Ordering::Relaxed) != 0)
     }
 
     /// The record of thread slot `slot`; callers pass only indices below the slot count.
-    pub fn record(&self, slot: u32) -> &ThreadRecord {
+    pub(crate) fn record(&self, slot: u32) -> &ThreadRecord {
         debug_assert!(slot < self.layout.slots, "slot index out of range");
         // SAFETY: the owned region is mapped for the life of self, holds `slots` records, and is
         // 64-byte aligned; ThreadRecord is all atomics and padding.
@@ -463,7 +463,7 @@ impl HeapMem {
     }
 
     /// Reads the HWcc length of `b` and raises this process's cached length to it.
-    pub fn refresh_length(&self, b: Bracket) -> u32 {
+    pub(crate) fn refresh_length(&self, b: Bracket) -> u32 {
         // Acquire: pairs with the Release CAS in the bump, so the new slabs' metadata written
         // before that CAS is visible.
         let len = Tagged::unpack(self.globals(b).length.load(Ordering::Acquire)).payload;
@@ -475,7 +475,7 @@ impl HeapMem {
     /// Checks a slab index against the heap's length (refreshing the cached length from HWcc
     /// memory only when the index is beyond it).
     #[inline]
-    pub fn slab(&self, b: Bracket, index: u32) -> Option<Slab> {
+    pub(crate) fn slab(&self, b: Bracket, index: u32) -> Option<Slab> {
         if index < self.known_len[b as usize].load(Ordering::Relaxed) || index < self.refresh_length(b) {
             Some(Slab(index))
         } else {
@@ -485,7 +485,7 @@ impl HeapMem {
 
     /// Decodes a list link (index + 1, 0 = none) into a checked slab.
     #[inline]
-    pub fn link(&self, b: Bracket, link: u32) -> Result<Option<Slab>, &'static str> {
+    pub(crate) fn link(&self, b: Bracket, link: u32) -> Result<Option<Slab>, &'static str> {
         match link {
             0 => Ok(None),
             l => self.slab(b, l - 1).map(Some).ok_or("list link beyond heap length"),
@@ -495,7 +495,7 @@ impl HeapMem {
     /// Limited and no-HWcc models: invalidates this process's copy of every descriptor of `b`
     /// below the heap length, so that a reader that scans them all (recovery, the checker)
     /// sees what other hosts wrote back.
-    pub fn refresh_descriptors(&self, b: Bracket) {
+    pub(crate) fn refresh_descriptors(&self, b: Bracket) {
         if self.swcc.is_coherent() {
             return;
         }
@@ -506,13 +506,13 @@ impl HeapMem {
 
     /// Limited and no-HWcc models: invalidates (`refresh`) or writes back (`persist`) the whole
     /// record of `slot`, when a slot changes hands.
-    pub fn record_bytes(&self, slot: u32) -> (*const u8, usize) {
+    pub(crate) fn record_bytes(&self, slot: u32) -> (*const u8, usize) {
         ((self.record(slot) as *const ThreadRecord).cast(), std::mem::size_of::<ThreadRecord>())
     }
 
     /// The remote-free counter word of `slab`.
     #[inline]
-    pub fn remote(&self, b: Bracket, slab: Slab) -> &AtomicU64 {
+    pub(crate) fn remote(&self, b: Bracket, slab: Slab) -> &AtomicU64 {
         let addr = self.arrays[b as usize].remote + slab.0 as usize * self.layout.hwcc_stride;
         // SAFETY: slab < length ≤ capacity, so the word is inside the remote array; it is mapped
         // (eagerly or by the fault handler, which maps any slab below the length) and 8-aligned.
@@ -521,7 +521,7 @@ impl HeapMem {
 
     /// The local descriptor of `slab`.
     #[inline]
-    pub fn desc(&self, b: Bracket, slab: Slab) -> Descriptor<'_> {
+    pub(crate) fn desc(&self, b: Bracket, slab: Slab) -> Descriptor<'_> {
         let p = self.arrays[b as usize].local + slab.0 as usize * b.descriptor_size();
         // SAFETY: slab < length ≤ capacity puts the descriptor inside the local array; it is
         // mapped (eagerly or on fault) and 64-aligned (descriptor sizes are multiples of 64);
@@ -537,7 +537,7 @@ impl HeapMem {
     /// The bracket whose slab data holds heap offset `offset`, and the offset into that
     /// bracket's data.
     #[inline(always)]
-    pub fn bracket_at(&self, offset: usize) -> Option<(Bracket, usize)> {
+    pub(crate) fn bracket_at(&self, offset: usize) -> Option<(Bracket, usize)> {
         Bracket::ALL.into_iter().find_map(|b| {
             let span = self.arrays[b as usize].data;
             let rel = offset.wrapping_sub(span.offset);
@@ -547,25 +547,25 @@ impl HeapMem {
 
     /// The offset range of bracket `b`'s slab data.
     #[inline]
-    pub fn data_span(&self, b: Bracket) -> Span {
+    pub(crate) fn data_span(&self, b: Bracket) -> Span {
         self.arrays[b as usize].data
     }
 
     /// The heap offset of byte `in_slab` of `slab`'s data.
     #[inline]
-    pub fn data_offset(&self, b: Bracket, slab: Slab, in_slab: usize) -> usize {
+    pub(crate) fn data_offset(&self, b: Bracket, slab: Slab, in_slab: usize) -> usize {
         self.arrays[b as usize].data.offset + ((slab.0 as usize) << b.slab_shift()) + in_slab
     }
 
     /// The heap offset of `word` if an application may name it as the destination of a
     /// detectable operation: 8-aligned, in slab data, the huge span, or the roots.
-    pub fn word_offset(&self, word: *const AtomicU64) -> Option<u64> {
+    pub(crate) fn word_offset(&self, word: *const AtomicU64) -> Option<u64> {
         let off = (word as usize).wrapping_sub(self.base() as usize);
         self.word_at(off as u64).map(|_| off as u64)
     }
 
     /// The word at heap offset `off`, checked as for [`HeapMem::word_offset`].
-    pub fn word_at(&self, off: u64) -> Option<&AtomicU64> {
+    pub(crate) fn word_at(&self, off: u64) -> Option<&AtomicU64> {
         let off = usize::try_from(off).ok()?;
         let roots = self.layout.region(RegionId::Shared).offset + std::mem::offset_of!(SharedHeader, roots);
         let in_roots = off >= roots && off < roots + std::mem::size_of::<[AtomicU64; crate::persist::shared::ROOTS]>();
@@ -580,7 +580,7 @@ impl HeapMem {
 
     /// The address of a block at heap offset `offset` (an offset this heap computed itself).
     #[inline]
-    pub fn block(&self, offset: usize) -> NonNull<u8> {
+    pub(crate) fn block(&self, offset: usize) -> NonNull<u8> {
         debug_assert!(offset > 0 && offset < self.layout.total);
         // SAFETY: callers pass offsets inside a data span (data_offset on a checked slab, or an
         // offset checked with bracket_at), so they lie inside the reservation, and base + offset

@@ -23,7 +23,7 @@ use crate::mem::LazyMap;
 use crate::sync::{AtomicPtr, Ordering};
 
 /// Most heaps one process can have open at once.
-pub const MAX_HEAPS: usize = 64;
+pub(crate) const MAX_HEAPS: usize = 64;
 
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY: AtomicPtr<LazyMap> = AtomicPtr::new(std::ptr::null_mut());
@@ -34,13 +34,13 @@ static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
 
 /// A heap's entry in the process-wide registry; unregisters on drop.
 #[derive(Debug)]
-pub struct Registration {
+pub(crate) struct Registration {
     index: usize,
 }
 
 /// Registers `map` (which must outlive the returned registration) and installs the handler.
 /// Returns `None` when [`MAX_HEAPS`] heaps are registered.
-pub fn register(map: &LazyMap) -> Option<Registration> {
+pub(crate) fn register(map: &LazyMap) -> Option<Registration> {
     install();
     let ptr = map as *const LazyMap as *mut LazyMap;
     for (index, slot) in REGISTRY.iter().enumerate() {

@@ -54,7 +54,7 @@ pub struct Stats {
 }
 
 /// Collects statistics (walks the heap like the checker; see its caveats on concurrency).
-pub fn stats(mem: &HeapMem) -> Stats {
+pub(crate) fn stats(mem: &HeapMem) -> Stats {
     let report = check::check(mem);
     let mut counters = OpCounters::default();
     for slot in mem.used_slots() {

@@ -5,12 +5,13 @@
 //! source file names `std`'s atomics or cells directly, so no protocol can slip past the model
 //! checker. (clippy's `disallowed-types` cannot express this: it also flags the re-exports.)
 
+// The three the crate's tools and loom models use too (through `internal::sync`).
 #[cfg(loom)]
-pub use loom::sync::atomic::{
-    fence as compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
-};
+pub(crate) use loom::sync::atomic::fence;
+#[cfg(loom)]
+pub use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 #[cfg(not(loom))]
-pub use std::sync::atomic::{
-    compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
-};
+pub(crate) use std::sync::atomic::{fence, AtomicPtr, AtomicU32};
+#[cfg(not(loom))]
+pub use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

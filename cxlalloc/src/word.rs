@@ -19,10 +19,10 @@ const WRITER_BITS: u32 = 12;
 const VERSION_BITS: u32 = 20;
 const VERSION_MASK: u32 = (1 << VERSION_BITS) - 1;
 /// Number of distinct operation versions (they wrap at this).
-pub const VERSION_SPACE: u32 = 1 << VERSION_BITS;
+pub(crate) const VERSION_SPACE: u32 = 1 << VERSION_BITS;
 
 /// Largest thread-slot count a tag can name (writer ids are slot + 1, and 0 is reserved).
-pub const MAX_SLOTS: u32 = (1 << WRITER_BITS) - 1;
+pub(crate) const MAX_SLOTS: u32 = (1 << WRITER_BITS) - 1;
 
 /// Who wrote a shared word last: `{writer slot + 1, writer's version}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -134,7 +134,7 @@ impl Holder {
 ///
 /// `st`: 0 = being built, 1 = live, 2 = freed, 3 = being reclaimed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HugeStatus {
+pub(crate) struct HugeStatus {
     /// The allocation's generation.
     pub generation: u64,
     /// The state bits (see [`crate::persist::huge::HugeState`]).
@@ -144,13 +144,13 @@ pub struct HugeStatus {
 impl HugeStatus {
     /// The raw word.
     #[inline]
-    pub fn pack(self) -> u64 {
+    pub(crate) fn pack(self) -> u64 {
         (self.generation << 2) | u64::from(self.state & 3)
     }
 
     /// Decodes a raw word.
     #[inline]
-    pub fn unpack(word: u64) -> Self {
+    pub(crate) fn unpack(word: u64) -> Self {
         Self { generation: word >> 2, state: (word & 3) as u8 }
     }
 }
@@ -169,7 +169,7 @@ impl HugeStatus {
 /// allocation never pins a newer one at the same address. 0 means an empty entry (offset 0 is
 /// the header, never a huge block).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HazardKey {
+pub(crate) struct HazardKey {
     /// Heap offset of the allocation (page-aligned).
     pub offset: u64,
     /// Low 28 bits of its generation.
@@ -182,19 +182,19 @@ const HAZARD_GEN_MASK: u64 = (1 << (64 - HAZARD_PAGE_BITS)) - 1;
 impl HazardKey {
     /// The key of the allocation at `offset` with generation `generation`.
     #[inline]
-    pub fn new(offset: u64, generation: u64) -> Self {
+    pub(crate) fn new(offset: u64, generation: u64) -> Self {
         Self { offset: offset & !0xfff, generation: (generation & HAZARD_GEN_MASK) as u32 }
     }
 
     /// The raw entry word.
     #[inline]
-    pub fn pack(self) -> u64 {
+    pub(crate) fn pack(self) -> u64 {
         ((self.offset >> 12) & ((1 << HAZARD_PAGE_BITS) - 1)) | (u64::from(self.generation) << HAZARD_PAGE_BITS)
     }
 
     /// Decodes an entry word; `None` for an empty entry.
     #[inline]
-    pub fn unpack(word: u64) -> Option<Self> {
+    pub(crate) fn unpack(word: u64) -> Option<Self> {
         (word != 0).then_some(Self {
             offset: (word & ((1 << HAZARD_PAGE_BITS) - 1)) << 12,
             generation: (word >> HAZARD_PAGE_BITS) as u32,

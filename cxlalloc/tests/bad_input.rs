@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::ptr::NonNull;
 
-use cxlalloc::class::Bracket;
+use cxlalloc::Bracket;
 use cxlalloc::{AllocError, AttachError, Config, FreeError, Heap, OffsetError, OpenError, ReallocError};
 
 fn small_heap() -> Heap {

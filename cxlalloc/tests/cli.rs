@@ -301,7 +301,12 @@ fn output_into_a_closed_pipe_ends_quietly_with_the_commands_status() -> TestResu
     let path = dir.0.join("demo");
     let _heap = Heap::create_at(&path, &small())?;
     let p = path.to_str().ok_or("path")?;
-    for args in [vec!["check", "--at", p], vec!["list", dir.0.to_str().ok_or("path")?], vec!["stats", "--at", p], vec!["inspect", "--at", p]] {
+    for args in [
+        vec!["check", "--at", p],
+        vec!["list", dir.0.to_str().ok_or("path")?],
+        vec!["stats", "--at", p],
+        vec!["inspect", "--at", p],
+    ] {
         let o = into_closed_pipe(&args);
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert!(stderr.is_empty(), "{args:?} wrote to stderr: {stderr}");

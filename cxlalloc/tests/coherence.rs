@@ -56,7 +56,8 @@ fn no_hwcc_hwcc_words_live_in_the_mcas_window() {
     let device = Device::serve(name.as_str(), Duration::ZERO);
     let t = heap.attach().unwrap();
     let _block = t.alloc(64).unwrap();
-    let window = cxlalloc::mcas::Window::open(&Heap::path_of(name.as_str()).unwrap().join("mcas-window")).unwrap();
+    let window =
+        cxlalloc::internal::mcas::Window::open(&Heap::path_of(name.as_str()).unwrap().join("mcas-window")).unwrap();
     // Target 0 is the small bracket's length word (the shared region comes first): the bump
     // that gave the thread its first slabs went through the device.
     let length = window.target(0).unwrap().load(std::sync::atomic::Ordering::Acquire);
@@ -147,13 +148,13 @@ fn no_hwcc_threads_allocate_and_free_remotely_through_the_rtl() {
     let bin = std::env::var("MCAS_COSIM").expect("MCAS_COSIM names the mcas-cosim binary");
     let name = HeapName::new("rtl");
     let heap = Heap::create(name.as_str(), &config(Coherence::NoHwcc)).unwrap();
-    let window = Heap::path_of(name.as_str()).unwrap().join(cxlalloc::coherence::WINDOW_FILE);
+    let window = Heap::path_of(name.as_str()).unwrap().join(cxlalloc::internal::WINDOW_FILE);
     let mut server = std::process::Command::new(&bin)
         .args(["--window", window.to_str().unwrap(), "--latency", "4"])
         .spawn()
         .unwrap_or_else(|e| panic!("start {bin}: {e}"));
     let started = std::time::Instant::now();
-    while cxlalloc::mcas::Window::open(&window).ok().and_then(|w| w.served_by()).is_none() {
+    while cxlalloc::internal::mcas::Window::open(&window).ok().and_then(|w| w.served_by()).is_none() {
         assert!(started.elapsed() < Duration::from_secs(20), "mcas-cosim never served the heap's window");
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -189,8 +190,7 @@ fn a_batch_of_remote_frees_left_by_a_killed_process_is_applied_by_recovery() {
         5
     });
     assert_eq!(child.killed_by(), nix::sys::signal::Signal::SIGKILL);
-    let live =
-        |h: &Heap| cxlalloc::class::Bracket::ALL.iter().map(|&b| h.check().bracket(b).live_blocks()).sum::<u64>();
+    let live = |h: &Heap| cxlalloc::Bracket::ALL.iter().map(|&b| h.check().bracket(b).live_blocks()).sum::<u64>();
     assert_eq!(live(&heap), 10, "the batch is not applied before recovery");
     let reports = heap.recover_dead();
     assert_eq!(reports.len(), 1);

@@ -1,4 +1,4 @@
-//! Every white-box crash point (`cxlalloc::crash::POINTS`), one at a time: a forked child runs a
+//! Every white-box crash point (`cxlalloc::internal::crash::POINTS`), one at a time: a forked child runs a
 //! workload that passes through every logged step, dies by `SIGKILL` at the armed point, and
 //! the parent adopts its slots, recovers them and checks that the heap is consistent and that
 //! every block the workload held is named exactly once by the application's words — no block
@@ -11,7 +11,7 @@ mod common;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::{fork_code, serial, HeapName, CHILD_DEADLINE};
-use cxlalloc::crash::{self, POINTS};
+use cxlalloc::internal::crash::{self, POINTS};
 use cxlalloc::{Coherence, Config, Heap, Offset, ThreadHandle};
 use nix::sys::signal::Signal;
 use nix::sys::wait::WaitStatus;

@@ -34,7 +34,8 @@ const ORDER: &[&str] = &[
     "recovery", // layer 7
     "heap",
     "survey",
-    "ffi", // layer 8
+    "ffi",
+    "internal", // layer 8
 ];
 
 fn src() -> PathBuf {

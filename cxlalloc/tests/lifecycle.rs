@@ -3,8 +3,8 @@
 
 use std::ptr::NonNull;
 
-use cxlalloc::check::SlabState;
-use cxlalloc::class::Bracket;
+use cxlalloc::Bracket;
+use cxlalloc::SlabState;
 use cxlalloc::{Config, Heap};
 
 fn sizes() -> impl Iterator<Item = usize> {

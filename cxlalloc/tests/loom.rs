@@ -62,8 +62,8 @@ use std::sync::atomic::{AtomicU32 as StdAtomicU32, AtomicUsize as StdAtomicUsize
 use std::sync::{Arc as StdArc, Mutex as StdMutex};
 use std::time::Instant;
 
-use cxlalloc::protocol::{cached_word, detectable, global_list, lease, length, remote};
-use cxlalloc::word::{Holder, Tag, Tagged};
+use cxlalloc::internal::protocol::{cached_word, detectable, global_list, lease, length, remote};
+use cxlalloc::internal::word::{Holder, Tag, Tagged};
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use loom::sync::Arc;
@@ -1061,7 +1061,7 @@ fn hazard_model(seen: &Seen, owner_frees: bool, publish: Publish, begin_reclaim:
             } else {
                 seen.mark("backed off");
             }
-            cxlalloc::protocol::hazard::retract(&b.set, i);
+            cxlalloc::internal::protocol::hazard::retract(&b.set, i);
         })
     };
     let freer = (!owner_frees).then(|| {
@@ -1074,7 +1074,7 @@ fn hazard_model(seen: &Seen, owner_frees: bool, publish: Publish, begin_reclaim:
         let _ = b.status.compare_exchange(LIVE, FREED, Ordering::Release, Ordering::Relaxed);
     }
     if begin_reclaim(&b.status, FREED, RECLAIMING) {
-        if cxlalloc::protocol::hazard::contains(&b.set, KEY) {
+        if cxlalloc::internal::protocol::hazard::contains(&b.set, KEY) {
             b.status.store(FREED, Ordering::Relaxed);
             seen.mark("blocked by a hazard");
         } else {
@@ -1092,7 +1092,7 @@ fn hazard_model(seen: &Seen, owner_frees: bool, publish: Publish, begin_reclaim:
 
 #[test]
 fn hazard_owner_frees_and_reclaims_while_a_process_maps() {
-    use cxlalloc::protocol::hazard;
+    use cxlalloc::internal::protocol::hazard;
     let seen = Seen::default();
     let s = seen.clone();
     check("hazard_owner_frees_and_reclaims_while_a_process_maps", None, move || {
@@ -1103,7 +1103,7 @@ fn hazard_owner_frees_and_reclaims_while_a_process_maps() {
 
 #[test]
 fn hazard_another_thread_frees_while_a_process_maps() {
-    use cxlalloc::protocol::hazard;
+    use cxlalloc::internal::protocol::hazard;
     let seen = Seen::default();
     let s = seen.clone();
     check("hazard_another_thread_frees_while_a_process_maps", None, move || {
@@ -1123,7 +1123,7 @@ fn hazard_publish_without_fence_is_caught() {
         ok.then_some(0)
     }
     check("hazard_publish_without_fence_is_caught", None, || {
-        hazard_model(&Seen::default(), true, broken, cxlalloc::protocol::hazard::begin_reclaim)
+        hazard_model(&Seen::default(), true, broken, cxlalloc::internal::protocol::hazard::begin_reclaim)
     });
 }
 
@@ -1135,7 +1135,7 @@ fn hazard_reclaim_without_fence_is_caught() {
         status.compare_exchange(freed, reclaiming, Ordering::Relaxed, Ordering::Relaxed).is_ok()
     }
     check("hazard_reclaim_without_fence_is_caught", None, || {
-        hazard_model(&Seen::default(), true, cxlalloc::protocol::hazard::publish, broken)
+        hazard_model(&Seen::default(), true, cxlalloc::internal::protocol::hazard::publish, broken)
     });
 }
 

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{fork_child, serial};
-use cxlalloc::mcas::device::{self, DeviceError};
-use cxlalloc::mcas::{Geometry, McasClient, McasError, Window, WindowError};
-use cxlalloc::sync::{AtomicBool, Ordering};
+use cxlalloc::internal::mcas::device::{self, DeviceError};
+use cxlalloc::internal::mcas::{Geometry, McasClient, McasError, Window, WindowError};
+use cxlalloc::internal::sync::{AtomicBool, Ordering};
 
 fn window_path(tag: &str) -> PathBuf {
     PathBuf::from(format!("/dev/shm/cxlalloc-test-mcas-{tag}-{}", std::process::id()))

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use common::{fork_child, free_roots_and_check_empty, remote_free_ring, serial, Ctx};
-use cxlalloc::mcas::{Device, DeviceSpec, Link, McasClient, McasError, MmioError};
+use cxlalloc::internal::mcas::{Device, DeviceSpec, Link, McasClient, McasError, MmioError};
 use cxlalloc::{Coherence, Config, Heap, OpenError};
 
 const PAGE: u64 = 4096;
@@ -35,7 +35,7 @@ impl Scratch {
     /// A stand-in device with `slots` requesters over a fresh 64 KiB memory file.
     fn stand_in(&self, slots: u32) -> DeviceSpec {
         DeviceSpec {
-            registers: cxlalloc::mcas::spec::STAND_IN.into(),
+            registers: cxlalloc::internal::mcas::spec::STAND_IN.into(),
             spwr_offset: 0,
             sprd_offset: u64::from(slots) * PAGE,
             slot_stride: PAGE,
@@ -67,7 +67,7 @@ impl Scratch {
     /// into a file filled with 0xff (creation must zero the heap's part), and its description
     /// file.
     fn heap_device(&self, bytes: u64) -> (DeviceSpec, PathBuf) {
-        let slots = THREAD_SLOTS + cxlalloc::coherence::PROCESS_REQUESTERS;
+        let slots = THREAD_SLOTS + cxlalloc::internal::PROCESS_REQUESTERS;
         let spec = DeviceSpec { memory_offset: 2 * PAGE, memory_bytes: bytes, ..self.stand_in(slots) };
         std::fs::write(&spec.memory, vec![0xffu8; (2 * PAGE + bytes) as usize]).unwrap();
         let description = self.0.join("device.toml");
@@ -108,7 +108,7 @@ fn file_word(path: &std::path::Path, off: u64) -> u64 {
 /// elsewhere `Device::open` refuses (`a_cpu_without_movdir64b_is_refused_at_open`), and the test
 /// says it is skipped rather than fail for the machine it runs on.
 fn cpu_can_request() -> bool {
-    let can = cxlalloc::mcas::mmio::has_movdir64b();
+    let can = cxlalloc::internal::mcas::has_movdir64b();
     if !can {
         eprintln!("SKIPPED: this CPU has no movdir64b, so no mCAS device can be opened here");
     }
@@ -117,7 +117,7 @@ fn cpu_can_request() -> bool {
 
 #[test]
 fn a_cpu_without_movdir64b_is_refused_at_open() {
-    if cxlalloc::mcas::mmio::has_movdir64b() {
+    if cxlalloc::internal::mcas::has_movdir64b() {
         eprintln!("SKIPPED: this CPU has movdir64b (the other tests open devices on it)");
         return;
     }
@@ -288,7 +288,7 @@ fn a_no_hwcc_heap_on_a_device_keeps_its_hwcc_words_there_and_frees_remotely_thro
     let (spec, description) = scratch.heap_device(8 << 20);
     let dir = scratch.0.join("heap");
     let heap = Heap::create_at(&dir, &heap_config(Coherence::NoHwcc, &description)).unwrap();
-    assert!(dir.join(cxlalloc::coherence::DEVICE_FILE).exists() && !dir.join("mcas-window").exists());
+    assert!(dir.join(cxlalloc::internal::DEVICE_FILE).exists() && !dir.join("mcas-window").exists());
     remote_free_ring(&heap, 4, 2000);
     let report = heap.check();
     assert!(report.is_clean(), "{report}");

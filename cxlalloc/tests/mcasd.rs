@@ -5,8 +5,8 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use cxlalloc::coherence::WINDOW_FILE;
-use cxlalloc::mcas::Window;
+use cxlalloc::internal::mcas::Window;
+use cxlalloc::internal::WINDOW_FILE;
 use cxlalloc::{AttachError, Coherence, Config, Heap};
 
 fn no_hwcc() -> Config {

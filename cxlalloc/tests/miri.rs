@@ -4,7 +4,7 @@
 
 use std::ptr::NonNull;
 
-use cxlalloc::class::Bracket;
+use cxlalloc::Bracket;
 use cxlalloc::{Config, Heap};
 
 #[test]

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::ptr::NonNull;
 
-use cxlalloc::class::Bracket;
+use cxlalloc::Bracket;
 use cxlalloc::{Config, Heap, ThreadHandle};
 use proptest::prelude::*;
 

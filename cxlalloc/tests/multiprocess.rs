@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::{fill, fork_child, fork_code, pattern, serial, verify, Ctx, HeapName, Pipe, Rng, CHILD_DEADLINE};
-use cxlalloc::check::SlabState;
-use cxlalloc::class::Bracket;
+use cxlalloc::Bracket;
+use cxlalloc::SlabState;
 use cxlalloc::{AttachError, Config, FreeError, Heap, Offset, OpenError, Report, ThreadHandle};
 use nix::sys::signal::Signal;
 

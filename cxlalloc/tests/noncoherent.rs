@@ -19,8 +19,8 @@ use std::ptr::NonNull;
 use std::time::Duration;
 
 use common::{fork_child, pattern, serial, Ctx, Device, HeapName, Pipe, Rng};
-use cxlalloc::class::Bracket;
-use cxlalloc::coherence::{sim, Site};
+use cxlalloc::internal::{sim, Site};
+use cxlalloc::Bracket;
 use cxlalloc::{Coherence, Config, Heap, Offset};
 
 const HOSTS: usize = 3;

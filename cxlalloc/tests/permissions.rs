@@ -158,7 +158,7 @@ fn the_mcas_window_gets_the_heap_mode() {
     let _umask = Umask::set(0);
     let config = Config { coherence: Coherence::NoHwcc, huge_capacity: 0, mode: 0o640, ..small(0o640) };
     drop(Heap::create_at(&dir.path, &config).unwrap());
-    assert_eq!(mode_of(&dir.path.join(cxlalloc::coherence::WINDOW_FILE)), 0o640);
+    assert_eq!(mode_of(&dir.path.join(cxlalloc::internal::WINDOW_FILE)), 0o640);
     assert_eq!(mode_of(&dir.path), 0o750);
 }
 
@@ -336,8 +336,8 @@ fn an_mcas_window_of_another_heap_is_refused_naming_it() {
     let b = TempHeapDir::new("window-b", "heap");
     drop(Heap::create_at(&a.path, &config).unwrap());
     drop(Heap::create_at(&b.path, &config).unwrap());
-    let window = a.path.join(cxlalloc::coherence::WINDOW_FILE);
-    std::fs::rename(b.path.join(cxlalloc::coherence::WINDOW_FILE), &window).unwrap();
+    let window = a.path.join(cxlalloc::internal::WINDOW_FILE);
+    std::fs::rename(b.path.join(cxlalloc::internal::WINDOW_FILE), &window).unwrap();
     match Heap::open_at(&a.path) {
         Err(OpenError::ForeignRegion { path, .. }) => assert_eq!(path, window),
         r => panic!("expected ForeignRegion, got {r:?}"),

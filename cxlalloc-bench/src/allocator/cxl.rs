@@ -28,9 +28,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use cxlalloc::coherence::WINDOW_FILE;
-use cxlalloc::mcas::device::{self, DeviceError, Served};
-use cxlalloc::mcas::Window;
+use cxlalloc::internal::mcas::device::{self, DeviceError, Served};
+use cxlalloc::internal::mcas::Window;
+use cxlalloc::internal::WINDOW_FILE;
 use cxlalloc::{Coherence, Config, Heap, ThreadHandle};
 use serde_json::{json, Value};
 
@@ -144,7 +144,7 @@ pub fn prepare(settings: &Settings, run_dir: &Path) -> Result<Option<Device>, Er
 #[derive(Debug)]
 pub struct Device {
     window: Arc<Window>,
-    stop: Arc<cxlalloc::sync::AtomicBool>,
+    stop: Arc<cxlalloc::internal::sync::AtomicBool>,
     thread: Option<JoinHandle<Result<Served, DeviceError>>>,
     /// The mCAS latency asked for.
     latency: Duration,
@@ -160,7 +160,7 @@ impl Device {
     pub fn start(path: &Path, latency: Duration) -> Result<Self, Error> {
         let injected = if latency.is_zero() { latency } else { device::calibrate(latency)? };
         let window = Arc::new(Window::open(path)?);
-        let stop = Arc::new(cxlalloc::sync::AtomicBool::new(false));
+        let stop = Arc::new(cxlalloc::internal::sync::AtomicBool::new(false));
         let (w, s) = (window.clone(), stop.clone());
         let thread = std::thread::Builder::new()
             .name("mcas-device".into())
@@ -190,7 +190,7 @@ impl Device {
 
     fn halt(&mut self) -> Result<Value, Error> {
         // Relaxed: `serve` polls the flag; nothing else is published through it.
-        self.stop.store(true, cxlalloc::sync::Ordering::Relaxed);
+        self.stop.store(true, cxlalloc::internal::sync::Ordering::Relaxed);
         let Some(thread) = self.thread.take() else { return Ok(Value::Null) };
         let served = thread.join().map_err(|_| "the mCAS device thread panicked")??;
         Ok(json!({

@@ -150,7 +150,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, Error> {
         }
         Cmd::CasLatency { threads, ops, mcas_latency_ns, uncalibrated, cosim, out } => {
             let target = Duration::from_nanos(mcas_latency_ns);
-            let mcas_latency = if uncalibrated { target } else { cxlalloc::mcas::device::calibrate(target)? };
+            let mcas_latency = if uncalibrated { target } else { cxlalloc::internal::mcas::device::calibrate(target)? };
             eprintln!("software mCAS: {} ns of device time per CAS", mcas_latency.as_nanos());
             let opts = caslat::Options { threads, ops, mcas_latency, cosim };
             let rows = caslat::run(&opts)?;

@@ -9,7 +9,7 @@ use crate::layout::RegionId;
 
 /// Private anonymous memory; the heap is gone when the process drops it.
 #[derive(Debug, Default)]
-pub struct AnonBacking;
+pub(crate) struct AnonBacking;
 
 impl Backing for AnonBacking {
     fn fd(&self, _: RegionId) -> Option<RawFd> {

@@ -35,13 +35,13 @@ use crate::layout::{dir_mode, Coherence, Header, RegionId, REGIONS};
 use crate::mcas::{DeviceSpec, Geometry, Window};
 
 /// Default directory for named heaps.
-pub const SHM_DIR: &str = "/dev/shm";
+pub(crate) const SHM_DIR: &str = "/dev/shm";
 /// Prefix of a named heap's directory in [`SHM_DIR`].
-pub const NAME_PREFIX: &str = "cxlalloc.";
+pub(crate) const NAME_PREFIX: &str = "cxlalloc.";
 /// Longest file name the kernel accepts (`NAME_MAX`).
-pub const NAME_MAX: usize = 255;
+pub(crate) const NAME_MAX: usize = 255;
 /// Longest heap name: the directory `cxlalloc.NAME` must fit in [`NAME_MAX`].
-pub const MAX_NAME_LEN: usize = NAME_MAX - NAME_PREFIX.len();
+pub(crate) const MAX_NAME_LEN: usize = NAME_MAX - NAME_PREFIX.len();
 /// Prefix of the temporary directory a creation builds before renaming it into place. Its
 /// length does not depend on the heap's name, so any valid final component can be created.
 const CREATING_PREFIX: &str = ".cxlalloc.creating-";
@@ -51,7 +51,7 @@ const CREATING_PREFIX: &str = ".cxlalloc.creating-";
 /// an ASCII letter, digit, `.`, `_` or `-`, the first not `.` or `-` (no hidden files, nothing a
 /// command line would read as an option). A name is never a path: a heap elsewhere is reached
 /// with the `*_at` functions (`cxlalloc --at DIR`).
-pub fn check_name(name: &str) -> Result<(), OpenError> {
+pub(crate) fn check_name(name: &str) -> Result<(), OpenError> {
     let bad = |reason: String| Err(OpenError::InvalidName { name: name.to_string(), reason });
     let Some(first) = name.chars().next() else {
         return bad("a name has 1 or more characters".into());
@@ -72,7 +72,7 @@ pub fn check_name(name: &str) -> Result<(), OpenError> {
 }
 
 /// The directory of the heap called `name` in `/dev/shm` (after [`check_name`]).
-pub fn path_for_name(name: &str) -> Result<PathBuf, OpenError> {
+pub(crate) fn path_for_name(name: &str) -> Result<PathBuf, OpenError> {
     check_name(name)?;
     Ok(Path::new(SHM_DIR).join(format!("{NAME_PREFIX}{name}")))
 }
@@ -127,7 +127,7 @@ fn remove_abandoned_creations(parent: &Path) {
 /// ```
 const TRAILER_MAGIC: [u8; 8] = *b"CXLREGN1";
 /// Bytes of a region file's trailer.
-pub const TRAILER_BYTES: u64 = 24;
+pub(crate) const TRAILER_BYTES: u64 = 24;
 
 fn trailer(heap_id: u64, r: RegionId) -> [u8; TRAILER_BYTES as usize] {
     let mut t = [0u8; TRAILER_BYTES as usize];
@@ -193,7 +193,7 @@ fn open_in(dir_fd: &OwnedFd, dir: &Path, name: &str, create: bool) -> Result<(Fi
 /// The region files of one heap directory, kept open for the life of the heap, and the
 /// directory itself, in which huge allocations' backing objects are created and opened by name.
 #[derive(Debug)]
-pub struct FileBacking {
+pub(crate) struct FileBacking {
     dir: PathBuf,
     dir_fd: OwnedFd,
     files: [File; REGIONS],
@@ -341,7 +341,7 @@ fn open_dir(dir: &Path) -> Result<OwnedFd, OpenError> {
 impl FileBacking {
     /// Creates a heap directory at `dir` with `header`; fails with `AlreadyExists` if one is there.
     /// A no-HWcc heap's HWcc regions go on `device` when one is given.
-    pub fn create(dir: &Path, header: &Header, device: Option<DeviceSpec>) -> Result<Self, OpenError> {
+    pub(crate) fn create(dir: &Path, header: &Header, device: Option<DeviceSpec>) -> Result<Self, OpenError> {
         let (parent, _) = split_path(dir)?;
         remove_abandoned_creations(parent);
         let tmp = make_temp_dir(parent)?;
@@ -449,7 +449,7 @@ impl FileBacking {
     /// Opens the heap directory at `dir`: the directory once, then every file relative to it.
     /// Validates the header, every region file's size and identity, and that every file has
     /// the header file's owner and group and the header's mode.
-    pub fn open(dir: &Path) -> Result<(Self, Header), OpenError> {
+    pub(crate) fn open(dir: &Path) -> Result<(Self, Header), OpenError> {
         let dir_fd = open_dir(dir)?;
         let (mut hf, header_path) = match open_in(&dir_fd, dir, RegionId::Header.file_name(), false) {
             Err(OpenError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
@@ -548,7 +548,7 @@ impl FileBacking {
     }
 
     /// Removes the heap directory at `dir`. Processes that have it open keep their mappings.
-    pub fn unlink(dir: &Path) -> Result<(), OpenError> {
+    pub(crate) fn unlink(dir: &Path) -> Result<(), OpenError> {
         split_path(dir)?;
         if !dir.join(RegionId::Header.file_name()).exists() {
             return Err(OpenError::NotFound(dir.to_path_buf()));

@@ -5,8 +5,8 @@
 //!   (a DAX-mounted filesystem, for instance).
 //! - [`anon`]: private anonymous memory for single-process use (tests, miri).
 
-pub mod anon;
-pub mod files;
+pub(crate) mod anon;
+pub(crate) mod files;
 
 use std::ffi::CStr;
 use std::os::fd::{OwnedFd, RawFd};
@@ -20,13 +20,13 @@ use crate::layout::RegionId;
 /// stale cleanup of a freed allocation can never remove a newer one at the same offset. Built
 /// without allocating, so the signal handler can open objects by name.
 #[derive(Clone, Copy)]
-pub struct HugeName([u8; 40]);
+pub(crate) struct HugeName([u8; 40]);
 
 const HUGE_PREFIX: &[u8; 5] = b"huge-";
 
 impl HugeName {
     /// The name of the allocation at heap offset `offset` with generation `generation`.
-    pub fn new(offset: u64, generation: u64) -> Self {
+    pub(crate) fn new(offset: u64, generation: u64) -> Self {
         let mut b = [0u8; 40];
         b[..5].copy_from_slice(HUGE_PREFIX);
         let hex = |out: &mut [u8], v: u64| {
@@ -41,13 +41,13 @@ impl HugeName {
     }
 
     /// The name as a C string.
-    pub fn as_cstr(&self) -> &CStr {
+    pub(crate) fn as_cstr(&self) -> &CStr {
         // The buffer always holds 38 ASCII characters followed by NULs.
         CStr::from_bytes_until_nul(&self.0).unwrap_or(c"huge-")
     }
 
     /// Decodes a directory entry name into `(offset, generation)`; `None` for anything else.
-    pub fn parse(name: &str) -> Option<(u64, u64)> {
+    pub(crate) fn parse(name: &str) -> Option<(u64, u64)> {
         let (offset, generation) = name.strip_prefix("huge-")?.split_once('-')?;
         if offset.len() != 16 || generation.len() != 16 {
             return None;
@@ -63,7 +63,7 @@ impl std::fmt::Debug for HugeName {
 }
 
 /// Storage for a heap's regions.
-pub trait Backing: Send + Sync + std::fmt::Debug {
+pub(crate) trait Backing: Send + Sync + std::fmt::Debug {
     /// The descriptor to map region `r` from, or `None` for memory the reservation already holds
     /// (anonymous backing: everything is mapped once at creation and nothing is lazy).
     fn fd(&self, r: RegionId) -> Option<RawFd>;

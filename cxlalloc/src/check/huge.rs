@@ -35,7 +35,7 @@ pub struct HugeCensus {
 }
 
 /// Checks the huge heap of `mem`, appending problems to `problems`.
-pub fn check(mem: &HeapMem, problems: &mut Vec<String>) -> HugeCensus {
+pub(crate) fn check(mem: &HeapMem, problems: &mut Vec<String>) -> HugeCensus {
     let Some(view) = mem.huge() else { return HugeCensus::default() };
     let mut census = HugeCensus { slots: view.slot_count() as u64, ..Default::default() };
     let slots = mem.layout.slots;

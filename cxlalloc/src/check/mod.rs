@@ -6,7 +6,7 @@
 //! report is only advisory. Every walk is bounded by the heap length, so a corrupt link or a
 //! cycle becomes a reported problem, never a hang.
 
-pub mod huge;
+pub(crate) mod huge;
 
 use std::fmt;
 
@@ -145,7 +145,7 @@ pub struct InFlight {
 pub struct Report {
     /// Small and large census.
     pub brackets: Vec<BracketCensus>,
-    /// Inconsistencies (first [`MAX_PROBLEMS`]).
+    /// Inconsistencies (at most the first 1000 are listed).
     pub problems: Vec<Problem>,
     /// Slots whose redo or pending record is not idle.
     pub in_flight: Vec<InFlight>,
@@ -158,7 +158,7 @@ pub struct Report {
 }
 
 /// Most problems a report lists.
-pub const MAX_PROBLEMS: usize = 1000;
+pub(crate) const MAX_PROBLEMS: usize = 1000;
 
 impl Report {
     /// True when no inconsistency was found.
@@ -294,7 +294,7 @@ impl Walker<'_> {
 }
 
 /// Checks the heap mapped at `mem` (see the module docs for when the result is exact).
-pub fn check(mem: &HeapMem) -> Report {
+pub(crate) fn check(mem: &HeapMem) -> Report {
     let mut report = Report::default();
     // Without coherence the checker reads what hosts wrote back, not stale copies of its own.
     for b in Bracket::ALL {

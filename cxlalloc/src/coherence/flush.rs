@@ -7,11 +7,11 @@
 //! coherent after all (true of `/dev/shm`).
 
 /// Bytes of a cache line.
-pub const LINE: usize = 64;
+pub(crate) const LINE: usize = 64;
 
 /// Which flush instructions this CPU has (detected once per heap mapping).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Instructions {
+pub(crate) enum Instructions {
     /// `clflushopt`, and `clwb` when `clwb` is true.
     Optimized {
         /// Whether `clwb` (write back, keep the line) is available.
@@ -30,7 +30,7 @@ fn lines(p: *const u8, len: usize) -> impl Iterator<Item = usize> {
 
 impl Instructions {
     /// Asks the CPU (cpuid leaf 7: `clflushopt` is EBX bit 23, `clwb` bit 24).
-    pub fn detect() -> Self {
+    pub(crate) fn detect() -> Self {
         #[cfg(all(target_arch = "x86_64", not(miri)))]
         {
             // A CPU without leaf 7 answers zeros: Legacy.
@@ -42,19 +42,10 @@ impl Instructions {
         Instructions::Legacy
     }
 
-    /// The instruction used to write a line back, for reports.
-    pub fn write_back_name(self) -> &'static str {
-        match self {
-            Instructions::Optimized { clwb: true } => "clwb",
-            Instructions::Optimized { clwb: false } => "clflushopt",
-            Instructions::Legacy => "clflush",
-        }
-    }
-
     /// Writes every line of `[p, p + len)` back to memory, keeping it cached where `clwb`
     /// allows. Weakly ordered: follow with [`store_fence`].
     #[inline]
-    pub fn write_back(self, p: *const u8, len: usize) {
+    pub(crate) fn write_back(self, p: *const u8, len: usize) {
         match self {
             Instructions::Optimized { clwb: true } => lines(p, len).for_each(clwb),
             _ => self.evict(p, len),
@@ -64,7 +55,7 @@ impl Instructions {
     /// Writes every line of `[p, p + len)` back if dirty and evicts it, so the next read
     /// comes from memory. Weakly ordered: follow with [`store_fence`] or [`full_fence`].
     #[inline]
-    pub fn evict(self, p: *const u8, len: usize) {
+    pub(crate) fn evict(self, p: *const u8, len: usize) {
         match self {
             Instructions::Optimized { .. } => lines(p, len).for_each(clflushopt),
             Instructions::Legacy => lines(p, len).for_each(clflush),
@@ -102,7 +93,7 @@ fn clflush(_line: usize) {
 
 /// Orders earlier stores and flushes before later stores and flushes (`sfence`).
 #[inline]
-pub fn store_fence() {
+pub(crate) fn store_fence() {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: sfence has no preconditions.
     unsafe {
@@ -114,7 +105,7 @@ pub fn store_fence() {
 /// Orders earlier flushes before later loads too (`mfence`): an evicted line is re-read from
 /// memory.
 #[inline]
-pub fn full_fence() {
+pub(crate) fn full_fence() {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: mfence has no preconditions.
     unsafe {

@@ -35,7 +35,7 @@ fn device_access() {
 
 /// Where the HWcc regions of one process's mapping sit in the window's target area.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Targets {
+pub(crate) struct Targets {
     /// Per region: first address in this process, length, and target offset of that address.
     spans: [(usize, usize, u64); 3],
 }
@@ -43,7 +43,7 @@ pub struct Targets {
 impl Targets {
     /// The translation for regions mapped at `spans` (address, length), which follow each
     /// other in the target area in this order.
-    pub fn new(spans: [(usize, usize); 3]) -> Self {
+    pub(crate) fn new(spans: [(usize, usize); 3]) -> Self {
         let mut base = 0u64;
         Self {
             spans: spans.map(|(addr, len)| {
@@ -56,7 +56,7 @@ impl Targets {
 
     /// The target offset of `word`, if it lies in one of the regions.
     #[inline]
-    pub fn of(&self, word: &AtomicU64) -> Option<u64> {
+    pub(crate) fn of(&self, word: &AtomicU64) -> Option<u64> {
         let a = word as *const AtomicU64 as usize;
         self.spans.iter().find_map(|&(start, len, base)| {
             let rel = a.wrapping_sub(start);
@@ -68,14 +68,14 @@ impl Targets {
 /// One requester slot of the heap's mCAS window, owned by a thread slot (or by the process,
 /// for the lease operations that run before a thread has a slot).
 #[derive(Debug)]
-pub struct McasPort {
+pub(crate) struct McasPort {
     client: Mutex<McasClient>,
     targets: Targets,
 }
 
 impl McasPort {
     /// The port of requester `slot` over `link`.
-    pub fn new(link: Link, slot: u32, targets: Targets) -> Result<Self, McasError> {
+    pub(crate) fn new(link: Link, slot: u32, targets: Targets) -> Result<Self, McasError> {
         Ok(Self { client: Mutex::new(McasClient::on(link, slot)?), targets })
     }
 
@@ -112,7 +112,7 @@ impl McasPort {
 /// An HWcc word as one thread reaches it: a CPU atomic, or a word of the mCAS window whose
 /// CASes go through `port`.
 #[derive(Clone, Copy, Debug)]
-pub struct Hw<'a> {
+pub(crate) struct Hw<'a> {
     word: &'a AtomicU64,
     port: Option<&'a McasPort>,
 }
@@ -120,7 +120,7 @@ pub struct Hw<'a> {
 impl<'a> Hw<'a> {
     /// `word`, CASed through `port` when there is one.
     #[inline]
-    pub fn new(word: &'a AtomicU64, port: Option<&'a McasPort>) -> Self {
+    pub(crate) fn new(word: &'a AtomicU64, port: Option<&'a McasPort>) -> Self {
         Self { word, port }
     }
 }

@@ -24,15 +24,15 @@
 //! reads it from memory). A host that goes down with dirty lines needs the platform to flush
 //! them to the device (CXL Global Persistent Flush) before its slots can be recovered.
 
-pub mod flush;
-pub mod hwcc;
+pub(crate) mod flush;
+pub(crate) mod hwcc;
 #[cfg(feature = "noncoherent-sim")]
-pub mod sim;
+pub(crate) mod sim;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use crate::layout::Coherence;
+pub(crate) use crate::layout::Coherence;
 use crate::mcas::{Device, DeviceSpec, Geometry, Link, McasError, Window};
 use flush::Instructions;
 use hwcc::{McasPort, Targets};
@@ -50,7 +50,7 @@ pub const DEVICE_FILE: &str = "mcas-device";
 
 /// The window geometry of a no-HWcc heap with `slots` thread slots whose HWcc regions total
 /// `hwcc_bytes`.
-pub fn window_geometry(slots: u32, hwcc_bytes: u64) -> Geometry {
+pub(crate) fn window_geometry(slots: u32, hwcc_bytes: u64) -> Geometry {
     Geometry { slots: slots + PROCESS_REQUESTERS, target_bytes: hwcc_bytes }
 }
 
@@ -90,7 +90,7 @@ pub enum Site {
 
 /// How this process keeps SWcc memory coherent.
 #[derive(Debug)]
-pub enum Swcc {
+pub(crate) enum Swcc {
     /// The device is coherent: nothing to do.
     Coherent,
     /// Explicit write-backs and invalidations with these instructions.
@@ -102,7 +102,7 @@ pub enum Swcc {
 
 impl Swcc {
     /// The operations for `model` on this CPU.
-    pub fn for_model(model: Coherence) -> Self {
+    pub(crate) fn for_model(model: Coherence) -> Self {
         match model {
             Coherence::Full => Swcc::Coherent,
             Coherence::Limited | Coherence::NoHwcc => Swcc::Flush(Instructions::detect()),
@@ -111,7 +111,7 @@ impl Swcc {
 
     /// Whether every operation is a no-op.
     #[inline]
-    pub fn is_coherent(&self) -> bool {
+    pub(crate) fn is_coherent(&self) -> bool {
         matches!(self, Swcc::Coherent)
     }
 
@@ -119,34 +119,34 @@ impl Swcc {
     /// `[p, p + len)` back and evicts it (so a later read of ours sees the next owner's
     /// writes), then fences.
     #[inline]
-    pub fn publish(&self, site: Site, p: *const u8, len: usize) {
+    pub(crate) fn publish(&self, site: Site, p: *const u8, len: usize) {
         self.apply(Action::Publish, site, p, len);
     }
 
     /// Writes lines this thread keeps owning back to memory (records a recovering host must
     /// find), keeping them cached where the CPU can, then fences.
     #[inline]
-    pub fn persist(&self, site: Site, p: *const u8, len: usize) {
+    pub(crate) fn persist(&self, site: Site, p: *const u8, len: usize) {
         self.apply(Action::Persist, site, p, len);
     }
 
     /// Before reading lines another host may have written: evicts `[p, p + len)` so the reads
     /// that follow come from memory.
     #[inline]
-    pub fn refresh(&self, site: Site, p: *const u8, len: usize) {
+    pub(crate) fn refresh(&self, site: Site, p: *const u8, len: usize) {
         self.apply(Action::Refresh, site, p, len);
     }
 
     /// [`Swcc::publish`] without its fence: the caller issues [`Swcc::fence`] before anything
     /// that depends on the write-back (a batch of remote frees fences once, before its mCAS).
     #[inline]
-    pub fn publish_unfenced(&self, site: Site, p: *const u8, len: usize) {
+    pub(crate) fn publish_unfenced(&self, site: Site, p: *const u8, len: usize) {
         self.apply(Action::PublishLater, site, p, len);
     }
 
     /// Orders every earlier unfenced write-back before later stores and CASes.
     #[inline]
-    pub fn fence(&self) {
+    pub(crate) fn fence(&self) {
         if let Swcc::Flush(_) = self {
             flush::store_fence();
         }
@@ -194,7 +194,7 @@ enum Action {
 
 /// Where a no-HWcc heap's HWcc words live, and what executes the CASes on them.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum McasHome {
+pub(crate) enum McasHome {
     /// The target area of an mCAS window file in the heap directory, served by the software
     /// device (`cxlalloc-mcasd`) or the RTL co-simulation.
     Window(PathBuf),
@@ -221,7 +221,7 @@ impl McasHome {
 
 /// A process's connection to a no-HWcc heap's mCAS window or device.
 #[derive(Debug)]
-pub struct McasHub {
+pub(crate) struct McasHub {
     link: Link,
     targets: Targets,
     /// The requester of this process's lease operations.
@@ -232,7 +232,7 @@ pub struct McasHub {
 
 /// Why a process could not connect to a heap's mCAS window or device.
 #[derive(Debug, thiserror::Error)]
-pub enum HubError {
+pub(crate) enum HubError {
     /// The window or device could not be opened or does not fit this heap.
     #[error("{0}")]
     Window(String),
@@ -247,7 +247,7 @@ pub enum HubError {
 impl McasHub {
     /// Connects to `home`, which must fit `geometry` (requesters, target bytes), and leases a
     /// process requester. `targets` maps this process's HWcc regions into the target area.
-    pub fn open(home: &McasHome, geometry: Geometry, targets: Targets) -> Result<Self, HubError> {
+    pub(crate) fn open(home: &McasHome, geometry: Geometry, targets: Targets) -> Result<Self, HubError> {
         let link = match home {
             McasHome::Window(path) => {
                 let window = Window::open(path).map_err(|e| HubError::Window(e.to_string()))?;
@@ -280,18 +280,18 @@ impl McasHub {
     }
 
     /// The port of thread slot `slot`'s requester.
-    pub fn thread_port(&self, slot: u32) -> Result<McasPort, McasError> {
+    pub(crate) fn thread_port(&self, slot: u32) -> Result<McasPort, McasError> {
         McasPort::new(self.link.clone(), slot, self.targets)
     }
 
     /// This process's requester, for lease operations.
-    pub fn process_port(&self) -> &McasPort {
+    pub(crate) fn process_port(&self) -> &McasPort {
         &self.process
     }
 
     /// `Err(window)` while no live process serves the window (the software device or the RTL
     /// co-simulation); a hardware device always answers.
-    pub fn served(&self) -> Result<(), String> {
+    pub(crate) fn served(&self) -> Result<(), String> {
         match &self.link {
             Link::Window(w) if w.served_by().is_none() => Err(w.path().display().to_string()),
             _ => Ok(()),

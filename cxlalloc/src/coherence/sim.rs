@@ -36,7 +36,7 @@ pub fn enable() {
 }
 
 /// Whether [`enable`] was called.
-pub fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
@@ -47,7 +47,7 @@ pub fn skip(site: Site) {
 }
 
 /// Whether the operation at `site` was removed with [`skip`].
-pub fn skipped(site: Site) -> bool {
+pub(crate) fn skipped(site: Site) -> bool {
     SKIPPED.load(Ordering::Relaxed) & (1 << site as u32) != 0
 }
 
@@ -62,7 +62,7 @@ struct Region {
 
 /// A simulated host's caches of one heap's SWcc regions.
 #[derive(Debug)]
-pub struct Host {
+pub(crate) struct Host {
     regions: Vec<Region>,
 }
 
@@ -80,7 +80,7 @@ fn word(base: usize, off: usize) -> &'static AtomicU64 {
 
 impl Host {
     /// A host with no simulated region yet.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Host { regions: Vec::new() }
     }
 
@@ -90,7 +90,7 @@ impl Host {
     ///
     /// # Safety
     /// `[cache, cache + len)` must lie inside the caller's heap reservation, page-aligned.
-    pub unsafe fn add(&mut self, cache: *mut u8, len: usize, fd: i32, file_offset: usize) -> Result<(), Errno> {
+    pub(crate) unsafe fn add(&mut self, cache: *mut u8, len: usize, fd: i32, file_offset: usize) -> Result<(), Errno> {
         let memory = map::reserve(len, REGION_ALIGN)?;
         let snapshot = map::reserve(len, REGION_ALIGN).inspect_err(|_| {
             // SAFETY: the reservation was just made and nothing uses it.
@@ -145,7 +145,7 @@ impl Host {
     }
 
     /// Writes the dirty lines of `[p, p + len)` back to memory (keeping them cached).
-    pub fn write_back(&self, p: *const u8, len: usize) {
+    pub(crate) fn write_back(&self, p: *const u8, len: usize) {
         for (r, off) in self.lines(p, len) {
             if Self::dirty(r, off) {
                 Self::copy(r.cache, r.memory.as_ptr() as usize, off);
@@ -157,7 +157,7 @@ impl Host {
 
     /// Writes the dirty lines of `[p, p + len)` back, then refills them from memory: the next
     /// read sees what other hosts wrote back.
-    pub fn evict(&self, p: *const u8, len: usize) {
+    pub(crate) fn evict(&self, p: *const u8, len: usize) {
         for (r, off) in self.lines(p, len) {
             if Self::dirty(r, off) {
                 Self::copy(r.cache, r.memory.as_ptr() as usize, off);

@@ -262,7 +262,7 @@ impl Heap {
         Ok(self.mem().block(off).cast())
     }
 
-    /// Application root `index` (< [`ROOTS`]): a 64-bit word in HWcc memory that every process
+    /// Application root `index` (< [`Heap::ROOTS`]): a 64-bit word in HWcc memory that every process
     /// sees, typically holding an [`Offset`]'s raw value, updated with compare-and-swap. In the
     /// no-HWcc model only loads and [`Heap::root_compare_exchange`] are atomic across hosts.
     pub fn root(&self, index: usize) -> Option<&AtomicU64> {

@@ -11,6 +11,6 @@
 //! thread slot), so two processes can never place allocations at the same offset (PC-S).
 //! A process maps another's allocation on first touch, in the SIGSEGV handler (PC-T).
 
-pub mod ops;
-pub mod space;
-pub mod view;
+pub(crate) mod ops;
+pub(crate) mod space;
+pub(crate) mod view;

@@ -39,7 +39,7 @@ const DESCRIPTOR_CLASS: u32 = 64 / 8;
 const GENERATION_SLOT_BITS: u32 = 12;
 
 /// One thread slot's huge operations.
-pub struct HugeThread<'a> {
+pub(crate) struct HugeThread<'a> {
     /// The slot's slab view (its descriptors are small blocks of this slot).
     pub t: &'a SlabThread<'a>,
     /// The heap's huge view in this process.
@@ -65,14 +65,14 @@ impl HugeThread<'_> {
 
     /// The slot's descriptors, newest first. Owner-side: nobody else edits the list, so no
     /// epoch is needed.
-    pub fn list(&self) -> Vec<HugeBlock> {
+    pub(crate) fn list(&self) -> Vec<HugeBlock> {
         self.view.chain(self.rec().head.load(Ordering::Acquire), &|_| true).map_while(Result::ok).collect()
     }
 
     /// Rebuilds the slot's free ranges: its claimed huge slots minus every range a descriptor
     /// on its list still covers, live or freed (a freed range is reusable only once reclaimed,
     /// which checks the hazards).
-    pub fn rebuild(&self) -> FreeRanges {
+    pub(crate) fn rebuild(&self) -> FreeRanges {
         // A holder that died inside an unlink left the epoch odd, which makes every reader
         // retry until it gives up; the list itself is consistent (the unlink is one store).
         if self.rec().epoch.load(Ordering::Relaxed) % 2 == 1 {
@@ -94,7 +94,7 @@ impl HugeThread<'_> {
     /// `dest` (the heap offset of the caller's word, 0 = none) the allocation ends with the
     /// slot's pending record naming the block for that word, which the caller then stores and
     /// settles (a detectable allocation).
-    pub fn alloc(
+    pub(crate) fn alloc(
         &self,
         space: &mut FreeRanges,
         size: usize,
@@ -160,7 +160,7 @@ impl HugeThread<'_> {
     }
 
     /// Gives back the claim of every huge slot the free ranges cover wholly.
-    pub fn release_empty_claims(&self, space: &mut FreeRanges) {
+    pub(crate) fn release_empty_claims(&self, space: &mut FreeRanges) {
         for i in 0..self.view.slot_count() {
             let start = self.slot_start(i);
             let Some(c) = self.view.claim(i) else { continue };
@@ -278,7 +278,7 @@ impl HugeThread<'_> {
 
     /// Frees the huge block at heap offset `off`. The owner (a thread of the slot that
     /// allocated it) then reclaims what it can at once.
-    pub fn free(&self, space: Option<&mut FreeRanges>, off: u64) -> Result<(), FreeError> {
+    pub(crate) fn free(&self, space: Option<&mut FreeRanges>, off: u64) -> Result<(), FreeError> {
         let view = self.view;
         if !view.in_own_process() {
             return Err(FreeError::ForeignProcess);
@@ -310,7 +310,7 @@ impl HugeThread<'_> {
     }
 
     /// The usable size of the live huge block at `off`.
-    pub fn usable_size(&self, off: u64) -> Result<usize, FreeError> {
+    pub(crate) fn usable_size(&self, off: u64) -> Result<usize, FreeError> {
         let b = self.view.find(off).ok_or(FreeError::NotAllocated)?;
         if b.offset != off {
             return Err(FreeError::InteriorPointer);
@@ -323,7 +323,7 @@ impl HugeThread<'_> {
 
     /// Drops this process's stale mappings, reclaims what is reclaimable and unclaims empty
     /// huge slots.
-    pub fn maintain(&self, space: &mut FreeRanges) {
+    pub(crate) fn maintain(&self, space: &mut FreeRanges) {
         drop_stale_mappings(self.view);
         for b in self.list() {
             if matches!(b.state, Some(HugeState::Freed | HugeState::Reclaiming)) && self.try_reclaim(&b) {
@@ -364,7 +364,7 @@ impl HugeThread<'_> {
 
 /// The Live → Freed CAS of block `b`'s allocation (its generation is in the status word, so a
 /// reused descriptor is never freed by mistake); false if it was not that live allocation.
-pub fn mark_freed(view: &HugeView, b: &HugeBlock) -> bool {
+pub(crate) fn mark_freed(view: &HugeView, b: &HugeBlock) -> bool {
     view.descriptor(b.desc).is_some_and(|d| {
         let (live, freed) = (HugeState::Live.word(b.generation), HugeState::Freed.word(b.generation));
         // Release: this process's unmapping happens before the owner's reclaim.
@@ -374,7 +374,7 @@ pub fn mark_freed(view: &HugeView, b: &HugeBlock) -> bool {
 
 /// Drops this process's mappings (and hazards) of huge blocks that are no longer live, so
 /// their owners can reclaim them.
-pub fn drop_stale_mappings(view: &HugeView) {
+pub(crate) fn drop_stale_mappings(view: &HugeView) {
     for s in view.my_sets() {
         let set = view.set(s);
         for (i, word, pages) in hazard::entries(set) {
@@ -414,7 +414,7 @@ fn hazard_anywhere(view: &HugeView, key: HazardKey) -> bool {
 /// Reclaims the freed huge blocks of thread slots nobody holds (their last holder detached
 /// before some other process freed or stopped mapping them), leasing each such slot for the
 /// moment it takes. Called when a heap closes, after the process gave up its own hazards.
-pub fn sweep_unheld(mem: &HeapMem, view: &HugeView) {
+pub(crate) fn sweep_unheld(mem: &HeapMem, view: &HugeView) {
     for slot in mem.used_slots().collect::<Vec<_>>() {
         let rec = mem.record(slot);
         let l = &mem.lease(slot).holder;

@@ -6,14 +6,14 @@ use std::collections::BTreeMap;
 /// Disjoint, coalesced free ranges (`start → length`, heap offsets) inside the huge slots one
 /// thread slot has claimed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FreeRanges {
+pub(crate) struct FreeRanges {
     ranges: BTreeMap<u64, u64>,
 }
 
 impl FreeRanges {
     /// Adds `[start, start + len)`, merging with its neighbours. The range must not overlap a
     /// free one (callers add only ranges they took out, or newly claimed slots).
-    pub fn insert(&mut self, start: u64, len: u64) {
+    pub(crate) fn insert(&mut self, start: u64, len: u64) {
         if len == 0 {
             return;
         }
@@ -33,7 +33,7 @@ impl FreeRanges {
 
     /// Takes the first (lowest) `len` bytes aligned to `align` (a power of two) that fit;
     /// the leftovers on either side stay free.
-    pub fn take(&mut self, len: u64, align: u64) -> Option<u64> {
+    pub(crate) fn take(&mut self, len: u64, align: u64) -> Option<u64> {
         let at = self.ranges.iter().find_map(|(&s, &l)| {
             let at = s.checked_next_multiple_of(align)?;
             (at.checked_add(len)? <= s + l).then_some(at)
@@ -42,12 +42,12 @@ impl FreeRanges {
     }
 
     /// Whether `[start, start + len)` is wholly free.
-    pub fn covers(&self, start: u64, len: u64) -> bool {
+    pub(crate) fn covers(&self, start: u64, len: u64) -> bool {
         self.ranges.range(..=start).next_back().is_some_and(|(&s, &l)| s + l >= start + len)
     }
 
     /// Removes `[start, start + len)`, which must be wholly free ([`FreeRanges::covers`]).
-    pub fn remove(&mut self, start: u64, len: u64) -> bool {
+    pub(crate) fn remove(&mut self, start: u64, len: u64) -> bool {
         let Some((&s, &l)) = self.ranges.range(..=start).next_back() else { return false };
         if s + l < start + len {
             return false;
@@ -59,13 +59,9 @@ impl FreeRanges {
     }
 
     /// Free bytes in all.
-    pub fn total(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn total(&self) -> u64 {
         self.ranges.values().sum()
-    }
-
-    /// Whether nothing is free.
-    pub fn is_empty(&self) -> bool {
-        self.ranges.is_empty()
     }
 }
 

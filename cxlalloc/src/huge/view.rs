@@ -19,18 +19,18 @@ use crate::sync::{fence, AtomicU64, Ordering};
 use crate::word::{HazardKey, HugeStatus, Tagged};
 
 /// Makes the descriptor at a heap offset readable in this process; false if it cannot.
-pub type Touch<'a> = &'a dyn Fn(u64) -> bool;
+pub(crate) type Touch<'a> = &'a dyn Fn(u64) -> bool;
 
 /// Longest descriptor list a walk follows: a cycle (a corrupt list, or a walk racing with the
 /// owner's unlink) ends there.
-pub const MAX_WALK: usize = 1 << 16;
+pub(crate) const MAX_WALK: usize = 1 << 16;
 /// Walks retried after the owner changed the list under them before a lookup gives up.
 const MAX_RETRIES: usize = 1 << 10;
 
 /// Where everything of the huge heap lies in this process. Built once at open; `Copy` so the
 /// signal handler's [`crate::mem::LazyMap`] can hold it by value.
 #[derive(Clone, Copy, Debug)]
-pub struct HugeView {
+pub(crate) struct HugeView {
     /// Reservation base.
     pub base: usize,
     /// The huge span (offsets).
@@ -62,7 +62,14 @@ impl HugeView {
     /// The view of the heap laid out as `layout` and reserved at `base` in this process. The
     /// heap must stay mapped, and `mine` (one bit per hazard set, zeroed) alive, for as long as
     /// the view is used.
-    pub fn new(layout: &Layout, base: usize, page: usize, mine: *const AtomicU64, holder: u64, dir_fd: i32) -> Self {
+    pub(crate) fn new(
+        layout: &Layout,
+        base: usize,
+        page: usize,
+        mine: *const AtomicU64,
+        holder: u64,
+        dir_fd: i32,
+    ) -> Self {
         let shared = base + layout.region(RegionId::Shared).offset;
         Self {
             base,
@@ -87,38 +94,38 @@ impl HugeView {
     }
 
     /// Whether the calling process is the one that opened the heap (async-signal-safe).
-    pub fn in_own_process(&self) -> bool {
+    pub(crate) fn in_own_process(&self) -> bool {
         // SAFETY: getpid has no preconditions and cannot fail.
         (unsafe { libc::getpid() }) as u32 == self.pid
     }
 
     /// Number of huge slots.
-    pub fn slot_count(&self) -> usize {
+    pub(crate) fn slot_count(&self) -> usize {
         self.span.size >> HUGE_SLOT_SHIFT
     }
 
     /// Claim word of huge slot `i` (0 = free, else the claiming thread slot + 1).
-    pub fn claim(&self, i: usize) -> Option<&AtomicU64> {
+    pub(crate) fn claim(&self, i: usize) -> Option<&AtomicU64> {
         // SAFETY: the claim array has `slot_count` words in the shared region, mapped for the
         // life of the heap (the view's contract), 8-aligned.
         (i < self.slot_count()).then(|| unsafe { &*self.claims.add(i) })
     }
 
     /// The huge slot holding heap offset `off`.
-    pub fn slot_of(&self, off: u64) -> Option<usize> {
+    pub(crate) fn slot_of(&self, off: u64) -> Option<usize> {
         let rel = (off as usize).wrapping_sub(self.span.offset);
         (rel < self.span.size).then_some(rel >> HUGE_SLOT_SHIFT)
     }
 
     /// The thread slot that claimed the huge slot holding `off`.
-    pub fn owner_of(&self, off: u64) -> Option<u32> {
+    pub(crate) fn owner_of(&self, off: u64) -> Option<u32> {
         let word = self.claim(self.slot_of(off)?)?.load(Ordering::Acquire);
         let owner = u32::try_from(word).ok()?.checked_sub(1)?;
         (owner < self.slots).then_some(owner)
     }
 
     /// The huge part of thread slot `slot`'s record.
-    pub fn record(&self, slot: u32) -> Option<&HugeRecord> {
+    pub(crate) fn record(&self, slot: u32) -> Option<&HugeRecord> {
         let r = self.records + slot as usize * self.record_stride;
         // SAFETY: records are mapped whole for the life of the heap; slot < slots keeps the
         // address inside the owned region; ThreadRecord is 64-aligned and all atomics.
@@ -128,7 +135,7 @@ impl HugeView {
     /// The descriptor at heap offset `off`, if `off` can hold one: a 64-byte-aligned block of
     /// small-heap data below the small heap's current length (which every process can map, so
     /// reading it faults at worst into the small heap's handler: the nested fault).
-    pub fn descriptor(&self, off: u64) -> Option<&HugeDescriptor> {
+    pub(crate) fn descriptor(&self, off: u64) -> Option<&HugeDescriptor> {
         let rel = (off as usize).wrapping_sub(self.small.offset);
         if rel >= self.small.size || rel % 64 != 0 {
             return None;
@@ -144,7 +151,7 @@ impl HugeView {
     }
 
     /// A snapshot of the descriptor at `off`.
-    pub fn read(&self, off: u64) -> Option<HugeBlock> {
+    pub(crate) fn read(&self, off: u64) -> Option<HugeBlock> {
         let d = self.descriptor(off)?;
         // Acquire: pairs with the CASes on the status (free, reclaim) of other processes.
         let status = HugeStatus::unpack(d.status.load(Ordering::Acquire));
@@ -161,7 +168,11 @@ impl HugeView {
     /// The descriptors of the list starting at `head`, in order: `Ok` for each, then `Err(link)`
     /// if the list ends at a link that cannot be a descriptor (or that `touch` cannot make
     /// readable). At most [`MAX_WALK`] items, so a cycle ends too. Async-signal-safe.
-    pub fn chain<'s>(&'s self, head: u64, touch: Touch<'s>) -> impl Iterator<Item = Result<HugeBlock, u64>> + 's {
+    pub(crate) fn chain<'s>(
+        &'s self,
+        head: u64,
+        touch: Touch<'s>,
+    ) -> impl Iterator<Item = Result<HugeBlock, u64>> + 's {
         let mut at = head;
         std::iter::from_fn(move || {
             if at == 0 {
@@ -181,7 +192,7 @@ impl HugeView {
 
     /// The descriptor on `slot`'s list whose allocation contains `off`, read consistently with
     /// the owner's unlinks; `None` if no descriptor covers it. Async-signal-safe.
-    pub fn find_in(&self, slot: u32, off: u64) -> Option<HugeBlock> {
+    pub(crate) fn find_in(&self, slot: u32, off: u64) -> Option<HugeBlock> {
         self.find_in_touching(slot, off, &|_| true)
     }
 
@@ -209,7 +220,7 @@ impl HugeView {
 
     /// The descriptor of the allocation containing heap offset `off`, found through the claim
     /// array. Async-signal-safe.
-    pub fn find(&self, off: u64) -> Option<HugeBlock> {
+    pub(crate) fn find(&self, off: u64) -> Option<HugeBlock> {
         self.find_touching(off, &|_| true)
     }
 
@@ -218,7 +229,7 @@ impl HugeView {
     }
 
     /// Hazard set `s` (pairs of words).
-    pub fn set(&self, s: u32) -> &[AtomicU64] {
+    pub(crate) fn set(&self, s: u32) -> &[AtomicU64] {
         let s = s.min(self.sets.saturating_sub(1));
         let p = self.hazards + s as usize * HAZARD_SET_BYTES;
         // SAFETY: the hazard region holds `sets` sets of HAZARD_SET_BYTES, mapped for the life
@@ -227,14 +238,14 @@ impl HugeView {
     }
 
     /// The lease word of hazard set `s` (packed holder, 0 = free).
-    pub fn lease(&self, s: u32) -> &AtomicU64 {
+    pub(crate) fn lease(&self, s: u32) -> &AtomicU64 {
         let s = s.min(self.sets.saturating_sub(1));
         // SAFETY: the leases are `sets` words in the mapped shared region; index clamped.
         unsafe { &*self.leases.add(s as usize) }
     }
 
     /// Number of hazard sets.
-    pub fn sets(&self) -> u32 {
+    pub(crate) fn sets(&self) -> u32 {
         self.sets
     }
 
@@ -245,19 +256,19 @@ impl HugeView {
     }
 
     /// Whether this heap instance leased hazard set `s`.
-    pub fn is_mine(&self, s: u32) -> bool {
+    pub(crate) fn is_mine(&self, s: u32) -> bool {
         s < self.sets && self.mine_word(s).load(Ordering::Relaxed) & (1 << (s % 64)) != 0
     }
 
     /// The hazard sets this instance leased.
-    pub fn my_sets(&self) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn my_sets(&self) -> impl Iterator<Item = u32> + '_ {
         (0..self.sets).filter(|&s| self.is_mine(s))
     }
 
     /// Publishes a hazard for `key` (a mapping of `pages` pages) in one of this instance's
     /// sets, leasing a new set when they are full. `EAGAIN` when every set is leased and full.
     /// Async-signal-safe.
-    pub fn publish(&self, key: HazardKey, pages: u64) -> Result<(), Errno> {
+    pub(crate) fn publish(&self, key: HazardKey, pages: u64) -> Result<(), Errno> {
         let word = key.pack();
         if self.my_sets().any(|s| hazard::publish(self.set(s), word, pages).is_some()) {
             return Ok(());
@@ -277,14 +288,14 @@ impl HugeView {
     }
 
     /// Retracts every hazard this instance published for `key`. Async-signal-safe.
-    pub fn retract(&self, key: HazardKey) {
+    pub(crate) fn retract(&self, key: HazardKey) {
         for s in self.my_sets() {
             hazard::retract_key(self.set(s), key.pack());
         }
     }
 
     /// Empties and gives back every hazard set this instance leased (its mappings are gone).
-    pub fn release_sets(&self) {
+    pub(crate) fn release_sets(&self) {
         for s in 0..self.sets {
             if self.is_mine(s) {
                 self.mine_word(s).fetch_and(!(1 << (s % 64)), Ordering::Relaxed);
@@ -295,14 +306,14 @@ impl HugeView {
 
     /// Empties hazard set `s` and releases its lease, if `holder` (packed) still holds it:
     /// this instance giving its sets back, or a reclaimer clearing a dead process's.
-    pub fn give_back_set(&self, s: u32, holder: u64) {
+    pub(crate) fn give_back_set(&self, s: u32, holder: u64) {
         hazard::clear(self.set(s));
         lease::release(self.lease(s), holder);
     }
 
     /// Maps `len` bytes of huge allocation `(off, generation)` from its backing object, opened
     /// by name. Async-signal-safe.
-    pub fn map_named(&self, off: u64, len: usize, generation: u64) -> Result<(), Errno> {
+    pub(crate) fn map_named(&self, off: u64, len: usize, generation: u64) -> Result<(), Errno> {
         if self.dir_fd < 0 {
             return Err(Errno::ENOENT);
         }
@@ -327,7 +338,7 @@ impl HugeView {
     }
 
     /// Maps `len` bytes of `fd` at huge offset `off`. Async-signal-safe.
-    pub fn map_fd(&self, off: u64, len: usize, fd: i32) -> Result<(), Errno> {
+    pub(crate) fn map_fd(&self, off: u64, len: usize, fd: i32) -> Result<(), Errno> {
         let addr = self.range(off, len)?;
         // SAFETY: `range` checked that the page-aligned range lies in the huge span of our own
         // reservation.
@@ -335,7 +346,7 @@ impl HugeView {
     }
 
     /// Maps private zeroed memory at huge offset `off` (anonymous heaps: one process).
-    pub fn map_private(&self, off: u64, len: usize) -> Result<(), Errno> {
+    pub(crate) fn map_private(&self, off: u64, len: usize) -> Result<(), Errno> {
         let addr = self.range(off, len)?;
         // SAFETY: as in `map_fd`.
         unsafe { map::map_private_fixed(addr, len.next_multiple_of(self.page)) }
@@ -343,7 +354,7 @@ impl HugeView {
 
     /// Faults in `len` bytes at huge offset `off` for writing with one system call (an
     /// optimization: on error the pages fault in one at a time).
-    pub fn populate(&self, off: u64, len: usize) -> Result<(), Errno> {
+    pub(crate) fn populate(&self, off: u64, len: usize) -> Result<(), Errno> {
         let addr = self.range(off, len)?;
         // SAFETY: the range was just mapped by the caller, inside our huge span.
         unsafe { map::populate_write(addr, len.next_multiple_of(self.page)) }
@@ -351,7 +362,7 @@ impl HugeView {
 
     /// Returns `len` bytes at huge offset `off` to reserved `PROT_NONE` address space in this
     /// process (never a hole: see [`map::map_none_fixed`]). Async-signal-safe.
-    pub fn unmap(&self, off: u64, len: usize) -> Result<(), Errno> {
+    pub(crate) fn unmap(&self, off: u64, len: usize) -> Result<(), Errno> {
         let addr = self.range(off, len)?;
         // SAFETY: as in `map_fd`; callers unmap only ranges nothing in this process may use.
         unsafe { map::map_none_fixed(addr, len.next_multiple_of(self.page)) }
@@ -362,7 +373,7 @@ impl HugeView {
     /// ours). `touch` maps a descriptor's small-heap chunk before it is read, so a descriptor
     /// this process never mapped costs no nested fault. Async-signal-safe: walks descriptors,
     /// CASes hazard words, and makes `openat`/`mmap`/`close` calls.
-    pub fn handle_fault(&self, addr: usize, touch: Touch<'_>) -> bool {
+    pub(crate) fn handle_fault(&self, addr: usize, touch: Touch<'_>) -> bool {
         let off = addr.wrapping_sub(self.base) as u64;
         if self.slot_of(off).is_none() || !self.in_own_process() {
             return false;

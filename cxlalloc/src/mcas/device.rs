@@ -23,7 +23,7 @@ use crate::sync::{AtomicBool, Ordering};
 /// (or slept and polled, as it did before) took a CPU from the requesters on a machine with
 /// few cores; parked, it costs nothing while idle and a futex wake when the next request
 /// comes. Short, because on two cores the spinning itself is what slows the requesters down.
-pub const PARK_AFTER: Duration = Duration::from_micros(20);
+pub(crate) const PARK_AFTER: Duration = Duration::from_micros(20);
 
 /// Longest park: a client that never wakes the device (one written before the parked word,
 /// such as `fpga/cosim/test_client.c`) is answered at most this late, and `stop` is seen.

@@ -16,7 +16,7 @@ use std::fs::OpenOptions;
 use memmap2::{MmapOptions, MmapRaw};
 
 use crate::mcas::answer::{Answer, McasError};
-use crate::mcas::spec::{DeviceSpec, MmioError};
+use crate::mcas::spec::{DeviceSpec, MmioError, SpecError};
 use crate::sync::AtomicU64;
 
 /// The request line, aligned as `movdir64b`'s source may be and its destination must be.
@@ -95,6 +95,9 @@ fn map_file(path: &std::path::Path, offset: u64, len: u64) -> Result<MmapRaw, Mm
 impl Device {
     /// Maps the device `spec` describes.
     pub fn open(spec: &DeviceSpec) -> Result<Self, MmioError> {
+        // The request path trusts the offsets, stride and slot count: never map a description
+        // that was built in code without the checks `DeviceSpec::parse` runs.
+        spec.check().map_err(|what| SpecError::Invalid { path: spec.registers.clone(), what })?;
         if !has_movdir64b() {
             return Err(MmioError::Unsupported(
                 "this CPU has no movdir64b: a request must reach the device as one 64-byte write".into(),

@@ -14,14 +14,14 @@
 //! The same client speaks to the software device, to the RTL under co-simulation
 //! (`fpga/cosim/mcas-cosim`), and to hardware.
 
-pub mod answer;
-pub mod client;
-pub mod device;
-pub mod mmio;
-pub mod spec;
+pub(crate) mod answer;
+pub(crate) mod client;
+pub(crate) mod device;
+pub(crate) mod mmio;
+pub(crate) mod spec;
 #[cfg(feature = "mcas-standin")]
-pub mod standin;
-pub mod window;
+pub(crate) mod standin;
+pub(crate) mod window;
 
 pub use answer::{Answer, McasError};
 pub use client::{Link, McasClient};

@@ -101,11 +101,15 @@ impl DeviceSpec {
 
     /// Bytes of `registers` that must be mapped: both slot ranges.
     pub fn register_bytes(&self) -> u64 {
-        let span = u64::from(self.slots) * self.slot_stride;
-        (self.spwr_offset.max(self.sprd_offset) + span).next_multiple_of(PAGE)
+        // Saturating: a description that overflows here is refused by `check`.
+        let span = u64::from(self.slots).saturating_mul(self.slot_stride);
+        self.spwr_offset.max(self.sprd_offset).saturating_add(span).saturating_add(PAGE - 1) / PAGE * PAGE
     }
 
-    fn check(&self) -> Result<(), String> {
+    /// Why the description cannot be used, if it cannot. Run by [`DeviceSpec::parse`] and again
+    /// by [`Device::open`](crate::mcas::Device::open): the fields are public, so a description
+    /// built in code is checked too before any register is touched.
+    pub(crate) fn check(&self) -> Result<(), String> {
         if self.slots == 0 || self.slots > crate::mcas::window::MAX_SLOTS {
             return Err(format!("slots {} not in 1..={}", self.slots, crate::mcas::window::MAX_SLOTS));
         }
@@ -120,12 +124,17 @@ impl DeviceSpec {
                 return Err(format!("{name} {off:#x} is not a multiple of 64"));
             }
         }
-        let span = u64::from(self.slots) * self.slot_stride;
+        let span = u64::from(self.slots)
+            .checked_mul(self.slot_stride)
+            .ok_or_else(|| format!("{} slots of {} bytes overflow", self.slots, self.slot_stride))?;
         let (lo, hi) = if self.spwr_offset <= self.sprd_offset {
             (self.spwr_offset, self.sprd_offset)
         } else {
             (self.sprd_offset, self.spwr_offset)
         };
+        if hi.checked_add(span).and_then(|end| end.checked_next_multiple_of(PAGE)).is_none() {
+            return Err(format!("the register ranges end beyond 2^64 ({:#x} + {span:#x})", hi));
+        }
         if lo + span > hi {
             return Err(format!(
                 "the spwr and sprd ranges overlap ({} slots of {} bytes)",
@@ -137,6 +146,9 @@ impl DeviceSpec {
                 "memory_offset {:#x} and memory_bytes {:#x} must be multiples of {PAGE} (memory_bytes > 0)",
                 self.memory_offset, self.memory_bytes
             ));
+        }
+        if self.memory_offset.checked_add(self.memory_bytes).is_none() {
+            return Err(format!("memory_offset {:#x} + memory_bytes overflows", self.memory_offset));
         }
         if self.target_base % 8 != 0 || self.target_base.checked_add(self.memory_bytes).is_none() {
             return Err(format!("target_base {:#x} is not 8-aligned or the memory overflows it", self.target_base));
@@ -220,6 +232,16 @@ mod tests {
         assert!(parse(&GOOD.replace("memory_offset = 0", "memory_offset = 100")).is_err());
         assert!(parse(&GOOD.replace("memory_bytes = 0x100000", "memory_bytes = 0")).is_err());
         assert!(parse(&GOOD.replace("target_base = 0x4000_0000", "target_base = 4")).is_err());
+    }
+
+    #[test]
+    fn ranges_that_overflow_the_address_space_are_refused() {
+        let huge_stride = GOOD.replace("slot_stride = 128", &format!("slot_stride = {}", u64::MAX / 64 * 64));
+        assert!(matches!(parse(&huge_stride), Err(SpecError::Invalid { what, .. }) if what.contains("overflow")));
+        let far_sprd = GOOD.replace("sprd_offset = 0x40000", &format!("sprd_offset = {}", u64::MAX / 64 * 64));
+        assert!(matches!(parse(&far_sprd), Err(SpecError::Invalid { what, .. }) if what.contains("2^64")));
+        let far_memory = GOOD.replace("memory_offset = 0", &format!("memory_offset = {}", u64::MAX / 4096 * 4096));
+        assert!(matches!(parse(&far_memory), Err(SpecError::Invalid { what, .. }) if what.contains("overflows")));
     }
 
     #[test]

@@ -30,7 +30,7 @@ use crate::sync::{AtomicBool, AtomicU64, Ordering};
 const PAGE: usize = 4096;
 
 /// A running stand-in: the register mapping and the thread that serves its traps.
-pub struct StandIn {
+pub(crate) struct StandIn {
     registers: MmapMut,
     pid: u32,
     stop: Arc<AtomicBool>,
@@ -61,7 +61,7 @@ fn uffd_error(what: &str) -> impl FnOnce(userfaultfd::Error) -> MmioError + '_ {
 impl StandIn {
     /// Maps `spec`'s register ranges and starts serving them over the device memory mapped at
     /// address `memory` (`spec.memory_bytes` long, kept mapped by the caller while this runs).
-    pub fn start(spec: &DeviceSpec, memory: usize) -> Result<Self, MmioError> {
+    pub(crate) fn start(spec: &DeviceSpec, memory: usize) -> Result<Self, MmioError> {
         let stride = spec.slot_stride as usize;
         if stride % PAGE != 0 || spec.spwr_offset as usize % PAGE != 0 || spec.sprd_offset as usize % PAGE != 0 {
             return Err(MmioError::Unsupported(format!(
@@ -113,12 +113,12 @@ impl StandIn {
     }
 
     /// Base address of the register ranges.
-    pub fn base(&self) -> usize {
+    pub(crate) fn base(&self) -> usize {
         self.registers.as_ptr() as usize
     }
 
     /// Refuses a request from a process the stand-in does not watch (a forked child).
-    pub fn check_process(&self) -> Result<(), McasError> {
+    pub(crate) fn check_process(&self) -> Result<(), McasError> {
         match std::process::id() {
             pid if pid == self.pid => Ok(()),
             _ => Err(McasError::ForeignProcess(self.pid)),

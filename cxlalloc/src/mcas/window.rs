@@ -17,17 +17,17 @@ use memmap2::MmapRaw;
 use crate::sync::{AtomicU64, Ordering};
 
 /// The header's magic, stored last by the creator.
-pub const MAGIC: [u8; 8] = *b"CXLMCAS1";
+pub(crate) const MAGIC: [u8; 8] = *b"CXLMCAS1";
 /// The window format's version.
-pub const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 1;
 /// Bytes of the header.
-pub const HEADER_BYTES: u64 = 4096;
+pub(crate) const HEADER_BYTES: u64 = 4096;
 /// Bytes of one request or answer slot.
-pub const SLOT_BYTES: u64 = 128;
+pub(crate) const SLOT_BYTES: u64 = 128;
 /// Most requesters a window may have.
-pub const MAX_SLOTS: u32 = 65_536;
+pub(crate) const MAX_SLOTS: u32 = 65_536;
 /// Largest target area (the RTL build's 32-bit word address).
-pub const MAX_TARGET_BYTES: u64 = 8 << 32;
+pub(crate) const MAX_TARGET_BYTES: u64 = 8 << 32;
 /// How long an opener waits for a concurrent creator to publish the header.
 pub const HEADER_WAIT: Duration = Duration::from_secs(5);
 
@@ -101,19 +101,19 @@ impl std::fmt::Debug for Window {
 
 /// Field offsets inside a request slot.
 pub(crate) mod spwr {
-    pub const EXPECTED: u64 = 0;
-    pub const SWAP: u64 = 8;
-    pub const TARGET: u64 = 16;
-    pub const REQUESTER: u64 = 24;
-    pub const SEQ: u64 = 32;
+    pub(crate) const EXPECTED: u64 = 0;
+    pub(crate) const SWAP: u64 = 8;
+    pub(crate) const TARGET: u64 = 16;
+    pub(crate) const REQUESTER: u64 = 24;
+    pub(crate) const SEQ: u64 = 32;
 }
 
 /// Field offsets inside an answer slot.
 pub(crate) mod sprd {
-    pub const PREV: u64 = 0;
-    pub const SUCCESS: u64 = 8;
-    pub const DONE_SEQ: u64 = 16;
-    pub const ERROR: u64 = 24;
+    pub(crate) const PREV: u64 = 0;
+    pub(crate) const SUCCESS: u64 = 8;
+    pub(crate) const DONE_SEQ: u64 = 16;
+    pub(crate) const ERROR: u64 = 24;
 }
 
 const H_VERSION: u64 = 8;

@@ -18,7 +18,7 @@ use crate::sync::{AtomicU32, AtomicU64, Ordering};
 /// Hence `free + cached ≤ remote counter`, and the counter reaches 0 exactly when every block
 /// has been freed remotely.
 #[repr(C, align(64))]
-pub struct DescriptorHead {
+pub(crate) struct DescriptorHead {
     /// Owning thread slot + 1; 0 = none (Global, Disowned, Untouched).
     pub owner: AtomicU32,
     /// Class id; 0 = unsized.
@@ -51,7 +51,7 @@ const _: () = assert!(std::mem::size_of::<DescriptorHead>() == 64);
 
 /// A view of one descriptor: its head line and its bitset (bit set = block free).
 #[derive(Clone, Copy)]
-pub struct Descriptor<'a> {
+pub(crate) struct Descriptor<'a> {
     /// Metadata line.
     pub head: &'a DescriptorHead,
     /// Free-block bitset, one bit per block.
@@ -65,32 +65,32 @@ impl Descriptor<'_> {
     /// The descriptor's bytes (head line and bitset), for cache-line write-back and
     /// invalidation ([`crate::coherence::Swcc`]).
     #[inline]
-    pub fn bytes(&self) -> (*const u8, usize) {
+    pub(crate) fn bytes(&self) -> (*const u8, usize) {
         (self.head as *const DescriptorHead as *const u8, 64 + std::mem::size_of_val(self.bits))
     }
 
     /// The head line alone: what a remote freer reads.
     #[inline]
-    pub fn head_line(&self) -> (*const u8, usize) {
+    pub(crate) fn head_line(&self) -> (*const u8, usize) {
         (self.head as *const DescriptorHead as *const u8, 64)
     }
 
     /// Whether block `i` is free in the owner's bitset.
     #[inline]
-    pub fn is_free(&self, i: u32) -> bool {
+    pub(crate) fn is_free(&self, i: u32) -> bool {
         self.bits[(i / 64) as usize].load(Ordering::Relaxed) & (1 << (i % 64)) != 0
     }
 
     /// The lowest non-empty bitset word, if any.
     #[inline]
-    pub fn lowest_word(&self) -> Option<u32> {
+    pub(crate) fn lowest_word(&self) -> Option<u32> {
         let summary = self.head.summary.load(Ordering::Relaxed);
         // A corrupt summary naming a word past the bitset reads as "no free word", not a panic.
         Some(summary.trailing_zeros()).filter(|&w| (w as usize) < self.bits.len())
     }
 
     /// Empties bitset word `w`, returning its free bits (now the caller's).
-    pub fn take_word(&self, w: u32) -> u64 {
+    pub(crate) fn take_word(&self, w: u32) -> u64 {
         let bits = self.bits[w as usize].load(Ordering::Relaxed);
         self.bits[w as usize].store(0, Ordering::Relaxed);
         let s = self.head.summary.load(Ordering::Relaxed) & !(1 << w);
@@ -102,14 +102,14 @@ impl Descriptor<'_> {
 
     /// Marks allocated block `i` free; returns the new free count.
     #[inline]
-    pub fn put(&self, i: u32) -> u32 {
+    pub(crate) fn put(&self, i: u32) -> u32 {
         self.put_bits(i / 64, 1 << (i % 64))
     }
 
     /// Marks the allocated blocks `bits` of bitset word `w` free (a freed block, or a cached word
     /// given back); returns the new free count.
     #[inline(always)]
-    pub fn put_bits(&self, w: u32, bits: u64) -> u32 {
+    pub(crate) fn put_bits(&self, w: u32, bits: u64) -> u32 {
         let word = &self.bits[w as usize];
         let old = word.load(Ordering::Relaxed);
         word.store(old | bits, Ordering::Relaxed);
@@ -122,7 +122,7 @@ impl Descriptor<'_> {
     }
 
     /// Marks blocks `0..blocks` free and the rest of the bitset allocated.
-    pub fn fill(&self, blocks: u32) {
+    pub(crate) fn fill(&self, blocks: u32) {
         let mut summary = 0u64;
         for (w, word) in self.bits.iter().enumerate() {
             let lo = w as u32 * 64;
@@ -141,7 +141,7 @@ impl Descriptor<'_> {
     }
 
     /// Population count of the bitset (O(words); for checks, not the fast path).
-    pub fn count_free(&self) -> u32 {
+    pub(crate) fn count_free(&self) -> u32 {
         self.bits.iter().map(|w| w.load(Ordering::Relaxed).count_ones()).sum()
     }
 
@@ -155,13 +155,13 @@ impl Descriptor<'_> {
     }
 
     /// Whether the summary word agrees with the bitset (O(words)).
-    pub fn summary_consistent(&self) -> bool {
+    pub(crate) fn summary_consistent(&self) -> bool {
         self.head.summary.load(Ordering::Relaxed) == self.summary_of_bits()
     }
 
     /// Recovery: recomputes the free count and the summary from the bitset, which a crash can
     /// leave ahead of them; true if either was wrong.
-    pub fn recount(&self) -> bool {
+    pub(crate) fn recount(&self) -> bool {
         let (free, summary) = (self.count_free(), self.summary_of_bits());
         let wrong = self.head.free.load(Ordering::Relaxed) != free || !self.summary_consistent();
         self.head.free.store(free, Ordering::Relaxed);

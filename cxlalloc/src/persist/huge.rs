@@ -12,7 +12,7 @@ use crate::sync::AtomicU64;
 /// loses the CAS: a double free). Only the owner unlinks and frees a descriptor, inside the
 /// list's epoch (see [`crate::huge::view::HugeView::find`]).
 #[repr(C, align(64))]
-pub struct HugeDescriptor {
+pub(crate) struct HugeDescriptor {
     /// Heap offset of the allocation (page-aligned, inside the huge span).
     pub offset: AtomicU64,
     /// Mapped length in bytes (a multiple of the page size).
@@ -30,7 +30,7 @@ const _: () = assert!(std::mem::size_of::<HugeDescriptor>() == 64);
 /// Life cycle of a huge allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u64)]
-pub enum HugeState {
+pub(crate) enum HugeState {
     /// Allocated and usable.
     Live = 1,
     /// Freed; its range and backing object are reclaimed once no process maps it.
@@ -43,7 +43,7 @@ pub enum HugeState {
 impl HugeState {
     /// Decodes the state bits of a [`crate::word::HugeStatus`]; `None` for a descriptor being
     /// built (or garbage).
-    pub fn from_bits(bits: u8) -> Option<Self> {
+    pub(crate) fn from_bits(bits: u8) -> Option<Self> {
         match bits {
             1 => Some(HugeState::Live),
             2 => Some(HugeState::Freed),
@@ -53,14 +53,14 @@ impl HugeState {
     }
 
     /// The status word of an allocation of generation `generation` in this state.
-    pub fn word(self, generation: u64) -> u64 {
+    pub(crate) fn word(self, generation: u64) -> u64 {
         crate::word::HugeStatus { generation, state: self as u8 }.pack()
     }
 }
 
 /// A consistent snapshot of one descriptor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HugeBlock {
+pub(crate) struct HugeBlock {
     /// Heap offset of the descriptor itself.
     pub desc: u64,
     /// Heap offset of the allocation.
@@ -77,7 +77,7 @@ pub struct HugeBlock {
 
 impl HugeBlock {
     /// Whether heap offset `off` lies inside the allocation.
-    pub fn contains(&self, off: u64) -> bool {
+    pub(crate) fn contains(&self, off: u64) -> bool {
         off.wrapping_sub(self.offset) < self.size
     }
 }

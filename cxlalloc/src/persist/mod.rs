@@ -10,8 +10,8 @@
 //! - [`redo`]: the redo and pending words inside the record, and their decoders.
 //! - [`huge`]: a huge block's descriptor (a small-heap block).
 
-pub mod descriptor;
-pub mod huge;
-pub mod record;
-pub mod redo;
-pub mod shared;
+pub(crate) mod descriptor;
+pub(crate) mod huge;
+pub(crate) mod record;
+pub(crate) mod redo;
+pub(crate) mod shared;

@@ -10,7 +10,7 @@ use crate::sync::{AtomicU32, AtomicU64, Ordering};
 /// (or by its adopter after the holder died). Lists are intrusive through the local descriptors'
 /// `next`/`prev` links; every value is a slab index + 1, 0 = empty.
 #[repr(C)]
-pub struct Lists<const N: usize> {
+pub(crate) struct Lists<const N: usize> {
     /// Empty slabs with no class, cached by this thread (Local-unsized).
     pub unsized_head: AtomicU32,
     /// Length of the unsized list (decides T9).
@@ -34,7 +34,7 @@ pub struct Lists<const N: usize> {
 /// slab's bitset; `block0` is the heap offset of block `64 · id.word`. `bits == 0` ⇔ no current
 /// slab (`id.slab == 0`), except inside an allocation, which refills or retires at once.
 #[repr(C)]
-pub struct Current {
+pub(crate) struct Current {
     /// Free blocks of the cached word (bit i = block `64 · word + i`).
     pub bits: AtomicU64,
     /// Heap offset of block `64 · word` of the slab.
@@ -55,7 +55,7 @@ pub struct Current {
 /// The sequence number changes at every refill, so a reader can tell two fillings of the same
 /// word apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct CurrentId {
+pub(crate) struct CurrentId {
     /// Slab index + 1; 0 = no current slab.
     pub slab: u32,
     /// Bitset word.
@@ -67,13 +67,13 @@ pub struct CurrentId {
 impl CurrentId {
     /// The raw word.
     #[inline]
-    pub fn pack(self) -> u64 {
+    pub(crate) fn pack(self) -> u64 {
         u64::from(self.slab) | (u64::from(self.word & 0xff) << 32) | (u64::from(self.seq & 0xff_ffff) << 40)
     }
 
     /// Decodes a raw word.
     #[inline]
-    pub fn unpack(raw: u64) -> Self {
+    pub(crate) fn unpack(raw: u64) -> Self {
         Self { slab: raw as u32, word: ((raw >> 32) & 0xff) as u32, seq: (raw >> 40) as u32 }
     }
 }
@@ -81,20 +81,14 @@ impl CurrentId {
 impl Current {
     /// The current slab's link (index + 1), 0 = none. Holder-side read.
     #[inline]
-    pub fn slab(&self) -> u32 {
+    pub(crate) fn slab(&self) -> u32 {
         CurrentId::unpack(self.id.load(Ordering::Relaxed)).slab
     }
 
-    /// Holder only: whether block `block` of slab link `slab` is free in this cache.
-    #[inline]
-    pub fn holds(&self, slab: u32, block: u32) -> bool {
-        let id = CurrentId::unpack(self.id.load(Ordering::Relaxed));
-        id.slab == slab && id.word == block / 64 && self.bits.load(Ordering::Relaxed) & (1 << (block % 64)) != 0
-    }
-
-    /// Any thread: like [`Current::holds`], read consistently while the holder may be refilling
+    /// Any thread: whether block `block` of slab link `slab` is free in this cache, read
+    /// consistently while the holder may be refilling
     /// ([`cached_word::read`]). A torn read answers false.
-    pub fn holds_seen_from_afar(&self, slab: u32, block: u32) -> bool {
+    pub(crate) fn holds_seen_from_afar(&self, slab: u32, block: u32) -> bool {
         cached_word::read(&self.id, &self.bits).is_some_and(|(raw, bits)| {
             let id = CurrentId::unpack(raw);
             id.slab == slab && id.word == block / 64 && bits & (1 << (block % 64)) != 0
@@ -104,7 +98,7 @@ impl Current {
     /// Holder only: caches word `word` of slab link `slab` holding `bits`, starting at heap
     /// offset `block0` (`slab == 0` empties the cache).
     #[inline]
-    pub fn install(&self, slab: u32, word: u32, block0: u64, bits: u64) {
+    pub(crate) fn install(&self, slab: u32, word: u32, block0: u64, bits: u64) {
         let seq = CurrentId::unpack(self.id.load(Ordering::Relaxed)).seq.wrapping_add(1);
         // block0 is read only by the holder, so it needs no place in the reader protocol.
         self.block0.store(block0, Ordering::Relaxed);
@@ -113,7 +107,7 @@ impl Current {
 
     /// Holder-side read of the cached word's identity.
     #[inline]
-    pub fn id(&self) -> CurrentId {
+    pub(crate) fn id(&self) -> CurrentId {
         CurrentId::unpack(self.id.load(Ordering::Relaxed))
     }
 }
@@ -122,7 +116,7 @@ impl Current {
 /// models: one CAS — an mCAS without HWcc — subtracts them all, docs/design.md §15's lever). Each block is marked freed when it joins, so a
 /// double free is still seen at once; the subtraction claims the slab when it reaches 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RemoteBatch {
+pub(crate) struct RemoteBatch {
     /// Bracket of the slab.
     pub bracket: Bracket,
     /// Slab index.
@@ -133,20 +127,20 @@ pub struct RemoteBatch {
 
 impl RemoteBatch {
     /// Most frees one batch holds before it is applied.
-    pub const LIMIT: u32 = 4096;
+    pub(crate) const LIMIT: u32 = 4096;
     /// Slabs a slot batches at once (xmalloc's consumers free from one slab per class).
-    pub const ENTRIES: usize = 32;
+    pub(crate) const ENTRIES: usize = 32;
     /// Bytes at the start of a record that hold everything recovery reads (redo, version,
     /// remote block, pending record, batches).
-    pub const RECOVERY_BYTES: usize = 320;
+    pub(crate) const RECOVERY_BYTES: usize = 320;
 
     /// The record word: count in bits 48..63, bracket in bit 32, slab in bits 0..31.
-    pub fn pack(self) -> u64 {
+    pub(crate) fn pack(self) -> u64 {
         u64::from(self.count) << 48 | (self.bracket as u64) << 32 | u64::from(self.slab)
     }
 
     /// Decodes a record word; `None` for 0 (no batch).
-    pub fn unpack(w: u64) -> Option<Self> {
+    pub(crate) fn unpack(w: u64) -> Option<Self> {
         let count = (w >> 48) as u32;
         let bracket = if w >> 32 & 1 == 0 { Bracket::Small } else { Bracket::Large };
         (count != 0).then_some(RemoteBatch { bracket, slab: w as u32, count })
@@ -157,7 +151,7 @@ impl RemoteBatch {
 /// tolerated. Only slow-path events are counted, so the fast path stays free of them.
 #[repr(C)]
 #[derive(Default)]
-pub struct Counters {
+pub(crate) struct Counters {
     /// Frees that took the remote path (T10 + T8): frees of other slots' blocks, and of this
     /// slot's own blocks in slabs it has disowned.
     pub remote_frees: AtomicU64,
@@ -180,7 +174,7 @@ pub struct Counters {
 /// Region: owned (SWcc). Written only by the slot's holder (or adopter); read by any thread of
 /// any process that frees or maps one of the slot's huge blocks (the signal handler included).
 #[repr(C)]
-pub struct HugeRecord {
+pub(crate) struct HugeRecord {
     /// Heap offset of the first [`crate::persist::huge::HugeDescriptor`] of the slot's list
     /// (singly linked, newest first), 0 = none.
     pub head: AtomicU64,
@@ -202,7 +196,7 @@ pub struct HugeRecord {
 /// in its descriptor; slabs on `sized[c]` and `current[c]` have `class == c + 1`; slabs on
 /// `sized[c]` have ≥ 1 free block in their bitset; slabs on the unsized list have class 0.
 #[repr(C, align(64))]
-pub struct ThreadRecord {
+pub(crate) struct ThreadRecord {
     /// The redo record ([`crate::persist::redo::Redo`]); 0 when idle.
     pub redo: AtomicU64,
     /// Version of this slot's current detectable-CAS operation; persists across re-attach so
@@ -231,7 +225,7 @@ const _: () = assert!(std::mem::size_of::<ThreadRecord>() % 64 == 0);
 const _: () = assert!(std::mem::offset_of!(ThreadRecord, counters) <= RemoteBatch::RECOVERY_BYTES);
 
 /// A bracket's lists, with the class count erased.
-pub struct ListsRef<'a> {
+pub(crate) struct ListsRef<'a> {
     /// See [`Lists::unsized_head`].
     pub unsized_head: &'a AtomicU32,
     /// See [`Lists::unsized_len`].
@@ -245,7 +239,7 @@ pub struct ListsRef<'a> {
 impl ThreadRecord {
     /// The lists of bracket `b`.
     #[inline]
-    pub fn lists(&self, b: Bracket) -> ListsRef<'_> {
+    pub(crate) fn lists(&self, b: Bracket) -> ListsRef<'_> {
         match b {
             Bracket::Small => ListsRef {
                 unsized_head: &self.small.unsized_head,
@@ -264,7 +258,7 @@ impl ThreadRecord {
 
     /// Starts a new detectable-CAS operation and returns its version.
     #[inline]
-    pub fn next_version(&self) -> u32 {
+    pub(crate) fn next_version(&self) -> u32 {
         // Relaxed: single writer; the version reaches other threads only inside CAS'd words.
         let v = crate::word::Tag::next_version(self.version.load(Ordering::Relaxed));
         self.version.store(v, Ordering::Relaxed);
@@ -273,7 +267,7 @@ impl ThreadRecord {
 
     /// Adds one to a counter (single writer, so a load and a store suffice).
     #[inline]
-    pub fn bump(counter: &AtomicU64) {
+    pub(crate) fn bump(counter: &AtomicU64) {
         counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
 }

@@ -148,7 +148,7 @@ impl Redo {
 /// fields when an operation starts and cleared when it ends, so the fields recovery reads are
 /// always those of the operation `word` names.
 #[repr(C)]
-pub struct PendingRecord {
+pub(crate) struct PendingRecord {
     /// Packed [`Pending`]; 0 = no outer operation in flight.
     pub word: AtomicU64,
     /// Heap offset of the application's block (allocated or being freed); 0 = not yet known.

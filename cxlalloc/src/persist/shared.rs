@@ -3,7 +3,7 @@
 use crate::sync::AtomicU64;
 
 /// Number of application roots in the shared region.
-pub const ROOTS: usize = 64;
+pub(crate) const ROOTS: usize = 64;
 
 /// Per-bracket HWcc global words.
 ///
@@ -11,7 +11,7 @@ pub const ROOTS: usize = 64;
 /// carry a [`crate::word::Tagged`] value. Each sits on its own cache line: the length changes
 /// rarely, the global head often, and neither should slow the other.
 #[repr(C, align(64))]
-pub struct BracketGlobals {
+pub(crate) struct BracketGlobals {
     /// Heap length in slabs (T1 bumps it). Monotone; a stale read only delays growth.
     pub length: AtomicU64,
     _pad0: [u8; 56],
@@ -27,7 +27,7 @@ pub struct BracketGlobals {
 /// after claiming and never cleared: non-zero means the slot's record has been used (and its
 /// backing store reserved).
 #[repr(C)]
-pub struct SlotLease {
+pub(crate) struct SlotLease {
     /// Packed [`crate::word::Holder`]; 0 = free.
     pub holder: AtomicU64,
     /// Kernel thread id of the holding thread.
@@ -38,7 +38,7 @@ pub struct SlotLease {
 ///
 /// Region: shared (HWcc).
 #[repr(C)]
-pub struct SharedHeader {
+pub(crate) struct SharedHeader {
     /// Global words of the small and large brackets.
     pub brackets: [BracketGlobals; 2],
     /// Application roots: offsets (or any 64-bit value) updated with CAS by any process.

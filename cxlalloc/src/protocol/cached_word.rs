@@ -1,5 +1,5 @@
 //! A single-writer cached word that other threads can read consistently: the owner's
-//! current-slab cache ([`crate::persist::record::Current`]), which remote freers consult to detect
+//! current-slab cache (`Current` in `persist::record`), which remote freers consult to detect
 //! double frees of blocks the owner holds.
 //!
 //! The writer changes `(id, bits)` as `bits := 0; id := new (Release); bits := new (Release)`.

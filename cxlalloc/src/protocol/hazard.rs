@@ -2,7 +2,7 @@
 //! allocation's owner does not reclaim its address range and backing object underneath it.
 //!
 //! A hazard set is a slice of entry pairs `[key, pages]`: `key` a packed
-//! [`crate::word::HazardKey`] (0 = empty), `pages` the mapped length in pages, which the
+//! `word::HazardKey` (0 = empty), `pages` the mapped length in pages, which the
 //! publishing process needs to unmap the range later without reading the (possibly reclaimed)
 //! descriptor. Entries are never moved or swap-removed, so a concurrent scanner cannot miss one
 //! by looking at the wrong index while the set is rearranged.
@@ -59,7 +59,9 @@ pub fn begin_reclaim(status: &AtomicU64, freed: u64, reclaiming: u64) -> bool {
 
 /// Empties entry `index` of `set` (after its range is unmapped). Async-signal-safe.
 pub fn retract(set: &[AtomicU64], index: usize) {
-    if let Some(p) = set.get(2 * index..2 * index + 2) {
+    // Checked: an index past the set (or one whose double overflows) empties nothing.
+    let Some(first) = index.checked_mul(2) else { return };
+    if let Some(p) = set.get(first..first.saturating_add(2)) {
         p[1].store(0, Ordering::Relaxed);
         // Release: the unmapping that preceded this happens before any reuse of the entry.
         p[0].store(0, Ordering::Release);

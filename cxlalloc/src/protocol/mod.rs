@@ -8,7 +8,7 @@ pub mod cached_word;
 pub mod detectable;
 pub mod global_list;
 pub mod hazard;
-pub mod hw_word;
+pub(crate) mod hw_word;
 pub mod lease;
 pub mod length;
 pub mod remote;

@@ -12,8 +12,8 @@
 //! The adopter then holds the slot: it may keep using it, or drop its handle, which returns the
 //! slot's empty slabs to the global list, disowns its partly used ones and releases the slot.
 
-pub mod pending;
-pub mod slab;
+pub(crate) mod pending;
+pub(crate) mod slab;
 
 use std::time::{Duration, Instant};
 

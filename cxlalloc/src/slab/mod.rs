@@ -47,4 +47,4 @@
 //! partly used slab when its owner detaches, subtracting its free blocks from the remote counter
 //! so that the last remote free claims it (T8).
 
-pub mod ops;
+pub(crate) mod ops;

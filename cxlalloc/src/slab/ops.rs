@@ -30,7 +30,7 @@ use crate::word::{Tag, Tagged};
 
 /// A block located from a pointer and validated against its slab's descriptor.
 #[derive(Clone, Copy)]
-pub struct Located<'a> {
+pub(crate) struct Located<'a> {
     /// Bracket of the block.
     pub bracket: Bracket,
     /// Its slab.
@@ -50,7 +50,7 @@ pub struct Located<'a> {
 }
 
 /// One attached thread's view of the slab heaps.
-pub struct SlabThread<'a> {
+pub(crate) struct SlabThread<'a> {
     /// The mapped heap.
     pub mem: &'a HeapMem,
     /// This thread's slot.
@@ -97,7 +97,7 @@ fn block0(mem: &HeapMem, b: Bracket, slab: Slab, word: u32, info: &ClassInfo) ->
 
 impl<'a> SlabThread<'a> {
     /// The view of slot `slot` (leased by the caller).
-    pub fn new(mem: &'a HeapMem, slot: u32) -> Self {
+    pub(crate) fn new(mem: &'a HeapMem, slot: u32) -> Self {
         // The window has a requester per thread slot (checked when the heap was opened).
         let port = mem.mcas().and_then(|hub| hub.thread_port(slot).ok());
         let batching = mem.coherence != crate::layout::Coherence::Full;
@@ -227,7 +227,7 @@ impl<'a> SlabThread<'a> {
 
     /// Allocates one block of class `class` (1-based) of bracket `b`.
     #[inline]
-    pub fn alloc(&self, b: Bracket, class: u32) -> Result<NonNull<u8>, AllocError> {
+    pub(crate) fn alloc(&self, b: Bracket, class: u32) -> Result<NonNull<u8>, AllocError> {
         self.alloc_with(b, class, |_| {})
     }
 
@@ -235,7 +235,12 @@ impl<'a> SlabThread<'a> {
     /// offset just before the block leaves the free state (the store that takes it): an outer
     /// record written there names the block whichever side of that store a crash falls.
     #[inline(always)]
-    pub fn alloc_with(&self, b: Bracket, class: u32, announce: impl FnOnce(usize)) -> Result<NonNull<u8>, AllocError> {
+    pub(crate) fn alloc_with(
+        &self,
+        b: Bracket,
+        class: u32,
+        announce: impl FnOnce(usize),
+    ) -> Result<NonNull<u8>, AllocError> {
         let info = b.class(class).ok_or(AllocError::Corrupt("class id out of range"))?;
         let cur = &self.rec.lists(b).current[class as usize - 1];
         let mut bits = cur.bits.load(Ordering::Relaxed);
@@ -400,7 +405,7 @@ impl<'a> SlabThread<'a> {
     /// Finds the block `ptr` names and checks that it is an allocated block start. Reads only
     /// the descriptor's first line (class geometry is copied there when the slab is sized).
     #[inline]
-    pub fn locate(&self, ptr: *const u8) -> Result<Located<'a>, FreeError> {
+    pub(crate) fn locate(&self, ptr: *const u8) -> Result<Located<'a>, FreeError> {
         let (b, offset, rel) = self.bracket_of(ptr)?;
         if !self.mem.swcc.is_coherent() {
             // The slab may belong to another host: read its head line from memory. Not while
@@ -482,7 +487,7 @@ impl<'a> SlabThread<'a> {
 
     /// Frees the block at `ptr`, locally if this thread owns its slab, remotely otherwise.
     #[inline]
-    pub fn free(&self, ptr: *const u8) -> Result<(), FreeError> {
+    pub(crate) fn free(&self, ptr: *const u8) -> Result<(), FreeError> {
         // One call per constant bracket, so each copy of the fast path folds its geometry.
         match self.bracket_of(ptr)? {
             (Bracket::Small, offset, rel) => self.free_in(Bracket::Small, ptr, offset, rel),
@@ -729,7 +734,7 @@ impl<'a> SlabThread<'a> {
     }
 
     /// The usable size of the allocated block at `ptr`.
-    pub fn usable_size(&self, ptr: *const u8) -> Result<usize, FreeError> {
+    pub(crate) fn usable_size(&self, ptr: *const u8) -> Result<usize, FreeError> {
         let at = self.locate(ptr)?;
         let freed_remotely = self.mark_word(&at).load(Ordering::Relaxed) == at.desc.head.mark.load(Ordering::Relaxed);
         if freed_remotely || self.is_free(&at) {
@@ -825,7 +830,7 @@ impl<'a> SlabThread<'a> {
     /// word back, entirely free slabs go to the unsized list (T7), and partly used ones are
     /// abandoned (`abandon`) so that frees from other threads can reclaim them
     /// without anyone ever leasing this slot again.
-    pub fn release_classes(&self, b: Bracket) {
+    pub(crate) fn release_classes(&self, b: Bracket) {
         let lists = self.rec.lists(b);
         for (ci, cur) in lists.current.iter().enumerate() {
             let class = ci as u32 + 1;
@@ -893,7 +898,7 @@ impl<'a> SlabThread<'a> {
     }
 
     /// T9 for every cached empty slab (a thread detaching).
-    pub fn drain_unsized(&self, b: Bracket) {
+    pub(crate) fn drain_unsized(&self, b: Bracket) {
         self.release_unsized(b, 0);
     }
 
@@ -992,6 +997,6 @@ impl<'a> SlabThread<'a> {
 }
 
 /// The remote counter of `slab` (for statistics and the checker).
-pub fn remote_count(mem: &HeapMem, b: Bracket, slab: Slab) -> u32 {
+pub(crate) fn remote_count(mem: &HeapMem, b: Bracket, slab: Slab) -> u32 {
     Tagged::unpack(mem.remote(b, slab).load(Ordering::Acquire)).payload
 }

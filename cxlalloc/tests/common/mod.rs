@@ -356,14 +356,14 @@ pub struct Device {
 impl Device {
     /// Serves the window of the heap named `name`, `latency` per CAS.
     pub fn serve(name: &str, latency: Duration) -> Self {
-        let path = cxlalloc::Heap::path_of(name).unwrap().join(cxlalloc::coherence::WINDOW_FILE);
-        let window = cxlalloc::mcas::Window::open(&path).unwrap();
+        let path = cxlalloc::Heap::path_of(name).unwrap().join(cxlalloc::internal::WINDOW_FILE);
+        let window = cxlalloc::internal::mcas::Window::open(&path).unwrap();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let s = stop.clone();
         let thread = std::thread::spawn(move || {
-            cxlalloc::mcas::device::serve(&window, latency, &s).map(|served| served.requests).unwrap_or(0)
+            cxlalloc::internal::mcas::device::serve(&window, latency, &s).map(|served| served.requests).unwrap_or(0)
         });
-        while cxlalloc::mcas::Window::open(&path).ok().and_then(|w| w.served_by()).is_none() {
+        while cxlalloc::internal::mcas::Window::open(&path).ok().and_then(|w| w.served_by()).is_none() {
             std::thread::sleep(Duration::from_millis(1));
         }
         Device { stop, thread: Some(thread) }
@@ -424,5 +424,5 @@ pub fn free_roots_and_check_empty(heap: &cxlalloc::Heap, n: usize) {
     drop(t);
     let report = heap.check();
     assert!(report.is_clean(), "{report}");
-    assert_eq!(cxlalloc::class::Bracket::ALL.iter().map(|&b| report.bracket(b).live_blocks()).sum::<u64>(), 0);
+    assert_eq!(cxlalloc::Bracket::ALL.iter().map(|&b| report.bracket(b).live_blocks()).sum::<u64>(), 0);
 }

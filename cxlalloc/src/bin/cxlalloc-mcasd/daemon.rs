@@ -1,14 +1,14 @@
 //! The daemon proper (see `main.rs`).
 
-use cxlalloc::sync::{AtomicBool, Ordering};
+use cxlalloc::internal::sync::{AtomicBool, Ordering};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{ArgGroup, Parser};
-use cxlalloc::coherence::{DEVICE_FILE, WINDOW_FILE};
-use cxlalloc::mcas::device;
-use cxlalloc::mcas::{Geometry, Window, WindowError};
+use cxlalloc::internal::mcas::device;
+use cxlalloc::internal::mcas::{Geometry, Window, WindowError};
+use cxlalloc::internal::{DEVICE_FILE, WINDOW_FILE};
 use cxlalloc::Heap;
 use nix::sys::signal::{signal, SigHandler, Signal};
 

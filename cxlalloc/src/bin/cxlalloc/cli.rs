@@ -121,7 +121,7 @@ enum Command {
         #[arg(long, value_parser = parse_coherence, default_value = "full")]
         coherence: Coherence,
         /// With coherence none: put the HWcc words on the hardware mCAS device this TOML file
-        /// describes (registers, memory; see `cxlalloc::mcas::spec`) instead of a window.
+        /// describes (registers, memory; see the README, "A hardware mCAS device") instead of a window.
         #[arg(long)]
         mcas_device: Option<std::path::PathBuf>,
         /// Create without crash recovery (only to measure what recovery costs).

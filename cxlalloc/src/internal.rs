@@ -1,0 +1,85 @@
+//! Support for the crate's own tools and tests: the `cxlalloc` CLI, the `cxlalloc-mcasd`
+//! daemon, `cxlalloc-bench` and the integration and loom tests. Not part of the API: it may
+//! change in any release, and applications should not use it.
+//!
+//! Every safe function reachable from here is safe to call with any argument: an index,
+//! offset or slot number is checked against what is really mapped and refused with an error
+//! (or `None`), never trusted. Nothing here hands out a reference into a heap's metadata; the
+//! heap's internals (its mapped memory, descriptors and thread records) are not nameable from
+//! outside the crate at all:
+//!
+//! ```compile_fail,E0603
+//! // The soundness hole this closes (issue 15): with the internals public, safe code could map
+//! // a heap and read a thread record at an unchecked index, far outside the mapping.
+//! use cxlalloc::{backing::anon::AnonBacking, layout::Header, mem::HeapMem, Config};
+//! let header = Header::new(&Config::with_capacity(32 << 20), 1);
+//! let mem = HeapMem::map(header, Box::new(AnonBacking), 0).unwrap();
+//! let _dangling = mem.record(u32::MAX / 4);
+//! ```
+//!
+//! ```compile_fail,E0432
+//! // Nor are those types re-exported anywhere.
+//! use cxlalloc::internal::HeapMem;
+//! ```
+//!
+//! Under `--cfg loom` only [`sync`], [`word`] and [`protocol`] exist (the loom models).
+
+/// The atomics facade: `std`'s atomics, or loom's under `--cfg loom`.
+pub mod sync {
+    pub use crate::sync::{AtomicBool, AtomicU64, Ordering};
+}
+
+/// Decoders of the packed words several threads update with one CAS.
+pub mod word {
+    pub use crate::word::{Holder, Tag, Tagged};
+}
+
+/// The lock-free CAS protocols (the loom models' subjects). They touch only the atomics they
+/// are given: safe with any argument.
+pub mod protocol {
+    pub use crate::protocol::{cached_word, detectable, global_list, hazard, lease, length, remote, HwWord};
+}
+
+#[cfg(not(loom))]
+pub use self::not_loom::*;
+
+#[cfg(not(loom))]
+mod not_loom {
+    pub use crate::class::{class_aligned, class_of, LARGE_MAX, SMALL_MAX};
+    pub use crate::coherence::{hwcc::inject_latency, Site, DEVICE_FILE, PROCESS_REQUESTERS, WINDOW_FILE};
+    pub use crate::layout::{RegionId, REGIONS};
+
+    /// The mCAS window, its client, the software device and hardware device descriptions.
+    pub mod mcas {
+        pub use crate::mcas::mmio::has_movdir64b;
+        pub use crate::mcas::{
+            answer::ANSWER_TIMEOUT, window::HEADER_WAIT, Answer, Device, DeviceSpec, Geometry, Link, McasClient,
+            McasError, MmioError, SpecError, Window, WindowError,
+        };
+
+        /// The software mCAS device (what `cxlalloc-mcasd` runs).
+        pub mod device {
+            pub use crate::mcas::device::{
+                calibrate, serve, CalibrationError, DeviceError, Served, PAPER_CXL_READ_EXTRA, PAPER_MCAS_LATENCY,
+            };
+        }
+
+        /// Hardware device descriptions.
+        pub mod spec {
+            pub use crate::mcas::spec::STAND_IN;
+        }
+    }
+
+    /// The non-coherence simulator's switches (feature `noncoherent-sim`).
+    #[cfg(feature = "noncoherent-sim")]
+    pub mod sim {
+        pub use crate::coherence::sim::{enable, skip};
+    }
+
+    /// White-box crash points (feature `crash-points`).
+    pub mod crash {
+        #[cfg(feature = "crash-points")]
+        pub use crate::crash::arm;
+        pub use crate::crash::POINTS;
+    }
+}
