@@ -253,13 +253,17 @@ int cxl_free(cxl_thread_t* thread, void* ptr);
 /** Detectable allocation: like cxl_malloc(), and stores the block's heap offset into `*dest`,
  *  an empty (0) word of this heap (inside a block, or a root's address) that the application's
  *  structure owns. If the process dies at any point, cxl_thread_adopt()/cxl_heap_recover()
- *  complete the store or leave the block free: no block is lost. `dest` not an 8-aligned word
- *  of this heap, or not 0: NULL with CXL_EINVAL. */
+ *  complete the store or leave the block free: no block is lost. `dest` is checked before it
+ *  is read or written: it must be an 8-aligned word of this heap that this process can use (a
+ *  root, a word of a slab below the heap's current length, or a word inside a live huge block),
+ *  else NULL with CXL_EINVAL and nothing is allocated or written; `*dest` not 0: NULL with
+ *  CXL_EINVAL. The block holding `dest` must stay allocated until the call returns. */
 void* cxl_malloc_into(cxl_thread_t* thread, size_t size, uint64_t* dest);
 
 /** Detectable free: clears `*dest` (the heap offset of an allocated block), then frees the
  *  block; recovery finishes both if the process dies. Errors as cxl_free(); `*dest` holding 0:
- *  CXL_ENOT_ALLOCATED. The block is validated before `*dest` is touched. */
+ *  CXL_ENOT_ALLOCATED; `dest` not a word this process can use (as for cxl_malloc_into()):
+ *  CXL_EFOREIGN_POINTER. `dest` and the block are validated before `*dest` is touched. */
 int cxl_free_from(cxl_thread_t* thread, uint64_t* dest);
 
 /** The usable size of the allocated block `ptr` (its size class, at least the size asked

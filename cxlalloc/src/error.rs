@@ -181,7 +181,8 @@ pub enum AllocError {
     #[error("heap metadata corrupt: {0}")]
     Corrupt(&'static str),
     /// The destination word of a detectable allocation is not an 8-aligned word of this heap
-    /// (slab data, huge span or a root).
+    /// that this process can use: a root, a word of a slab below the heap's length, or a word
+    /// inside a live huge block.
     #[error("destination word is not an aligned word of this heap")]
     BadDestination,
     /// The destination word of a detectable allocation already names a block (overwriting it

@@ -201,6 +201,10 @@ impl ThreadHandle {
     /// that the application's structure owns. If the process dies at any point, recovery of
     /// this slot either completes the store or leaves the block free: the block is never lost.
     ///
+    /// `dest` is checked before it is read or written ([`AllocError::BadDestination`]): it
+    /// must be a root, a word of a slab below the heap's length, or a word inside a live huge
+    /// block. The block holding it must stay allocated until this returns.
+    ///
     /// Until this returns, `dest` belongs to this thread: recovery may write it, so another
     /// thread must not take the offset out of it before then.
     pub fn alloc_into(&self, size: usize, dest: &AtomicU64) -> Result<NonNull<u8>, AllocError> {
@@ -233,8 +237,9 @@ impl ThreadHandle {
 
     /// Detectable free (DESIGN §8.4): clears `dest`, which must hold the heap offset of an
     /// allocated block, then frees the block. If the process dies at any point, recovery of
-    /// this slot finishes both. The block is validated before `dest` is touched: bad input
-    /// changes nothing.
+    /// this slot finishes both. `dest` (checked as for [`ThreadHandle::alloc_into`], else
+    /// [`FreeError::ForeignPointer`]) and the block are validated before `dest` is touched: bad
+    /// input changes nothing.
     pub fn free_from(&self, dest: &AtomicU64) -> Result<(), FreeError> {
         let ops = self.ops();
         let mem = self.heap.mem();
