@@ -241,7 +241,7 @@ void* cxl_realloc(cxl_thread_t* thread, void* ptr, size_t size);
  *  two (else NULL with CXL_EINVAL, errno EINVAL). `size` need not be a multiple of
  *  `alignment`. Alignments up to 512 KiB are served without padding (every block of the size
  *  class chosen is aligned); larger ones, up to 1 GiB, come from the huge heap; beyond that
- *  NULL with CXL_EINVAL, errno EINVAL. */
+ *  NULL with CXL_EINVAL, errno EINVAL, and a message naming the 1 GiB limit. */
 void* cxl_aligned_alloc(cxl_thread_t* thread, size_t alignment, size_t size);
 
 /** Frees a block allocated by any thread of any process from this heap. `ptr` NULL is a no-op

@@ -156,6 +156,15 @@ pub enum AllocError {
     /// The alignment is not a power of two.
     #[error("alignment {0} is not a power of two")]
     BadAlignment(usize),
+    /// The alignment is a power of two above the largest supported, `max`: one huge slot
+    /// (1 GiB), the largest unit the huge heap hands out aligned.
+    #[error("alignment {align} is above the largest supported alignment, 1 GiB ({max} bytes)")]
+    AlignmentTooLarge {
+        /// The alignment asked for.
+        align: usize,
+        /// The largest supported alignment.
+        max: usize,
+    },
     /// Above the largest slab class, in a heap created without a huge heap
     /// ([`crate::Config::huge_capacity`] 0).
     #[error("{0}-byte allocations need a huge heap, and this heap has none (huge_capacity 0)")]
@@ -283,6 +292,7 @@ impl From<&AllocError> for ErrorCode {
         match e {
             AllocError::ZeroSize
             | AllocError::BadAlignment(_)
+            | AllocError::AlignmentTooLarge { .. }
             | AllocError::ForeignProcess
             | AllocError::BadDestination
             | AllocError::DestinationInUse => ErrorCode::InvalidArgument,

@@ -87,7 +87,7 @@ pub use crate::{
     offset::Offset,
     recovery::RecoveryReport,
     stats::Stats,
-    thread::{ReallocError, ThreadHandle},
+    thread::{ReallocError, ThreadHandle, MAX_ALIGN},
 };
 
 #[cfg(not(loom))]

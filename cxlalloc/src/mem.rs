@@ -164,7 +164,17 @@ pub struct HeapMem {
     pub swcc: Swcc,
     /// No-HWcc model: this process's connection to the heap's mCAS window.
     mcas: Option<McasHub>,
+    /// The heap offsets of the last [`RECENT_HUGE_FREES`] huge blocks freed through this
+    /// instance (0 = empty), so that a second free of one that its owner already reclaimed (its
+    /// descriptor is gone) is still known as a double free.
+    recent_huge_frees: [AtomicU64; RECENT_HUGE_FREES],
+    /// Next entry of `recent_huge_frees` to overwrite (wraps).
+    recent_huge_next: AtomicU32,
 }
+
+/// Huge frees this process remembers per heap, to tell a double free from a never-allocated
+/// address after the block was reclaimed.
+pub const RECENT_HUGE_FREES: usize = 64;
 
 // SAFETY: HeapMem hands out only shared references to atomics inside the mapping, which stays
 // mapped until drop; the backing is Send + Sync.
@@ -211,6 +221,8 @@ impl HeapMem {
             coherence: header.config().coherence,
             swcc: Swcc::for_model(header.config().coherence),
             mcas: None,
+            recent_huge_frees: [const { AtomicU64::new(0) }; RECENT_HUGE_FREES],
+            recent_huge_next: AtomicU32::new(0),
         };
         // If anything below fails, dropping `mem` releases the reservation.
         if mem.backing.fd(RegionId::Header).is_none() {
@@ -603,6 +615,21 @@ impl HeapMem {
                 && h.in_own_process()
                 && h.find(off as u64).is_some_and(|b| b.state == Some(HugeState::Live) && b.contains(off as u64))
         })
+    }
+
+    /// Remembers that this process freed the huge block at heap offset `off`.
+    pub fn note_huge_freed(&self, off: u64) {
+        // Relaxed: a diagnosis hint read by threads of this process; a race between two
+        // frees may overwrite one entry, which only loses a hint.
+        let i = self.recent_huge_next.fetch_add(1, Ordering::Relaxed) as usize % RECENT_HUGE_FREES;
+        self.recent_huge_frees[i].store(off, Ordering::Relaxed);
+    }
+
+    /// Whether this process freed a huge block at heap offset `off` recently (among the last
+    /// [`RECENT_HUGE_FREES`] huge frees through this instance).
+    pub fn huge_freed_recently(&self, off: u64) -> bool {
+        // Relaxed: see `note_huge_freed`; a free in this thread is seen by program order.
+        off != 0 && self.recent_huge_frees.iter().any(|w| w.load(Ordering::Relaxed) == off)
     }
 
     /// The address of a block at heap offset `offset` (an offset this heap computed itself).

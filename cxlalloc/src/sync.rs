@@ -14,3 +14,14 @@ pub use loom::sync::atomic::{
 pub use std::sync::atomic::{
     compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
 };
+
+/// One iteration of a rare wait loop: yields the CPU to the awaited thread (which may be
+/// preempted on this very core), or under loom lets the model schedule it (a loom thread that
+/// spins without yielding never does).
+#[inline]
+pub fn spin_wait() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::thread::yield_now();
+}

@@ -57,6 +57,10 @@ impl std::fmt::Debug for ThreadHandle {
     }
 }
 
+/// The largest alignment [`ThreadHandle::alloc_aligned`] serves: one huge slot (1 GiB), the
+/// unit the huge heap claims address space in (docs/design.md §7).
+pub const MAX_ALIGN: usize = crate::layout::HUGE_SLOT;
+
 /// Why `realloc` failed; the original block is untouched in every case.
 #[derive(Debug, thiserror::Error, PartialEq, Eq, Clone, Copy)]
 pub enum ReallocError {
@@ -323,11 +327,16 @@ impl ThreadHandle {
         self.alloc_zeroed(count.checked_mul(size).ok_or(AllocError::Overflow)?)
     }
 
-    /// Allocates `size` bytes aligned to `align` (a power of two). Alignments up to the slab size
-    /// come from a class whose every block is aligned; nothing is padded.
+    /// Allocates `size` bytes aligned to `align` (a power of two, at most [`MAX_ALIGN`]: else
+    /// [`AllocError::BadAlignment`] or [`AllocError::AlignmentTooLarge`]). Alignments up to the
+    /// slab size come from a class whose every block is aligned; nothing is padded. Larger ones
+    /// come from the huge heap.
     pub fn alloc_aligned(&self, size: usize, align: usize) -> Result<NonNull<u8>, AllocError> {
         if !align.is_power_of_two() {
             return Err(AllocError::BadAlignment(align));
+        }
+        if align > MAX_ALIGN {
+            return Err(AllocError::AlignmentTooLarge { align, max: MAX_ALIGN });
         }
         if size == 0 {
             return Err(AllocError::ZeroSize);

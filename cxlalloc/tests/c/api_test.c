@@ -273,6 +273,8 @@ static void test_aligned_alloc(cxl_thread_t* t) {
     CHECK(p != NULL && ((uintptr_t)p & (((size_t)1 << 30) - 1)) == 0);
     CHECK(cxl_free(t, p) == CXL_OK);
     CHECK_ERR(cxl_aligned_alloc(t, (size_t)1 << 31, 64), CXL_EINVAL, EINVAL);
+    CHECK(strstr(cxl_last_error_message(), "1 GiB") != NULL);
+    CHECK(strstr(cxl_last_error_message(), "power of two") == NULL);
 
     /* Small alignments, and the largest: one whole 512 KiB slab. */
     size_t more[] = {1, 2, 4, 8, 131072, 262144, 524288};
@@ -300,6 +302,12 @@ static void test_bad_frees(cxl_thread_t* t) {
     CHECK(cxl_free(t, a) == CXL_EDOUBLE_FREE);
     CHECK(cxl_last_error() == CXL_EDOUBLE_FREE);
     CHECK(errno == EINVAL);
+
+    /* A huge block too, although its owner (this thread) reclaimed it at the first free. */
+    void* h = cxl_malloc(t, (size_t)2 << 20);
+    CHECK(h != NULL);
+    CHECK(cxl_free(t, h) == CXL_OK);
+    CHECK(cxl_free(t, h) == CXL_EDOUBLE_FREE);
 
     /* Interior pointer: refused, the block stays allocated. */
     char* b = (char*)cxl_malloc(t, 64);
