@@ -603,9 +603,8 @@ impl HeapMem {
 
     /// Whether heap offset `off` lies in the data of a slab below its bracket's current length.
     fn in_live_slab(&self, off: usize) -> bool {
-        self.bracket_at(off).is_some_and(|(b, rel)| {
-            u32::try_from(rel >> b.slab_shift()).is_ok_and(|slab| self.slab(b, slab).is_some())
-        })
+        self.bracket_at(off)
+            .is_some_and(|(b, rel)| u32::try_from(rel >> b.slab_shift()).is_ok_and(|slab| self.slab(b, slab).is_some()))
     }
 
     /// Whether heap offset `off` lies inside a live huge block of this heap.
