@@ -816,8 +816,9 @@ pub unsafe extern "C" fn cxl_realloc(thread: *mut CxlThread, ptr: *mut c_void, s
 }
 
 /// `void* cxl_aligned_alloc(cxl_thread_t* thread, size_t alignment, size_t size)`: C11
-/// `aligned_alloc` (alignment first). `alignment` must be a power of two (`CXL_EINVAL`); `size`
-/// need not be a multiple of it.
+/// `aligned_alloc` (alignment first). `alignment` must be a power of two of at most 1 GiB
+/// ([`crate::MAX_ALIGN`]; else `CXL_EINVAL`, with a message naming the limit); `size` need not
+/// be a multiple of it.
 ///
 /// # Safety
 ///
