@@ -247,7 +247,10 @@ void* cxl_aligned_alloc(cxl_thread_t* thread, size_t alignment, size_t size);
 /** Frees a block allocated by any thread of any process from this heap. `ptr` NULL is a no-op
  *  returning CXL_OK. Returns CXL_OK, or the error code when the free is refused, in which case
  *  the heap is untouched: CXL_EFOREIGN_POINTER (not from this heap), CXL_EINTERIOR_POINTER (not
- *  the start of a block), CXL_EDOUBLE_FREE, CXL_ENOT_ALLOCATED, CXL_ECORRUPT. */
+ *  the start of a block), CXL_EDOUBLE_FREE, CXL_ENOT_ALLOCATED, CXL_ECORRUPT. A huge block
+ *  (above 512 KiB) freed twice is CXL_EDOUBLE_FREE while its owner has not reclaimed it, and
+ *  after that when this process made the first free (one of its last 64 huge frees of this
+ *  heap); otherwise nothing records it any more and it is CXL_ENOT_ALLOCATED. */
 int cxl_free(cxl_thread_t* thread, void* ptr);
 
 /** Detectable allocation: like cxl_malloc(), and stores the block's heap offset into `*dest`,
