@@ -253,25 +253,32 @@ void* cxl_realloc(cxl_thread_t* thread, void* ptr, size_t size);
  *  two (else NULL with CXL_EINVAL, errno EINVAL). `size` need not be a multiple of
  *  `alignment`. Alignments up to 512 KiB are served without padding (every block of the size
  *  class chosen is aligned); larger ones, up to 1 GiB, come from the huge heap; beyond that
- *  NULL with CXL_EINVAL, errno EINVAL. */
+ *  NULL with CXL_EINVAL, errno EINVAL, and a message naming the 1 GiB limit. */
 void* cxl_aligned_alloc(cxl_thread_t* thread, size_t alignment, size_t size);
 
 /** Frees a block allocated by any thread of any process from this heap. `ptr` NULL is a no-op
  *  returning CXL_OK. Returns CXL_OK, or the error code when the free is refused, in which case
  *  the heap is untouched: CXL_EFOREIGN_POINTER (not from this heap), CXL_EINTERIOR_POINTER (not
- *  the start of a block), CXL_EDOUBLE_FREE, CXL_ENOT_ALLOCATED, CXL_ECORRUPT. */
+ *  the start of a block), CXL_EDOUBLE_FREE, CXL_ENOT_ALLOCATED, CXL_ECORRUPT. A huge block
+ *  (above 512 KiB) freed twice is CXL_EDOUBLE_FREE while its owner has not reclaimed it, and
+ *  after that when this process made the first free (one of its last 64 huge frees of this
+ *  heap); otherwise nothing records it any more and it is CXL_ENOT_ALLOCATED. */
 int cxl_free(cxl_thread_t* thread, void* ptr);
 
 /** Detectable allocation: like cxl_malloc(), and stores the block's heap offset into `*dest`,
  *  an empty (0) word of this heap (inside a block, or a root's address) that the application's
  *  structure owns. If the process dies at any point, cxl_thread_adopt()/cxl_heap_recover()
- *  complete the store or leave the block free: no block is lost. `dest` not an 8-aligned word
- *  of this heap, or not 0: NULL with CXL_EINVAL. */
+ *  complete the store or leave the block free: no block is lost. `dest` is checked before it
+ *  is read or written: it must be an 8-aligned word of this heap that this process can use (a
+ *  root, a word of a slab below the heap's current length, or a word inside a live huge block),
+ *  else NULL with CXL_EINVAL and nothing is allocated or written; `*dest` not 0: NULL with
+ *  CXL_EINVAL. The block holding `dest` must stay allocated until the call returns. */
 void* cxl_malloc_into(cxl_thread_t* thread, size_t size, uint64_t* dest);
 
 /** Detectable free: clears `*dest` (the heap offset of an allocated block), then frees the
  *  block; recovery finishes both if the process dies. Errors as cxl_free(); `*dest` holding 0:
- *  CXL_ENOT_ALLOCATED. The block is validated before `*dest` is touched. */
+ *  CXL_ENOT_ALLOCATED; `dest` not a word this process can use (as for cxl_malloc_into()):
+ *  CXL_EFOREIGN_POINTER. `dest` and the block are validated before `*dest` is touched. */
 int cxl_free_from(cxl_thread_t* thread, uint64_t* dest);
 
 /** The usable size of the allocated block `ptr` (its size class, at least the size asked

@@ -193,6 +193,15 @@ pub enum AllocError {
     /// The alignment is not a power of two.
     #[error("alignment {0} is not a power of two")]
     BadAlignment(usize),
+    /// The alignment is a power of two above the largest supported, `max`: one huge slot
+    /// (1 GiB), the largest unit the huge heap hands out aligned.
+    #[error("alignment {align} is above the largest supported alignment, 1 GiB ({max} bytes)")]
+    AlignmentTooLarge {
+        /// The alignment asked for.
+        align: usize,
+        /// The largest supported alignment.
+        max: usize,
+    },
     /// Above the largest slab class, in a heap created without a huge heap
     /// ([`crate::Config::huge_capacity`] 0).
     #[error("{0}-byte allocations need a huge heap, and this heap has none (huge_capacity 0)")]
@@ -218,7 +227,8 @@ pub enum AllocError {
     #[error("heap metadata corrupt: {0}")]
     Corrupt(&'static str),
     /// The destination word of a detectable allocation is not an 8-aligned word of this heap
-    /// (slab data, huge span or a root).
+    /// that this process can use: a root, a word of a slab below the heap's length, or a word
+    /// inside a live huge block.
     #[error("destination word is not an aligned word of this heap")]
     BadDestination,
     /// The destination word of a detectable allocation already names a block (overwriting it
@@ -324,6 +334,7 @@ impl From<&AllocError> for ErrorCode {
         match e {
             AllocError::ZeroSize
             | AllocError::BadAlignment(_)
+            | AllocError::AlignmentTooLarge { .. }
             | AllocError::ForeignProcess
             | AllocError::BadDestination
             | AllocError::DestinationInUse => ErrorCode::InvalidArgument,

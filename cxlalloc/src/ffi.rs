@@ -826,8 +826,9 @@ pub unsafe extern "C" fn cxl_realloc(thread: *mut CxlThread, ptr: *mut c_void, s
 }
 
 /// `void* cxl_aligned_alloc(cxl_thread_t* thread, size_t alignment, size_t size)`: C11
-/// `aligned_alloc` (alignment first). `alignment` must be a power of two (`CXL_EINVAL`); `size`
-/// need not be a multiple of it.
+/// `aligned_alloc` (alignment first). `alignment` must be a power of two of at most 1 GiB
+/// ([`crate::MAX_ALIGN`]; else `CXL_EINVAL`, with a message naming the limit); `size` need not
+/// be a multiple of it.
 ///
 /// # Safety
 ///
@@ -882,7 +883,9 @@ fn free_status(f: &str, result: Result<(), FreeError>) -> c_int {
 /// allocation: like cxl_malloc(), and stores the block's heap offset into `*dest`, a word of
 /// this heap (in a block or a root) that the application's structure owns. If the process dies
 /// at any point, recovery of the thread's slot completes the store or leaves the block free.
-/// `dest` null or not an 8-aligned word of this heap: `CXL_EINVAL`.
+/// `dest` null, or not an 8-aligned word this process can use (a root, a word of a slab below
+/// the heap's length, or a word in a live huge block; see [`crate::mem::HeapMem::word_at`]):
+/// `CXL_EINVAL`, checked before `dest` is read or written.
 ///
 /// # Safety
 ///
@@ -924,7 +927,8 @@ pub unsafe extern "C" fn cxl_free_from(thread: *mut CxlThread, dest: *mut u64) -
     free_status(F, result)
 }
 
-/// `dest` as a word of `t`'s heap (8-aligned, in slab data, the huge span or a root), if it is one.
+/// `dest` as a word of `t`'s heap that this process can use (8-aligned: a root, a word of a slab
+/// below the length, or a word in a live huge block), if it is one.
 fn heap_word(t: &ThreadHandle, dest: *mut u64) -> Option<&AtomicU64> {
     let mem = t.heap().mem();
     mem.word_at(mem.word_offset(dest.cast_const().cast())?)

@@ -122,7 +122,7 @@ pub use crate::{
     check::{huge::HugeCensus, BracketCensus, ClassCensus, InFlight, Problem, Report, SlabState},
     class::Bracket,
     error::{AdoptError, AllocError, AttachError, ErrorCode, FreeError, OffsetError, OpenError},
-    heap::{Heap, ReallocError, ThreadHandle},
+    heap::{Heap, ReallocError, ThreadHandle, MAX_ALIGN},
     layout::{Coherence, Config},
     offset::Offset,
     persist::redo::{Op as RedoOp, Pending, PendingKind, Redo},

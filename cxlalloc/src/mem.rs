@@ -15,6 +15,7 @@ use crate::huge::view::HugeView;
 use crate::layout::{Coherence, Header, Layout, RegionId, Span, HEADER_BYTES};
 use crate::map;
 use crate::persist::descriptor::{Descriptor, DescriptorHead};
+use crate::persist::huge::HugeState;
 use crate::persist::record::ThreadRecord;
 use crate::persist::shared::{BracketGlobals, SharedHeader, SlotLease};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
@@ -164,7 +165,17 @@ pub(crate) struct HeapMem {
     pub swcc: Swcc,
     /// No-HWcc model: this process's connection to the heap's mCAS window.
     mcas: Option<McasHub>,
+    /// The heap offsets of the last [`RECENT_HUGE_FREES`] huge blocks freed through this
+    /// instance (0 = empty), so that a second free of one that its owner already reclaimed (its
+    /// descriptor is gone) is still known as a double free.
+    recent_huge_frees: [AtomicU64; RECENT_HUGE_FREES],
+    /// Next entry of `recent_huge_frees` to overwrite (wraps).
+    recent_huge_next: AtomicU32,
 }
+
+/// Huge frees this process remembers per heap, to tell a double free from a never-allocated
+/// address after the block was reclaimed.
+pub(crate) const RECENT_HUGE_FREES: usize = 64;
 
 // SAFETY: HeapMem hands out only shared references to atomics inside the mapping, which stays
 // mapped until drop; the backing is Send + Sync.
@@ -211,6 +222,8 @@ impl HeapMem {
             coherence: header.config().coherence,
             swcc: Swcc::for_model(header.config().coherence),
             mcas: None,
+            recent_huge_frees: [const { AtomicU64::new(0) }; RECENT_HUGE_FREES],
+            recent_huge_next: AtomicU32::new(0),
         };
         // If anything below fails, dropping `mem` releases the reservation.
         if mem.backing.fd(RegionId::Header).is_none() {
@@ -558,24 +571,65 @@ impl HeapMem {
     }
 
     /// The heap offset of `word` if an application may name it as the destination of a
-    /// detectable operation: 8-aligned, in slab data, the huge span, or the roots.
+    /// detectable operation; checked as for [`HeapMem::word_at`].
     pub(crate) fn word_offset(&self, word: *const AtomicU64) -> Option<u64> {
         let off = (word as usize).wrapping_sub(self.base() as usize);
         self.word_at(off as u64).map(|_| off as u64)
     }
 
-    /// The word at heap offset `off`, checked as for [`HeapMem::word_offset`].
+    /// The word at heap offset `off`, if it is one that this process can read and write without
+    /// faulting for good (docs/design.md §8.4): 8-aligned, and either an application root, or
+    /// in the slab data of a slab below the bracket's current length (mapped, or mapped by the
+    /// fault handler on first touch), or inside a live huge block (mapped, or mapped by the
+    /// handler). Address space beyond the length, or in the huge span with no live block
+    /// there, is reserved `PROT_NONE`: a word there is refused rather than touched.
+    ///
+    /// The check holds when it is made. A huge block freed afterwards by another thread of this
+    /// process is unmapped here at once, so the word is only as valid as the block holding
+    /// it: callers name words the caller's own structure owns (which it must not free while an
+    /// operation on it runs), as every use of heap memory must.
     pub(crate) fn word_at(&self, off: u64) -> Option<&AtomicU64> {
         let off = usize::try_from(off).ok()?;
-        let roots = self.layout.region(RegionId::Shared).offset + std::mem::offset_of!(SharedHeader, roots);
-        let in_roots = off >= roots && off < roots + std::mem::size_of::<[AtomicU64; crate::persist::shared::ROOTS]>();
-        let in_data = self.bracket_at(off).is_some() || self.huge().is_some_and(|h| h.span.contains(off));
-        if off % 8 != 0 || !(in_roots || in_data) {
+        if off % 8 != 0 {
             return None;
         }
-        // SAFETY: the offset is 8-aligned and inside a mapped (or fault-mapped) region of the
-        // reservation checked just above; AtomicU64 is valid for any bits.
-        Some(unsafe { &*(self.addr(off) as *const AtomicU64) })
+        let roots = self.layout.region(RegionId::Shared).offset + std::mem::offset_of!(SharedHeader, roots);
+        let in_roots = off >= roots && off < roots + std::mem::size_of::<[AtomicU64; crate::persist::shared::ROOTS]>();
+        let valid = in_roots || self.in_live_slab(off) || self.in_live_huge_block(off);
+        // SAFETY: the offset is 8-aligned and names memory that is mapped, or that the fault
+        // handler maps on first touch (a root, a slab below the length, a live huge block),
+        // all inside the reservation; AtomicU64 is valid for any bits.
+        valid.then(|| unsafe { &*(self.addr(off) as *const AtomicU64) })
+    }
+
+    /// Whether heap offset `off` lies in the data of a slab below its bracket's current length.
+    fn in_live_slab(&self, off: usize) -> bool {
+        self.bracket_at(off)
+            .is_some_and(|(b, rel)| u32::try_from(rel >> b.slab_shift()).is_ok_and(|slab| self.slab(b, slab).is_some()))
+    }
+
+    /// Whether heap offset `off` lies inside a live huge block of this heap.
+    fn in_live_huge_block(&self, off: usize) -> bool {
+        self.huge().is_some_and(|h| {
+            h.span.contains(off)
+                && h.in_own_process()
+                && h.find(off as u64).is_some_and(|b| b.state == Some(HugeState::Live) && b.contains(off as u64))
+        })
+    }
+
+    /// Remembers that this process freed the huge block at heap offset `off`.
+    pub(crate) fn note_huge_freed(&self, off: u64) {
+        // Relaxed: a diagnosis hint read by threads of this process; a race between two
+        // frees may overwrite one entry, which only loses a hint.
+        let i = self.recent_huge_next.fetch_add(1, Ordering::Relaxed) as usize % RECENT_HUGE_FREES;
+        self.recent_huge_frees[i].store(off, Ordering::Relaxed);
+    }
+
+    /// Whether this process freed a huge block at heap offset `off` recently (among the last
+    /// [`RECENT_HUGE_FREES`] huge frees through this instance).
+    pub(crate) fn huge_freed_recently(&self, off: u64) -> bool {
+        // Relaxed: see `note_huge_freed`; a free in this thread is seen by program order.
+        off != 0 && self.recent_huge_frees.iter().any(|w| w.load(Ordering::Relaxed) == off)
     }
 
     /// The address of a block at heap offset `offset` (an offset this heap computed itself).

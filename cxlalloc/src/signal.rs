@@ -8,7 +8,12 @@
 //! Any other fault goes to the handler that was installed before ours (or the default action),
 //! so real bugs still crash.
 //!
-//! Async-signal-safety: the handler reads a fixed static array of atomic pointers, plain-data
+//! Lifetime: a heap's [`LazyMap`] lives inside the heap's handle, which another thread may close
+//! while a handler runs. Each registry slot counts the handlers inside it, and closing waits
+//! for them ([`crate::protocol::registry`], model-checked with loom), so a handler never reads
+//! a freed map or maps into a released reservation. The handler saves and restores `errno`.
+//!
+//! Async-signal-safety: the handler reads a fixed static array of registry slots, plain-data
 //! [`LazyMap`]s, atomic words and huge descriptors, and makes `mmap`/`openat`/`close`/
 //! `sigaction` system calls. It never allocates, locks, formats or panics, and works on threads
 //! that never attached to a heap. It is installed with `SA_NODEFER` so a nested fault inside it
@@ -20,19 +25,20 @@
 use std::sync::{Once, OnceLock};
 
 use crate::mem::LazyMap;
-use crate::sync::{AtomicPtr, Ordering};
+use crate::protocol::registry::Slot;
 
 /// Most heaps one process can have open at once.
 pub(crate) const MAX_HEAPS: usize = 64;
 
-#[allow(clippy::declare_interior_mutable_const)]
-const EMPTY: AtomicPtr<LazyMap> = AtomicPtr::new(std::ptr::null_mut());
-static REGISTRY: [AtomicPtr<LazyMap>; MAX_HEAPS] = [EMPTY; MAX_HEAPS];
+/// The open heaps' fault-time views. A slot's pointer is valid while a handler holds the slot's
+/// guard: unregistering waits for such handlers ([`crate::protocol::registry`]).
+static REGISTRY: [Slot<LazyMap>; MAX_HEAPS] = [const { Slot::new() }; MAX_HEAPS];
 
 static INSTALL: Once = Once::new();
 static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
 
-/// A heap's entry in the process-wide registry; unregisters on drop.
+/// A heap's entry in the process-wide registry; unregisters on drop, waiting until no fault
+/// handler on any thread still uses the heap's [`LazyMap`].
 #[derive(Debug)]
 pub(crate) struct Registration {
     index: usize,
@@ -43,19 +49,24 @@ pub(crate) struct Registration {
 pub(crate) fn register(map: &LazyMap) -> Option<Registration> {
     install();
     let ptr = map as *const LazyMap as *mut LazyMap;
-    for (index, slot) in REGISTRY.iter().enumerate() {
-        // Release: publishes the LazyMap's contents to the handler's Acquire load.
-        if slot.compare_exchange(std::ptr::null_mut(), ptr, Ordering::Release, Ordering::Relaxed).is_ok() {
-            return Some(Registration { index });
-        }
-    }
-    None
+    REGISTRY.iter().position(|slot| slot.register(ptr)).map(|index| Registration { index })
 }
 
 impl Drop for Registration {
+    /// After this returns no handler reads the `LazyMap` or maps anything for the heap, so the
+    /// owner may release the reservation and free the map. Waits at most for the handlers
+    /// running now (each does a bounded amount of work: a few system calls and list walks of
+    /// at most [`crate::huge::view::MAX_WALK`] steps).
     fn drop(&mut self) {
-        // Release: orders the unregistration before the owner unmaps the heap.
-        REGISTRY[self.index].store(std::ptr::null_mut(), Ordering::Release);
+        REGISTRY[self.index].unregister();
+    }
+}
+
+/// `pthread_atfork` child handler: the forking thread is the child's only thread and is not
+/// inside the fault handler, so a count another thread of the parent held is stale.
+extern "C" fn reset_after_fork() {
+    for slot in &REGISTRY {
+        slot.reset_in_child();
     }
 }
 
@@ -74,25 +85,34 @@ fn install() {
         action.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_ONSTACK | libc::SA_RESTART;
         // SAFETY: sa_mask is a valid sigset_t inside `action`.
         unsafe { libc::sigemptyset(&mut action.sa_mask) };
+        // SAFETY: a child handler with no preconditions; registering it cannot break anything
+        // (on failure a fork during a fault could leave a count that makes the child's
+        // unregistration wait, nothing worse).
+        unsafe { libc::pthread_atfork(None, None, Some(reset_after_fork)) };
         // SAFETY: installing a handler with a valid action struct.
         unsafe { libc::sigaction(libc::SIGSEGV, &action, std::ptr::null_mut()) };
     });
 }
 
 extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // The handler's system calls (mmap, openat, close) may set errno; the interrupted code must
+    // find it as it left it.
+    let errno = nix::errno::Errno::last_raw();
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
     let addr = unsafe { (*info).si_addr() } as usize;
-    for slot in &REGISTRY {
-        // Acquire: pairs with the Release in `register`.
-        let map = slot.load(Ordering::Acquire);
-        // SAFETY: a registered LazyMap lives in its HeapMem until the Registration is dropped,
-        // which happens before the heap is unmapped.
-        if !map.is_null() && unsafe { (*map).handle_fault(addr) } {
-            return;
-        }
+    let handled = REGISTRY.iter().filter(|slot| slot.looks_registered()).any(|slot| {
+        let guard = slot.enter();
+        // SAFETY: the guard keeps the registration's LazyMap alive: its dropper waits for the
+        // guard before the heap is unmapped and the map freed (protocol::registry).
+        guard.get().is_some_and(|map| unsafe { (*map).handle_fault(addr) })
+    });
+    if !handled {
+        // Every guard is dropped by now: a previous handler that never returns (longjmp) or
+        // kills the process leaves no count behind.
+        // SAFETY: forwarding the kernel's own arguments.
+        unsafe { chain(sig, info, ctx) };
     }
-    // SAFETY: forwarding the kernel's own arguments.
-    unsafe { chain(sig, info, ctx) };
+    nix::errno::Errno::set_raw(errno);
 }
 
 /// Hands a fault that is not ours to the previous handler, or restores the default action so

@@ -159,7 +159,19 @@ fn aligned_allocations_are_aligned_without_padding() {
             t.free(p).unwrap();
         }
     }
-    assert_eq!(t.alloc_aligned(8, 1 << 31), Err(AllocError::BadAlignment(1 << 31)));
+    assert_clean(&heap);
+}
+
+#[test]
+fn an_alignment_above_one_gib_is_refused_naming_the_limit() {
+    let heap = small_heap();
+    let t = heap.attach().unwrap();
+    let e = t.alloc_aligned(8, 1 << 31).unwrap_err();
+    assert_eq!(e, AllocError::AlignmentTooLarge { align: 1 << 31, max: 1 << 30 });
+    assert_eq!(cxlalloc::MAX_ALIGN, 1 << 30);
+    let msg = e.to_string();
+    assert!(msg.contains("1 GiB") && !msg.contains("power of two"), "{msg}");
+    assert_eq!(cxlalloc::ErrorCode::from(&e), cxlalloc::ErrorCode::InvalidArgument);
     assert_clean(&heap);
 }
 

@@ -339,9 +339,34 @@ fn double_free_interior_free_and_freed_addresses_are_refused() {
     assert_eq!(t.free(interior), Err(FreeError::InteriorPointer));
     assert_eq!(t.usable_size(interior), Err(FreeError::InteriorPointer));
     t.free(p).unwrap();
-    assert_eq!(t.free(p), Err(FreeError::NotAllocated), "reclaimed at once: no block there any more");
+    assert_eq!(t.free(p), Err(FreeError::DoubleFree), "reclaimed at once, yet known as freed here");
     let beyond = at(&heap, offset(&heap, p) + 64 * MIB as u64).unwrap();
     assert_eq!(t.free(beyond), Err(FreeError::NotAllocated));
+    assert_clean(&heap);
+}
+
+#[test]
+fn a_huge_double_free_by_another_thread_after_reclaim_is_a_double_free() {
+    let _serial = serial();
+    let name = HeapName::new("huge-double");
+    let (heap, t) = create(&name, &small_config());
+    let p = t.alloc(2 * MIB).unwrap();
+    let q = t.alloc(2 * MIB).unwrap();
+    t.free(p).unwrap();
+    let addr = p.as_ptr() as usize;
+    let h = heap.clone();
+    // Another thread (its own slot) frees the block that the owner already reclaimed.
+    let again = std::thread::spawn(move || {
+        let u = h.attach().unwrap();
+        u.free(NonNull::new(addr as *mut u8).unwrap())
+    })
+    .join()
+    .unwrap();
+    assert_eq!(again, Err(FreeError::DoubleFree));
+    // A page-aligned address in the huge span that no block ever started at stays NotAllocated.
+    let never = at(&heap, offset(&heap, q) + 256 * MIB as u64).unwrap();
+    assert_eq!(t.free(never), Err(FreeError::NotAllocated));
+    t.free(q).unwrap();
     assert_clean(&heap);
 }
 
@@ -377,7 +402,7 @@ fn aligned_allocations_beyond_the_slab_size_come_from_the_huge_heap() {
         assert_eq!(p.as_ptr() as usize % align, 0, "alignment {align}");
         t.free(p).unwrap();
     }
-    assert_eq!(t.alloc_aligned(4096, 2 * GIB), Err(AllocError::BadAlignment(2 * GIB)));
+    assert_eq!(t.alloc_aligned(4096, 2 * GIB), Err(AllocError::AlignmentTooLarge { align: 2 * GIB, max: GIB }));
     assert_clean(&heap);
 }
 

@@ -1,7 +1,7 @@
 //! `loom` models of the lock-free protocols in `cxlalloc::protocol` (docs/design.md §4, §5, §13).
 //!
 //! Every model drives the *real* protocol functions (`global_list`, `length`, `remote`, `lease`,
-//! `cached_word`, `hazard`, `detectable`), which `cxlalloc::sync` compiles against loom's atomics under `--cfg loom`. The
+//! `cached_word`, `hazard`, `detectable`, `registry`), which `cxlalloc::sync` compiles against loom's atomics under `--cfg loom`. The
 //! SWcc parts the protocols take as closures (list links, owner fields, bitset counts) are
 //! modelled here with loom atomics, or with `loom::cell::UnsafeCell` where the design says
 //! "written only by the owner": loom then also reports any access to that data which the
@@ -42,13 +42,17 @@
 //! | detectable_relaxed_word_read_is_caught (−)     | 4   | 3     | fails      | 0.2 s  |
 //! | detectable_recovery_redoes_a_remote_free_exactly_once | 3 | none | 11,532 | 0.6 s |
 //! | detectable_without_help_redoes_twice_is_caught (−) | 3 | none | fails     | <0.1 s |
+//! | registry_close_waits_for_a_nested_handler    | 2   | none  | 511        | 0.06 s |
+//! | registry_close_waits_for_two_handlers         | 3   | 3     | 5,330      | 1.3 s  |
+//! | registry_close_without_waiting_is_caught (−)  | 2   | none  | fails      | <0.1 s |
 //!
 //! Costlier settings measured and not taken: global_list_three_threads unbounded > 600 s;
 //! length unbounded 5,295,890 executions / 199 s; remote_three_blocks unbounded 1,678,988 / 67 s;
 //! lease bound 5 1,553,365 / 63 s, unbounded > 300 s; cached_word with two readers > 120 s;
 //! detectable_cas_answers_truthfully_under_helpers bound 4 539,863 / 33 s, bound 5 2,944,174 /
 //! 161 s; the redo model with a second live thread bound 3 166,602 / 13 s, bound 4 1,427,732 /
-//! 112 s, unbounded > 300 s (one live thread making three frees instead: exhaustive, above).
+//! 112 s, unbounded > 300 s (one live thread making three frees instead: exhaustive, above);
+//! registry_close_waits_for_two_handlers bound 4 42,125 / 9.9 s, bound 5 236,130 / 45 s.
 //!
 //! (−) = negative control: a deliberately broken variant the model must reject
 //! (`#[should_panic]`), showing that the models can fail.
@@ -62,6 +66,7 @@ use std::sync::atomic::{AtomicU32 as StdAtomicU32, AtomicUsize as StdAtomicUsize
 use std::sync::{Arc as StdArc, Mutex as StdMutex};
 use std::time::Instant;
 
+use cxlalloc::internal::protocol::registry::Slot;
 use cxlalloc::internal::protocol::{cached_word, detectable, global_list, lease, length, remote};
 use cxlalloc::internal::word::{Holder, Tag, Tagged};
 use loom::cell::UnsafeCell;
@@ -1447,4 +1452,82 @@ fn detectable_relaxed_word_read_is_caught() {
     check("detectable_relaxed_word_read_is_caught", Some(3), || {
         detectable_model(&Seen::default(), Detection { took_effect: broken, ..DETECTION }, false)
     });
+}
+
+// ------------------------------------------------------------------------------------------------
+// (h) Fault-handler registry (§6): a handler never reads a heap's map after it is freed
+// ------------------------------------------------------------------------------------------------
+
+/// What a registry slot names: a heap's fault-time map, here one word. The closing thread
+/// "frees" it by overwriting it through the cell, so loom reports any handler read that the
+/// protocol does not order before the free.
+type Map = UnsafeCell<u64>;
+
+/// Handler threads race with a thread that closes the heap: it unregisters with `unregister`,
+/// then frees the map. The first handler takes a nested fault inside its guard (as
+/// `SA_NODEFER` allows); `plain` more handlers take one fault each. Every handler either skips
+/// the slot or reads the map while it is still intact.
+fn registry_model(seen: &Seen, unregister: fn(&Slot<Map>), plain: usize) {
+    let map = Arc::new(UnsafeCell::new(1u64));
+    let slot = Arc::new(Slot::<Map>::new());
+    assert!(slot.register(Arc::as_ptr(&map).cast_mut()));
+    let handler = |nested: bool| {
+        let (slot, seen) = (slot.clone(), seen.clone());
+        thread::spawn(move || {
+            // SAFETY (both reads): the guard keeps the map alive, the property under test; loom
+            // checks each read against the closer's write.
+            let read = |p: *mut Map| unsafe { &*p }.with(|v| unsafe { *v });
+            let outer = slot.enter();
+            let got = outer.get().map(|p| {
+                if nested {
+                    let inner = slot.enter();
+                    if let Some(q) = inner.get() {
+                        assert_eq!(read(q), 1, "a nested handler read a freed map");
+                    }
+                }
+                read(p)
+            });
+            drop(outer);
+            match got {
+                Some(v) => {
+                    assert_eq!(v, 1, "a handler read a freed map");
+                    seen.mark("handler used the map");
+                }
+                None => seen.mark("handler skipped the slot"),
+            }
+        })
+    };
+    let handlers: Vec<_> = std::iter::once(true).chain(std::iter::repeat_n(false, plain)).map(handler).collect();
+    unregister(&slot);
+    // The free: after unregistering, nothing may read the map any more.
+    map.with_mut(|v| unsafe { *v = 0 });
+    seen.mark("closed");
+    for h in handlers {
+        h.join().unwrap();
+    }
+}
+
+#[test]
+fn registry_close_waits_for_a_nested_handler() {
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("registry_close_waits_for_a_nested_handler", None, move || registry_model(&s, Slot::unregister, 0));
+    seen.require(&["handler used the map", "handler skipped the slot", "closed"]);
+}
+
+#[test]
+fn registry_close_waits_for_two_handlers() {
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("registry_close_waits_for_two_handlers", Some(3), move || registry_model(&s, Slot::unregister, 1));
+    seen.require(&["handler used the map", "handler skipped the slot", "closed"]);
+}
+
+/// Negative control: a closer that empties the slot but frees the map without waiting for the
+/// handlers inside it (the registry before issue 15): a handler that loaded the pointer just
+/// before reads freed memory.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn registry_close_without_waiting_is_caught() {
+    check("registry_close_without_waiting_is_caught", None, || registry_model(&Seen::default(), Slot::clear, 0));
 }

@@ -33,6 +33,7 @@ const CURATED: &[&str] = &[
     "OffsetError",
     "ReallocError",
     "ErrorCode",
+    "MAX_ALIGN",
     // Reports, and what their fields and methods expose.
     "Report",
     "Stats",

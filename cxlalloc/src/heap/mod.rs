@@ -20,20 +20,25 @@ use crate::signal::{self, Registration, MAX_HEAPS};
 use crate::sync::{AtomicU64, Ordering};
 
 mod thread;
-pub use thread::{ReallocError, ThreadHandle};
+pub use thread::{ReallocError, ThreadHandle, MAX_ALIGN};
 
 #[derive(Debug)]
 struct HeapInner {
-    // Declared first so it drops first: the signal handler must stop using the heap's
-    // LazyMap before the mapping goes away.
-    _registration: Option<Registration>,
+    /// The fault handler's entry for this heap, dropped first of all (see `Drop`).
+    registration: Option<Registration>,
     mem: HeapMem,
 }
 
 impl Drop for HeapInner {
-    /// Gives up this process's huge mappings and hazards, then reclaims what that made
-    /// reclaimable in slots nobody holds. (Every thread handle is gone: each holds a clone.)
+    /// Unregisters from the fault handler, then gives up this process's huge mappings and
+    /// hazards and reclaims what that made reclaimable in slots nobody holds. (Every thread
+    /// handle is gone: each holds a clone.)
     fn drop(&mut self) {
+        // First: dropping the registration waits until no handler on any thread uses the
+        // heap's LazyMap, so none maps a huge block (or leases a hazard set) after the huge
+        // span is unmapped and the sets given back below, nor maps anything after the
+        // reservation is released when `mem` drops.
+        drop(self.registration.take());
         let Some(view) = self.mem.huge().copied() else { return };
         if !view.in_own_process() {
             return;
@@ -68,11 +73,11 @@ fn random_secret() -> u64 {
 
 impl Heap {
     fn from_mem(mem: HeapMem) -> Result<Self, OpenError> {
-        let mut inner = Arc::new(HeapInner { _registration: None, mem });
+        let mut inner = Arc::new(HeapInner { registration: None, mem });
         if let Some(lazy) = inner.mem.lazy() {
             let registration = signal::register(lazy).ok_or(OpenError::TooManyHeaps(MAX_HEAPS))?;
             match Arc::get_mut(&mut inner) {
-                Some(i) => i._registration = Some(registration),
+                Some(i) => i.registration = Some(registration),
                 None => return Err(OpenError::TooManyHeaps(MAX_HEAPS)),
             }
         }

@@ -54,6 +54,10 @@ impl std::fmt::Debug for ThreadHandle {
     }
 }
 
+/// The largest alignment [`ThreadHandle::alloc_aligned`] serves: one huge slot (1 GiB), the
+/// unit the huge heap claims address space in (docs/design.md §7).
+pub const MAX_ALIGN: usize = crate::layout::HUGE_SLOT;
+
 /// Why `realloc` failed; the original block is untouched in every case.
 #[derive(Debug, thiserror::Error, PartialEq, Eq, Clone, Copy)]
 pub enum ReallocError {
@@ -198,6 +202,10 @@ impl ThreadHandle {
     /// that the application's structure owns. If the process dies at any point, recovery of
     /// this slot either completes the store or leaves the block free: the block is never lost.
     ///
+    /// `dest` is checked before it is read or written ([`AllocError::BadDestination`]): it
+    /// must be a root, a word of a slab below the heap's length, or a word inside a live huge
+    /// block. The block holding it must stay allocated until this returns.
+    ///
     /// Until this returns, `dest` belongs to this thread: recovery may write it, so another
     /// thread must not take the offset out of it before then.
     pub fn alloc_into(&self, size: usize, dest: &AtomicU64) -> Result<NonNull<u8>, AllocError> {
@@ -230,8 +238,9 @@ impl ThreadHandle {
 
     /// Detectable free (docs/design.md §8.4): clears `dest`, which must hold the heap offset of an
     /// allocated block, then frees the block. If the process dies at any point, recovery of
-    /// this slot finishes both. The block is validated before `dest` is touched: bad input
-    /// changes nothing.
+    /// this slot finishes both. `dest` (checked as for [`ThreadHandle::alloc_into`], else
+    /// [`FreeError::ForeignPointer`]) and the block are validated before `dest` is touched: bad
+    /// input changes nothing.
     pub fn free_from(&self, dest: &AtomicU64) -> Result<(), FreeError> {
         let ops = self.ops();
         let mem = self.heap.mem();
@@ -315,11 +324,16 @@ impl ThreadHandle {
         self.alloc_zeroed(count.checked_mul(size).ok_or(AllocError::Overflow)?)
     }
 
-    /// Allocates `size` bytes aligned to `align` (a power of two). Alignments up to the slab size
-    /// come from a class whose every block is aligned; nothing is padded.
+    /// Allocates `size` bytes aligned to `align` (a power of two, at most [`MAX_ALIGN`]: else
+    /// [`AllocError::BadAlignment`] or [`AllocError::AlignmentTooLarge`]). Alignments up to the
+    /// slab size come from a class whose every block is aligned; nothing is padded. Larger ones
+    /// come from the huge heap.
     pub fn alloc_aligned(&self, size: usize, align: usize) -> Result<NonNull<u8>, AllocError> {
         if !align.is_power_of_two() {
             return Err(AllocError::BadAlignment(align));
+        }
+        if align > MAX_ALIGN {
+            return Err(AllocError::AlignmentTooLarge { align, max: MAX_ALIGN });
         }
         if size == 0 {
             return Err(AllocError::ZeroSize);

@@ -107,7 +107,7 @@ impl HugeThread<'_> {
         let page = self.view.page as u64;
         let len = (size as u64).checked_next_multiple_of(page).ok_or(AllocError::Overflow)?;
         if align > HUGE_SLOT {
-            return Err(AllocError::BadAlignment(align));
+            return Err(AllocError::AlignmentTooLarge { align, max: HUGE_SLOT });
         }
         let align = (align as u64).max(page);
         self.maintain(space);
@@ -278,16 +278,32 @@ impl HugeThread<'_> {
 
     /// Frees the huge block at heap offset `off`. The owner (a thread of the slot that
     /// allocated it) then reclaims what it can at once.
+    ///
+    /// A second free is [`FreeError::DoubleFree`] while the block's descriptor says Freed, and
+    /// after its owner reclaimed it when the first free was made through this heap instance
+    /// (one of its last [`crate::mem::RECENT_HUGE_FREES`] huge frees); otherwise nothing
+    /// records the block any more and it is [`FreeError::NotAllocated`].
     pub(crate) fn free(&self, space: Option<&mut FreeRanges>, off: u64) -> Result<(), FreeError> {
         let view = self.view;
         if !view.in_own_process() {
             return Err(FreeError::ForeignProcess);
         }
-        let owner = view.owner_of(off).ok_or(FreeError::NotAllocated)?;
-        let b = view.find_in(owner, off).ok_or(FreeError::NotAllocated)?;
+        // No descriptor covers `off`: the block was never allocated, or it was freed and its
+        // owner has reclaimed it already (at once, when the owner freed it). The second is
+        // known when this process made the first free.
+        let missing = || {
+            if self.mem().huge_freed_recently(off) {
+                FreeError::DoubleFree
+            } else {
+                FreeError::NotAllocated
+            }
+        };
+        let owner = view.owner_of(off).ok_or_else(missing)?;
+        let b = view.find_in(owner, off).ok_or_else(missing)?;
         if b.offset != off {
             return Err(FreeError::InteriorPointer);
         }
+        // Freed but not reclaimed yet: the descriptor itself says so.
         if b.state != Some(HugeState::Live) {
             return Err(FreeError::DoubleFree);
         }
@@ -303,6 +319,7 @@ impl HugeThread<'_> {
         if !freed {
             return Err(FreeError::DoubleFree);
         }
+        self.mem().note_huge_freed(off);
         if let Some(space) = space.filter(|_| owner == self.t.slot) {
             self.maintain(space);
         }

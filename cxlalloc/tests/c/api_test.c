@@ -275,6 +275,8 @@ static void test_aligned_alloc(cxl_thread_t* t) {
     CHECK(p != NULL && ((uintptr_t)p & (((size_t)1 << 30) - 1)) == 0);
     CHECK(cxl_free(t, p) == CXL_OK);
     CHECK_ERR(cxl_aligned_alloc(t, (size_t)1 << 31, 64), CXL_EINVAL, EINVAL);
+    CHECK(strstr(cxl_last_error_message(), "1 GiB") != NULL);
+    CHECK(strstr(cxl_last_error_message(), "power of two") == NULL);
 
     /* Small alignments, and the largest: one whole 512 KiB slab. */
     size_t more[] = {1, 2, 4, 8, 131072, 262144, 524288};
@@ -302,6 +304,12 @@ static void test_bad_frees(cxl_thread_t* t) {
     CHECK(cxl_free(t, a) == CXL_EDOUBLE_FREE);
     CHECK(cxl_last_error() == CXL_EDOUBLE_FREE);
     CHECK(errno == EINVAL);
+
+    /* A huge block too, although its owner (this thread) reclaimed it at the first free. */
+    void* h = cxl_malloc(t, (size_t)2 << 20);
+    CHECK(h != NULL);
+    CHECK(cxl_free(t, h) == CXL_OK);
+    CHECK(cxl_free(t, h) == CXL_EDOUBLE_FREE);
 
     /* Interior pointer: refused, the block stays allocated. */
     char* b = (char*)cxl_malloc(t, 64);
@@ -342,6 +350,30 @@ static void test_detectable(cxl_heap_t* heap, cxl_thread_t* t) {
     CHECK(on_stack == 7);
     CHECK(cxl_free_from(t, &on_stack) == CXL_EFOREIGN_POINTER && on_stack == 7);
     CHECK_ERR(cxl_malloc_into(t, 200, (uint64_t*)((char*)&table[2] + 1)), CXL_EINVAL, EINVAL);
+    CHECK(cxl_free_from(t, (uint64_t*)((char*)&table[2] + 1)) == CXL_EFOREIGN_POINTER);
+
+    /* Words the heap's span holds but this process cannot touch are refused the same way, not
+     * a SIGSEGV: beyond the heap's length (128 MiB into the 256 MiB small span), in the huge span
+     * where no block lies, and in a freed huge block. */
+    uint64_t* beyond = (uint64_t*)((char*)table + ((size_t)128 << 20));
+    uint64_t* huge = (uint64_t*)cxl_malloc(t, (size_t)4 << 20);
+    CHECK(huge != NULL);
+    uint64_t* no_block = (uint64_t*)((char*)huge + ((size_t)64 << 20));
+    uint64_t* freed = (uint64_t*)cxl_malloc(t, (size_t)4 << 20);
+    CHECK(freed != NULL);
+    CHECK(cxl_free(t, freed) == CXL_OK);
+    uint64_t* unusable[] = {beyond, no_block, freed + 1};
+    for (size_t i = 0; i < sizeof unusable / sizeof unusable[0]; i++) {
+        CHECK_ERR(cxl_malloc_into(t, 200, unusable[i]), CXL_EINVAL, EINVAL);
+        CHECK_ERR(cxl_malloc_into(t, (size_t)2 << 20, unusable[i]), CXL_EINVAL, EINVAL);
+        CHECK(cxl_free_from(t, unusable[i]) == CXL_EFOREIGN_POINTER);
+    }
+    /* A word inside a live huge block is a valid destination. */
+    huge[3] = 0;
+    void* q = cxl_malloc_into(t, 200, &huge[3]);
+    CHECK(q != NULL && huge[3] == cxl_offset_of(heap, q));
+    CHECK(cxl_free_from(t, &huge[3]) == CXL_OK && huge[3] == 0);
+    CHECK(cxl_free(t, huge) == CXL_OK);
 
     /* Nothing to adopt: slot out of range, and a slot held by a live thread. */
     CHECK_ERR(cxl_thread_adopt(heap, 1u << 20), CXL_EINVAL, EINVAL);
