@@ -129,8 +129,10 @@ fn run(coherence: Coherence, scenario: &str) -> Result<usize> {
         "remote_free" => {
             // Every block of SCATTER_SLABS slabs, slab after slab; freed depth-first.
             alloc_n(&a, 512, SCATTER_SLABS * 64, &mut blocks)?;
-            let order: Vec<NonNull<u8>> =
-                (0..SCATTER_DEPTH).flat_map(|j| (0..SCATTER_SLABS).map(move |s| s * 64 + j)).map(|i| blocks[i]).collect();
+            let order: Vec<NonNull<u8>> = (0..SCATTER_DEPTH)
+                .flat_map(|j| (0..SCATTER_SLABS).map(move |s| s * 64 + j))
+                .map(|i| blocks[i])
+                .collect();
             measure_remote_free(&b, &order)
         }
         "refill" => {
