@@ -46,6 +46,7 @@ sysdep_files() {
     python3-venv) echo "/usr/lib/python3*/ensurepip/__init__.py /usr/share/python-wheels/pip-*.whl" ;;
     libpython3) echo "/usr/lib/*/$(sysdep_package libpython3).so.1.0" ;;
     nix-bin) echo "/usr/bin/nix-instantiate" ;;
+    valgrind) echo "/usr/bin/valgrind /usr/libexec/valgrind/callgrind-*-linux" ;;
     *)
       echo "setup: no files known for system dependency '$1'" >&2
       return 1

@@ -30,6 +30,7 @@ declare -A STEP_DEPS=(
   [test-validate]="build-essential"
   [crash-points]="build-essential"
   [noncoherent]="build-essential"
+  [icount]="build-essential valgrind"
   [mcas-device]="build-essential libclang-dev"
   [loom]="build-essential"
   [miri]="build-essential"
@@ -92,6 +93,10 @@ step test cargo test --workspace --no-fail-fast
 step test-validate cargo test -p cxlalloc --features validate
 step crash-points cargo test -p cxlalloc --features crash-points --test crash_points
 step noncoherent cargo test -p cxlalloc --features noncoherent-sim --test noncoherent
+# Instruction counts of the fast paths (local alloc/free, remote free, batched remote free,
+# refill) in every coherence model under callgrind, against script/icount.baseline: fails when
+# one grows more than 5 % (about a minute).
+step icount script/icount.sh
 # bindgen loads libclang to generate the userfaultfd crate's bindings (STEP_DEPS installs it).
 step mcas-device sh -c 'cargo clippy -p cxlalloc --all-targets --features mcas-standin -- -D warnings &&
   cargo test -p cxlalloc --features mcas-standin --lib --test mcas_device'

@@ -108,6 +108,16 @@ impl McasClient {
         Ok(())
     }
 
+    /// Rings for the answer to request `seq` and waits for it. Out of line so that instruction
+    /// counts can leave out the wait, whose length depends on how the device is scheduled
+    /// (`script/icount.sh`).
+    #[inline(never)]
+    fn answer_wait(w: &Window, slot: u32, seq: u64) -> Result<(), McasError> {
+        // A software device that went idle sleeps until a doorbell wakes it.
+        w.wake_server();
+        Self::wait_done(w, slot, seq)
+    }
+
     /// One weak CAS of target word `target` from `expected` to `new`.
     pub fn compare_exchange_weak(&mut self, target: u64, expected: u64, new: u64) -> Result<Answer, McasError> {
         let w = match &self.link {
@@ -129,9 +139,7 @@ impl McasClient {
         // Release: the request's fields are visible to the server that sees the doorbell.
         w.spwr(self.slot, spwr::SEQ).store(seq, Ordering::Release);
         self.seq = seq;
-        // A software device that went idle sleeps until a doorbell wakes it.
-        w.wake_server();
-        Self::wait_done(w, self.slot, seq)?;
+        Self::answer_wait(w, self.slot, seq)?;
         let error = w.sprd(self.slot, sprd::ERROR).load(Ordering::Relaxed);
         if error != 0 {
             return Err(McasError::Device(error));

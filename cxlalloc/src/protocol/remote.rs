@@ -61,7 +61,9 @@ pub fn count(word: &(impl HwWord + ?Sized)) -> u32 {
     Tagged::unpack(word.load(Ordering::Acquire)).payload
 }
 
-/// Subtracts one remote free.
+/// Subtracts one remote free. Always inlined, as [`subtract`]: the remote free's only CAS, where
+/// a call would build the word's handle and the help closure in memory (36 instructions).
+#[inline(always)]
 pub fn decrement(word: &(impl HwWord + ?Sized), tag: Tag, help: impl Fn(u64)) -> Result<Decrement, Underflow> {
     subtract(word, 1, tag, help)
 }
@@ -71,6 +73,7 @@ pub fn decrement(word: &(impl HwWord + ?Sized), tag: Tag, help: impl Fn(u64)) ->
 /// when this takes the counter to 0; `Underflow` (and no change) when the counter is below `k`.
 /// `help(seen)` runs before each CAS attempt with the word about to be overwritten
 /// ([`crate::protocol::detectable::help`]).
+#[inline(always)]
 pub fn subtract(word: &(impl HwWord + ?Sized), k: u32, tag: Tag, help: impl Fn(u64)) -> Result<Decrement, Underflow> {
     let mut cur = word.load(Ordering::Acquire);
     loop {
