@@ -170,8 +170,14 @@ fn worker(heap: &Heap, process: usize, me: usize, until: Instant) -> Result<u64,
 fn process(name: &str, process: usize, until: Instant) -> Result<(), String> {
     let heap = Heap::open(name).ctx("open")?;
     let results: Vec<Result<u64, String>> = std::thread::scope(|s| {
-        let threads: Vec<_> =
-            (0..THREADS).map(|me| s.spawn({ let heap = &heap; move || worker(heap, process, me, until) })).collect();
+        let threads: Vec<_> = (0..THREADS)
+            .map(|me| {
+                s.spawn({
+                    let heap = &heap;
+                    move || worker(heap, process, me, until)
+                })
+            })
+            .collect();
         threads.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("worker panicked".into()))).collect()
     });
     let mut rounds = 0;
@@ -198,9 +204,8 @@ fn sixteen_threads_of_two_processes_churning_and_reading_huge_blocks_see_only_ri
     }
     let secs = run_secs();
     let until = Instant::now() + Duration::from_secs(secs);
-    let mut children: Vec<_> = (0..PROCESSES)
-        .map(|p| fork_child(&format!("process {p}"), || process(name.as_str(), p, until)))
-        .collect();
+    let mut children: Vec<_> =
+        (0..PROCESSES).map(|p| fork_child(&format!("process {p}"), || process(name.as_str(), p, until))).collect();
     for c in &mut children {
         match c.wait(Duration::from_secs(secs + 30)) {
             nix::sys::wait::WaitStatus::Exited(_, 0) => {}

@@ -4,8 +4,8 @@
 //! A hazard set is a slice of entry pairs `[key, pages]`: `key` a packed
 //! [`crate::word::HazardKey`] (0 = empty), `pages` the mapped length in pages, which the
 //! publishing process needs to unmap the range later without reading the (possibly reclaimed)
-//! descriptor. Entries are never moved or swap-removed, so a concurrent scanner cannot miss one
-//! by looking at the wrong index while the set is rearranged.
+//! descriptor, plus two state bits. Entries are never moved or swap-removed, so a concurrent
+//! scanner cannot miss one by looking at the wrong index while the set is rearranged.
 //!
 //! The three rules of the huge heap, and the orderings that make them hold:
 //! 1. **Publish before map**: [`publish`] (a CAS, then a SeqCst fence) precedes the mapping;
@@ -21,23 +21,55 @@
 //! does (the re-read then sees Reclaiming, not Live): never both "not seen". The reclaimer's
 //! own RMW on the status is what makes this hold whoever freed the block. Model-checked in
 //! `tests/loom.rs`, which also shows that dropping either fence breaks it.
+//!
+//! # The mapping protocol of one process (docs/design.md §7.4)
+//!
+//! The entries of the sets a process leased are also that process's table of installed huge
+//! mappings, shared by all its threads (and its fault handler). Each entry moves through
+//! `Empty → Pending → Installed → Dropping → Empty`, the state kept in the `pages` word:
+//! - **Pending** ([`publish`]): the publisher alone owns the entry; it re-reads the block, maps
+//!   it if it is still live, then [`confirm`]s (Installed) — or, if not, [`retract`]s it
+//!   without ever having mapped.
+//! - **Installed** ([`confirm`]): the range holds this block's mapping. Any thread may take it.
+//! - **Dropping** ([`claim`]): exactly one thread won the CAS from Installed; it alone unmaps
+//!   the range and then [`retract`]s the entry.
+//!
+//! **Invariant**: a thread changes the mapping of a block's range only while an entry of that
+//! block is published in its process's sets and owned by that thread (Pending: it maps;
+//! Dropping: it unmaps), or while the block is live (its allocator maps it, its freer unmaps it).
+//! Rule 3 keeps the range from being reused while such an entry exists, and a live block's range
+//! is not reused either, so no mapping change can land on a range that another thread has since
+//! mapped for a different, live block. A thread that unmapped after another had already
+//! retracted the entry (or that retracted an entry it did not own, by index) could: the range
+//! could meanwhile have been reclaimed, reused and mapped for a new block, which the late unmap
+//! then destroys, or whose hazard the stray retract removes. The model in `tests/loom.rs` (two
+//! threads of one process dropping a stale mapping while a third maps the block that reused
+//! the range, its owner in another process) shows both.
 
 use crate::sync::{fence, AtomicU64, Ordering};
+
+/// State bit of the `pages` word: published, not yet mapped and confirmed; owned by its
+/// publisher.
+const PENDING: u64 = 1 << 63;
+/// State bit of the `pages` word: claimed by the one thread that unmaps it.
+const DROPPING: u64 = 1 << 62;
+/// The page count in a `pages` word.
+const PAGES: u64 = DROPPING - 1;
 
 /// Entries of `set` (pairs of words), as `(index, key word, pages word)`.
 fn pairs(set: &[AtomicU64]) -> impl Iterator<Item = (usize, &AtomicU64, &AtomicU64)> {
     set.chunks_exact(2).enumerate().map(|(i, p)| (i, &p[0], &p[1]))
 }
 
-/// Publishes `key` (non-zero) for a mapping of `pages` pages in the first empty entry of `set`;
-/// returns the entry's index, or `None` when the set is full. Async-signal-safe.
+/// Publishes `key` (non-zero) for a mapping of `pages` pages in the first empty entry of `set`,
+/// Pending; returns the entry's index, or `None` when the set is full. The caller then either
+/// maps and [`confirm`]s, or [`retract`]s. Async-signal-safe.
 pub fn publish(set: &[AtomicU64], key: u64, pages: u64) -> Option<usize> {
     debug_assert_ne!(key, 0);
     for (i, k, p) in pairs(set) {
         if k.load(Ordering::Relaxed) == 0 && k.compare_exchange(0, key, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
-            // Relaxed: only this process reads `pages`, after reading `key` in program order
-            // or through the same thread's retract.
-            p.store(pages, Ordering::Relaxed);
+            // Relaxed: only this process reads `pages`, and a Pending entry only its publisher.
+            p.store((pages & PAGES) | PENDING, Ordering::Relaxed);
             // Rule 1: the caller's re-read of the block's status comes after this fence.
             fence(Ordering::SeqCst);
             return Some(i);
@@ -57,7 +89,38 @@ pub fn begin_reclaim(status: &AtomicU64, freed: u64, reclaiming: u64) -> bool {
     won
 }
 
-/// Empties entry `index` of `set` (after its range is unmapped). Async-signal-safe.
+/// Marks the Pending entry `index` of `set` Installed: its publisher has mapped the block.
+/// Async-signal-safe.
+pub fn confirm(set: &[AtomicU64], index: usize) {
+    if let Some(p) = set.get(2 * index + 1) {
+        // Release: the mapping happens before the unmapping of whoever claims the entry.
+        p.store(p.load(Ordering::Relaxed) & PAGES, Ordering::Release);
+    }
+}
+
+/// Takes the Installed entry `index` of `set` if it still holds `key`: one CAS to Dropping, so
+/// one thread at most unmaps its range; that thread then [`retract`]s it. Returns the entry's
+/// page count, or `None` if the entry is empty, Pending, already claimed, or holds another key
+/// now (it was retracted and published again since the caller read it). Async-signal-safe.
+pub fn claim(set: &[AtomicU64], index: usize, key: u64) -> Option<u64> {
+    let (k, p) = (set.get(2 * index)?, set.get(2 * index + 1)?);
+    let pw = p.load(Ordering::Acquire);
+    if pw == 0 || pw & (PENDING | DROPPING) != 0 {
+        return None;
+    }
+    // Acquire: the confirming thread's mapping happens before our unmapping.
+    p.compare_exchange(pw, pw | DROPPING, Ordering::Acquire, Ordering::Relaxed).ok()?;
+    // The key cannot change while we own the entry; it may have changed before our CAS (a
+    // retract and a new publish with the same page count), and then the entry is not ours.
+    if k.load(Ordering::Relaxed) != key {
+        p.store(pw, Ordering::Release);
+        return None;
+    }
+    Some(pw & PAGES)
+}
+
+/// Empties entry `index` of `set` (after its range is unmapped), which the caller owns: it
+/// published it (Pending) or claimed it (Dropping). Async-signal-safe.
 pub fn retract(set: &[AtomicU64], index: usize) {
     if let Some(p) = set.get(2 * index..2 * index + 2) {
         p[1].store(0, Ordering::Relaxed);
@@ -66,11 +129,33 @@ pub fn retract(set: &[AtomicU64], index: usize) {
     }
 }
 
-/// Empties every entry of `set` holding `key`; returns how many there were.
+/// Empties every Installed entry of `set` holding `key`, whose range the caller has unmapped
+/// already (a freer, while the block is still live); returns how many there were. Pending and
+/// Dropping entries are their owners' to retract.
 pub fn retract_key(set: &[AtomicU64], key: u64) -> usize {
     let mut n = 0;
     for (i, k, _) in pairs(set) {
-        if k.load(Ordering::Acquire) == key {
+        if k.load(Ordering::Acquire) == key && claim(set, i, key).is_some() {
+            retract(set, i);
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Drops the Installed entries of `set` whose block `dead` says is no longer live: for each,
+/// the one thread that [`claim`]s it calls `unmap(key, pages)`, then retracts it. Returns how
+/// many this call dropped. Async-signal-safe if `dead` and `unmap` are.
+pub fn drop_stale(set: &[AtomicU64], dead: impl Fn(u64) -> bool, mut unmap: impl FnMut(u64, u64)) -> usize {
+    let mut n = 0;
+    for (i, k, p) in pairs(set) {
+        let key = k.load(Ordering::Acquire);
+        let pw = p.load(Ordering::Relaxed);
+        if key == 0 || pw == 0 || pw & (PENDING | DROPPING) != 0 || !dead(key) {
+            continue;
+        }
+        if let Some(pages) = claim(set, i, key) {
+            unmap(key, pages);
             retract(set, i);
             n += 1;
         }
@@ -84,12 +169,12 @@ pub fn contains(set: &[AtomicU64], key: u64) -> bool {
     pairs(set).any(|(_, k, _)| k.load(Ordering::Acquire) == key)
 }
 
-/// The published entries of `set`, as `(index, key, pages)`; entries still being published
-/// (pages not written yet) are skipped.
+/// The published entries of `set` in any state, as `(index, key, pages)`; entries still being
+/// published (pages not written yet) are skipped.
 pub fn entries(set: &[AtomicU64]) -> impl Iterator<Item = (usize, u64, u64)> + '_ {
     pairs(set).filter_map(|(i, k, p)| {
         let key = k.load(Ordering::Acquire);
-        let pages = p.load(Ordering::Relaxed);
+        let pages = p.load(Ordering::Relaxed) & PAGES;
         (key != 0 && pages != 0).then_some((i, key, pages))
     })
 }
