@@ -11,7 +11,8 @@
 //!   slot): a Freed descriptor that no hazard names loses its backing object, its descriptor and
 //!   its range; huge slots left wholly free are unclaimed.
 //! - **Stale mappings**: each huge operation first drops this process's mappings of blocks that
-//!   are no longer live, so other processes' frees become reclaimable.
+//!   are no longer live, so other processes' frees become reclaimable; each stale entry is
+//!   claimed by one thread, which unmaps before it retracts (docs/design.md §7.4).
 
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;

@@ -31,8 +31,9 @@
 //!   it if it is still live, then [`confirm`]s (Installed) — or, if not, [`retract`]s it
 //!   without ever having mapped.
 //! - **Installed** ([`confirm`]): the range holds this block's mapping. Any thread may take it.
-//! - **Dropping** ([`claim`]): exactly one thread won the CAS from Installed; it alone unmaps
-//!   the range and then [`retract`]s the entry.
+//! - **Dropping** ([`claim`]): exactly one thread won the CAS from Installed. It judges the
+//!   block only now ([`drop_stale`]); if the block is no longer live it alone unmaps the range
+//!   and then [`retract`]s the entry, otherwise it gives the entry back ([`unclaim`]).
 //!
 //! **Invariant**: a thread changes the mapping of a block's range only while an entry of that
 //! block is published in its process's sets and owned by that thread (Pending: it maps;
@@ -99,24 +100,35 @@ pub fn confirm(set: &[AtomicU64], index: usize) {
 }
 
 /// Takes the Installed entry `index` of `set` if it still holds `key`: one CAS to Dropping, so
-/// one thread at most unmaps its range; that thread then [`retract`]s it. Returns the entry's
-/// page count, or `None` if the entry is empty, Pending, already claimed, or holds another key
-/// now (it was retracted and published again since the caller read it). Async-signal-safe.
+/// that one thread at most unmaps its range; that thread then [`retract`]s it, or gives it back
+/// with [`unclaim`]. Returns the entry's page count, or `None` if the entry is empty, Pending,
+/// already claimed, or holds another key now (retracted and published again since the caller
+/// read it). Async-signal-safe.
 pub fn claim(set: &[AtomicU64], index: usize, key: u64) -> Option<u64> {
     let (k, p) = (set.get(2 * index)?, set.get(2 * index + 1)?);
-    let pw = p.load(Ordering::Acquire);
+    let pw = p.load(Ordering::Relaxed);
     if pw == 0 || pw & (PENDING | DROPPING) != 0 {
         return None;
     }
-    // Acquire: the confirming thread's mapping happens before our unmapping.
+    // Acquire: the confirming thread's mapping, and what it saw of the block, happen before
+    // whatever we decide and do with the entry.
     p.compare_exchange(pw, pw | DROPPING, Ordering::Acquire, Ordering::Relaxed).ok()?;
     // The key cannot change while we own the entry; it may have changed before our CAS (a
     // retract and a new publish with the same page count), and then the entry is not ours.
     if k.load(Ordering::Relaxed) != key {
-        p.store(pw, Ordering::Release);
+        unclaim(set, index, pw);
         return None;
     }
     Some(pw & PAGES)
+}
+
+/// Gives back entry `index` of `set`, claimed with `pages` pages, as Installed.
+/// Async-signal-safe.
+pub fn unclaim(set: &[AtomicU64], index: usize, pages: u64) {
+    if let Some(p) = set.get(2 * index + 1) {
+        // Release: pairs with the next claimer's Acquire, as a confirmation does.
+        p.store(pages & PAGES, Ordering::Release);
+    }
 }
 
 /// Empties entry `index` of `set` (after its range is unmapped), which the caller owns: it
@@ -143,21 +155,27 @@ pub fn retract_key(set: &[AtomicU64], key: u64) -> usize {
     n
 }
 
-/// Drops the Installed entries of `set` whose block `dead` says is no longer live: for each,
-/// the one thread that [`claim`]s it calls `unmap(key, pages)`, then retracts it. Returns how
-/// many this call dropped. Async-signal-safe if `dead` and `unmap` are.
+/// Drops the Installed entries of `set` whose block `dead` says is no longer live: each is
+/// claimed first and judged only then, so that the judgement sees the block at least as live
+/// as its publisher saw it when it confirmed (an entry judged before the claim could be a new
+/// one by the time of the claim, with the same key and page count: judged on stale data). The
+/// claimer of a dead block's entry calls `unmap(key, pages)`, then retracts the entry; a live
+/// block's entry is given back. Returns how many this call dropped. Async-signal-safe if `dead`
+/// and `unmap` are.
 pub fn drop_stale(set: &[AtomicU64], dead: impl Fn(u64) -> bool, mut unmap: impl FnMut(u64, u64)) -> usize {
     let mut n = 0;
-    for (i, k, p) in pairs(set) {
-        let key = k.load(Ordering::Acquire);
-        let pw = p.load(Ordering::Relaxed);
-        if key == 0 || pw == 0 || pw & (PENDING | DROPPING) != 0 || !dead(key) {
+    for (i, k, _) in pairs(set) {
+        let key = k.load(Ordering::Relaxed);
+        if key == 0 {
             continue;
         }
-        if let Some(pages) = claim(set, i, key) {
+        let Some(pages) = claim(set, i, key) else { continue };
+        if dead(key) {
             unmap(key, pages);
             retract(set, i);
             n += 1;
+        } else {
+            unclaim(set, i, pages);
         }
     }
     n
@@ -185,5 +203,70 @@ pub fn clear(set: &[AtomicU64]) {
         if k.load(Ordering::Relaxed) != 0 {
             retract(set, i);
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    const KEY: u64 = 0x1_0001;
+    const OTHER: u64 = 0x2_0001;
+
+    fn set() -> Vec<AtomicU64> {
+        (0..4).map(|_| AtomicU64::new(0)).collect()
+    }
+
+    /// Runs [`drop_stale`] with every block dead; returns the keys it unmapped.
+    fn drop_all(set: &[AtomicU64]) -> Vec<u64> {
+        let mut unmapped = Vec::new();
+        drop_stale(set, |_| true, |key, _| unmapped.push(key));
+        unmapped
+    }
+
+    #[test]
+    fn a_pending_entry_is_left_to_its_publisher_even_when_its_block_is_dead() {
+        let set = set();
+        let i = publish(&set, KEY, 3).unwrap();
+        assert_eq!(drop_all(&set), Vec::<u64>::new());
+        assert_eq!(retract_key(&set, KEY), 0);
+        assert!(contains(&set, KEY));
+        confirm(&set, i);
+        assert_eq!(drop_all(&set), vec![KEY]);
+        assert!(!contains(&set, KEY));
+    }
+
+    #[test]
+    fn an_installed_entry_is_claimed_by_one_thread_only() {
+        let set = set();
+        let i = publish(&set, KEY, 3).unwrap();
+        confirm(&set, i);
+        assert_eq!(claim(&set, i, KEY), Some(3));
+        assert_eq!(claim(&set, i, KEY), None);
+        assert_eq!(drop_all(&set), Vec::<u64>::new());
+        assert_eq!(retract_key(&set, KEY), 0);
+        unclaim(&set, i, 3);
+        assert_eq!(claim(&set, i, KEY), Some(3));
+    }
+
+    #[test]
+    fn a_claim_for_a_key_the_entry_no_longer_holds_fails_and_leaves_it_installed() {
+        let set = set();
+        let i = publish(&set, KEY, 3).unwrap();
+        confirm(&set, i);
+        retract(&set, i);
+        assert_eq!(publish(&set, OTHER, 3), Some(i));
+        confirm(&set, i);
+        assert_eq!(claim(&set, i, KEY), None);
+        assert_eq!(claim(&set, i, OTHER), Some(3));
+    }
+
+    #[test]
+    fn a_live_block_entry_is_given_back_installed() {
+        let set = set();
+        let i = publish(&set, KEY, 3).unwrap();
+        confirm(&set, i);
+        assert_eq!(drop_stale(&set, |_| false, |_, _| panic!("unmapped a live block")), 0);
+        assert_eq!(claim(&set, i, KEY), Some(3));
     }
 }
