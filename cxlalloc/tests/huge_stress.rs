@@ -64,7 +64,7 @@ const NOISE_WORDS: usize = 1 << 19;
 /// and compared with `memcpy`/`memcmp` speed even in a debug build.
 fn noise() -> &'static [u64] {
     static NOISE: std::sync::OnceLock<Vec<u64>> = std::sync::OnceLock::new();
-    NOISE.get_or_init(|| (0..NOISE_WORDS as u64).map(|i| pattern(i, 0x6e6f_6973_65)).collect())
+    NOISE.get_or_init(|| (0..NOISE_WORDS as u64).map(|i| pattern(i, 0x006e_6f69_7365)).collect())
 }
 
 /// The words a block of salt `salt` holds from its third word on.
