@@ -45,7 +45,8 @@
 //! could meanwhile have been reclaimed, reused and mapped for a new block, which the late unmap
 //! then destroys, or whose hazard the stray retract removes. The model in `tests/loom.rs` (two
 //! threads of one process dropping a stale mapping while a third maps the block that reused
-//! the range, its owner in another process) shows both.
+//! the range, its owner in another process) checks the protocol, and catches a drop without
+//! the claim and a drop that judges the block before claiming its entry.
 
 use crate::sync::{fence, AtomicU64, Ordering};
 
