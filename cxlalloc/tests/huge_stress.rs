@@ -14,6 +14,7 @@
 //! on a fault the heap does not handle.
 //!
 //! The test runs for [`DEFAULT_SECS`]; `CXLALLOC_SOAK_SECS=N` makes it a soak of `N` seconds.
+//! `CXLALLOC_STRESS_VERBOSE=1` prints the rounds each process finished.
 #![cfg(not(miri))]
 
 mod common;
