@@ -465,10 +465,7 @@ impl HugeView {
         // Rule 1's re-read (protocol::hazard): the block must still be live now that the hazard
         // is visible; otherwise its owner may already have reclaimed it. The same allocation:
         // its `next` link may have changed meanwhile (the owner unlinked a neighbour).
-        let still = self.find_touching(off, touch).block().is_some_and(|now| {
-            (now.desc, now.offset, now.size, now.generation, now.state)
-                == (b.desc, b.offset, b.size, b.generation, b.state)
-        });
+        let still = self.find_touching(off, touch).block().is_some_and(|now| now.same_allocation(&b));
         if still && self.map_named(b.offset, b.size as usize, b.generation).is_ok() {
             self.confirm(entry);
             return true;
