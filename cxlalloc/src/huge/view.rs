@@ -266,7 +266,11 @@ impl HugeView {
     /// its range reused): its mappings are stale. False when the owner's list could not be read
     /// consistently: a stale mapping kept a while longer only delays a reclaim.
     pub fn is_stale(&self, key: HazardKey) -> bool {
-        match self.lookup(key.offset) {
+        self.is_stale_touching(key, &|_| true)
+    }
+
+    fn is_stale_touching(&self, key: HazardKey, touch: Touch<'_>) -> bool {
+        match self.find_touching(key.offset, touch) {
             Lookup::Found(b) => {
                 HazardKey::new(b.offset, b.generation) != key
                     || b.offset != key.offset
@@ -362,7 +366,11 @@ impl HugeView {
     /// thread, which unmaps its range before it retracts it (docs/design.md §7.4). Returns how
     /// many this call dropped. Async-signal-safe.
     pub fn drop_stale(&self) -> usize {
-        let dead = |word: u64| HazardKey::unpack(word).is_some_and(|key| self.is_stale(key));
+        self.drop_stale_touching(&|_| true)
+    }
+
+    fn drop_stale_touching(&self, touch: Touch<'_>) -> usize {
+        let dead = |word: u64| HazardKey::unpack(word).is_some_and(|key| self.is_stale_touching(key, touch));
         let unmap = |word: u64, pages: u64| {
             if let Some(key) = HazardKey::unpack(word) {
                 let _ = self.unmap(key.offset, pages as usize * self.page);
@@ -459,7 +467,14 @@ impl HugeView {
             return false;
         };
         let key = HazardKey::new(b.offset, b.generation);
-        let Ok(entry) = self.publish(key, b.size / self.page as u64) else {
+        let pages = b.size / self.page as u64;
+        // Every set this process could lease is full: drop the stale entries (a process that
+        // only reads never drops them otherwise, as it never allocates) and try once more.
+        let published = self.publish(key, pages).or_else(|_| {
+            self.drop_stale_touching(touch);
+            self.publish(key, pages)
+        });
+        let Ok(entry) = published else {
             return false;
         };
         // Rule 1's re-read (protocol::hazard): the block must still be live now that the hazard
