@@ -490,3 +490,35 @@ fn the_checker_reports_a_backing_object_no_block_names() {
     t.free(p).unwrap();
     assert_clean(&heap);
 }
+
+#[test]
+fn a_process_that_only_reads_thousands_of_freed_blocks_never_runs_out_of_hazards() {
+    let _serial = serial();
+    let name = HeapName::new("huge-read-only");
+    // Four thread slots: four hazard sets of 32 entries for the whole heap.
+    let (heap, t) = create(&name, &Config { thread_slots: 4, ..small_config() });
+    const CYCLES: u64 = 1000;
+    let (to_child, to_parent) = (Pipe::new(), Pipe::new());
+    let mut child = fork_child("reader", || {
+        // It never attaches, so it never allocates: its stale hazards are dropped only when
+        // its fault handler finds every set full.
+        let heap = Heap::open(name.as_str()).ctx("open")?;
+        for i in 0..CYCLES {
+            let off = to_child.recv_u64(CHILD_DEADLINE).ok_or("no block")?;
+            // SAFETY: the parent stamped the block and frees it only after our answer.
+            unsafe { check_stamp(at(&heap, off)?, MIB, off, i)? };
+            to_parent.send_u64(i);
+        }
+        Ok(())
+    });
+    for i in 0..CYCLES {
+        let p = t.alloc(MIB).unwrap();
+        let off = offset(&heap, p);
+        // SAFETY: our fresh block.
+        unsafe { stamp(p, MIB, off, i) };
+        to_child.send_u64(off);
+        assert_eq!(to_parent.recv_u64(CHILD_DEADLINE), Some(i), "the reader died (see its stderr)");
+        t.free(p).unwrap();
+    }
+    child.succeeds();
+}

@@ -35,6 +35,9 @@
 //! | hazard_another_thread_frees_while_a_process_maps | 3 | none  | 2,674      | 0.13 s |
 //! | hazard_publish_without_fence_is_caught (−)     | 2   | none  | fails      | <0.1 s |
 //! | hazard_reclaim_without_fence_is_caught (−)     | 2   | none  | fails      | <0.1 s |
+//! | mapping_two_threads_drop_a_stale_mapping_while_a_third_maps_its_range_anew | 4 | 3 | 37,173 | 3.7 s |
+//! | mapping_drop_without_a_claim_is_caught (−)     | 4   | 3     | fails      | ~8 s   |
+//! | mapping_judging_before_the_claim_is_caught (−) | 4   | 3     | fails      | ~8 s   |
 //! | detectable_cas_answers_truthfully_under_helpers | 4  | 3     | 73,726     | 5.2 s  |
 //! | detectable_help_moving_backwards_is_caught (−) | 4   | 3     | fails      | 0.2 s  |
 //! | detectable_self_help_is_caught (−)             | 4   | 1     | fails      | <0.1 s |
@@ -53,6 +56,7 @@
 //! 161 s; the redo model with a second live thread bound 3 166,602 / 13 s, bound 4 1,427,732 /
 //! 112 s, unbounded > 300 s (one live thread making three frees instead: exhaustive, above);
 //! registry_close_waits_for_two_handlers bound 4 42,125 / 9.9 s, bound 5 236,130 / 45 s.
+//! The mapping model at bound 5: 956,867 executions / 106 s, passing.
 //!
 //! (−) = negative control: a deliberately broken variant the model must reject
 //! (`#[should_panic]`), showing that the models can fail.
@@ -1142,6 +1146,149 @@ fn hazard_reclaim_without_fence_is_caught() {
     check("hazard_reclaim_without_fence_is_caught", None, || {
         hazard_model(&Seen::default(), true, cxlalloc::internal::protocol::hazard::publish, broken)
     });
+}
+
+// ------------------------------------------------------------------------------------------------
+// (f2) One process's huge mappings (docs/design.md §7.4): threads sharing an address space
+// ------------------------------------------------------------------------------------------------
+
+/// The old block (freed by its owner in another process, still mapped here) and the new block
+/// its owner puts on the same range once it has reclaimed the old one.
+const OLD: u64 = 0x1_0001;
+const NEW: u64 = 0x2_0001;
+
+/// One huge range as this process sees it: what is mapped there (`mapping`: 0 = `PROT_NONE`,
+/// else the key of the block whose object is mapped), this process's hazard set (two entries,
+/// the first holding `OLD`, Installed), the two blocks' status words and the root through which
+/// the owner publishes the new block.
+struct Range {
+    mapping: AtomicU64,
+    set: [AtomicU64; 4],
+    old: AtomicU64,
+    new: AtomicU64,
+    root: AtomicU64,
+}
+
+type DropStale = fn(&[AtomicU64], &dyn Fn(u64) -> bool, &mut dyn FnMut(u64, u64));
+
+fn drop_stale_fixed(set: &[AtomicU64], dead: &dyn Fn(u64) -> bool, unmap: &mut dyn FnMut(u64, u64)) {
+    cxlalloc::internal::protocol::hazard::drop_stale(set, dead, unmap);
+}
+
+/// Two threads of this process drop stale mappings while a third reads (and maps on its fault)
+/// the new block, and the owner, elsewhere, reclaims the old block and allocates the new one
+/// on the same range when no hazard names the old one. The reader must find the new block's
+/// mapping in place when it reads, and its hazard still published afterwards.
+fn mapping_model(seen: &Seen, drop_stale: DropStale) {
+    use cxlalloc::internal::protocol::hazard;
+    let r = Arc::new(Range {
+        mapping: AtomicU64::new(OLD),
+        set: [AtomicU64::new(OLD), AtomicU64::new(1), AtomicU64::new(0), AtomicU64::new(0)],
+        old: AtomicU64::new(FREED),
+        new: AtomicU64::new(0),
+        root: AtomicU64::new(0),
+    });
+    let dropper = |r: Arc<Range>| {
+        thread::spawn(move || {
+            let dead = |key: u64| {
+                let status = if key == OLD { &r.old } else { &r.new };
+                status.load(Ordering::Acquire) != LIVE
+            };
+            drop_stale(&r.set, &dead, &mut |_, _| r.mapping.store(0, Ordering::SeqCst));
+        })
+    };
+    let droppers = [dropper(r.clone()), dropper(r.clone())];
+    let reader = {
+        let (r, seen) = (r.clone(), seen.clone());
+        thread::spawn(move || {
+            if r.root.load(Ordering::Acquire) != NEW {
+                return;
+            }
+            let m = r.mapping.load(Ordering::SeqCst);
+            assert_ne!(m, OLD, "read the old block's bytes through a stale mapping");
+            // The fault handler, the first time the reader touches the block.
+            if m != NEW {
+                let Some(i) = hazard::publish(&r.set, NEW, 1) else { return };
+                if r.new.load(Ordering::Acquire) != LIVE {
+                    hazard::retract(&r.set, i);
+                    return;
+                }
+                r.mapping.store(NEW, Ordering::SeqCst);
+                hazard::confirm(&r.set, i);
+            }
+            assert_eq!(r.mapping.load(Ordering::SeqCst), NEW, "a live block's mapping was replaced");
+            seen.mark("read the new block");
+        })
+    };
+    // The owner, in another process: reclaim the old block if no hazard names it, then put the
+    // new one on its range and publish it.
+    if hazard::begin_reclaim(&r.old, FREED, RECLAIMING) {
+        if hazard::contains(&r.set, OLD) {
+            r.old.store(FREED, Ordering::Relaxed);
+            seen.mark("reclaim blocked by the stale mapping");
+        } else {
+            r.old.store(0, Ordering::Relaxed);
+            r.new.store(LIVE, Ordering::Relaxed);
+            r.root.store(NEW, Ordering::Release);
+            seen.mark("reclaimed and reused");
+        }
+    }
+    for d in droppers {
+        d.join().unwrap();
+    }
+    reader.join().unwrap();
+    if r.mapping.load(Ordering::SeqCst) == NEW {
+        assert!(hazard::contains(&r.set, NEW), "the new block is mapped with no hazard naming it");
+    }
+}
+
+#[test]
+fn mapping_two_threads_drop_a_stale_mapping_while_a_third_maps_its_range_anew() {
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("mapping_two_threads_drop_a_stale_mapping_while_a_third_maps_its_range_anew", Some(3), move || {
+        mapping_model(&s, drop_stale_fixed)
+    });
+    seen.require(&["read the new block", "reclaim blocked by the stale mapping", "reclaimed and reused"]);
+}
+
+/// Negative control: the drop of issue 16, every thread unmapping each stale entry it reads and
+/// then retracting it by index, with no claim: a second dropper's late unmap lands on the new
+/// block's mapping (or its retract removes the new block's hazard).
+#[test]
+#[should_panic(expected = "a live block's mapping was replaced")]
+fn mapping_drop_without_a_claim_is_caught() {
+    fn broken(set: &[AtomicU64], dead: &dyn Fn(u64) -> bool, unmap: &mut dyn FnMut(u64, u64)) {
+        for (i, key, pages) in cxlalloc::internal::protocol::hazard::entries(set) {
+            if dead(key) {
+                unmap(key, pages);
+                cxlalloc::internal::protocol::hazard::retract(set, i);
+            }
+        }
+    }
+    check("mapping_drop_without_a_claim_is_caught", Some(3), || mapping_model(&Seen::default(), broken));
+}
+
+/// Negative control: a drop that claims, but judges the block before its claim. The entry it
+/// judged may have been retracted meanwhile and published again, for the new block with the same
+/// page count, which its claim then takes; the judgement, made on a status read that nothing
+/// ordered after the new block's publication, unmaps the live new block.
+#[test]
+#[should_panic(expected = "a live block's mapping was replaced")]
+fn mapping_judging_before_the_claim_is_caught() {
+    fn broken(set: &[AtomicU64], dead: &dyn Fn(u64) -> bool, unmap: &mut dyn FnMut(u64, u64)) {
+        use cxlalloc::internal::protocol::hazard;
+        for i in 0..set.len() / 2 {
+            let key = set[2 * i].load(Ordering::Relaxed);
+            if key != 0 && dead(key) {
+                if let Some(pages) = hazard::claim(set, i, key) {
+                    unmap(key, pages);
+                    hazard::retract(set, i);
+                }
+            }
+        }
+    }
+    check("mapping_judging_before_the_claim_is_caught", Some(3), || mapping_model(&Seen::default(), broken));
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@
 //!   slot): a Freed descriptor that no hazard names loses its backing object, its descriptor and
 //!   its range; huge slots left wholly free are unclaimed.
 //! - **Stale mappings**: each huge operation first drops this process's mappings of blocks that
-//!   are no longer live, so other processes' frees become reclaimable.
+//!   are no longer live, so other processes' frees become reclaimable; each stale entry is
+//!   claimed by one thread, which unmaps before it retracts (docs/design.md §7.4).
 
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
@@ -204,24 +205,25 @@ impl HugeThread<'_> {
         crash_point!(HugeLinked);
         let key = HazardKey::new(at, generation);
         let name = HugeName::new(at, generation);
-        let mapped =
-            view.publish(key, len / view.page as u64).map_err(|_| AllocError::HazardsExhausted).and_then(|()| {
-                let commit = self.mem().header.config().commit_on_grow;
-                let fd = self.mem().backing().huge_create(&name, len as usize, commit).map_err(AllocError::Backing)?;
-                match fd {
-                    Some(fd) => view.map_fd(at, len as usize, fd.as_raw_fd()),
-                    None => view.map_private(at, len as usize),
-                }
-                .map_err(AllocError::Backing)?;
-                if commit {
-                    // The memory is reserved already; entering it in the page tables with one
-                    // call spares the allocating process a fault per page.
-                    let _ = view.populate(at, len as usize);
-                }
-                Ok(())
-            });
+        let entry = view.publish(key, len / view.page as u64).map_err(|_| AllocError::HazardsExhausted);
+        let mapped = entry.and_then(|entry| {
+            let commit = self.mem().header.config().commit_on_grow;
+            let fd = self.mem().backing().huge_create(&name, len as usize, commit).map_err(AllocError::Backing)?;
+            match fd {
+                Some(fd) => view.map_fd(at, len as usize, fd.as_raw_fd()),
+                None => view.map_private(at, len as usize),
+            }
+            .map_err(AllocError::Backing)?;
+            if commit {
+                // The memory is reserved already; entering it in the page tables with one
+                // call spares the allocating process a fault per page.
+                let _ = view.populate(at, len as usize);
+            }
+            Ok(entry)
+        });
         match mapped {
-            Ok(()) => {
+            Ok(entry) => {
+                view.confirm(entry);
                 crash_point!(HugeBacked);
                 if dest != 0 {
                     // The block is whole: from here recovery hands it to `dest` instead of
@@ -234,7 +236,9 @@ impl HugeThread<'_> {
             }
             Err(e) => {
                 let _ = view.unmap(at, len as usize);
-                view.retract(key);
+                if let Ok(entry) = entry {
+                    view.retract_entry(entry);
+                }
                 self.discard(desc, &name);
                 self.t.settle();
                 Err(e)
@@ -390,23 +394,9 @@ pub(crate) fn mark_freed(view: &HugeView, b: &HugeBlock) -> bool {
 }
 
 /// Drops this process's mappings (and hazards) of huge blocks that are no longer live, so
-/// their owners can reclaim them.
+/// their owners can reclaim them ([`HugeView::drop_stale`]).
 pub(crate) fn drop_stale_mappings(view: &HugeView) {
-    for s in view.my_sets() {
-        let set = view.set(s);
-        for (i, word, pages) in hazard::entries(set) {
-            let Some(key) = HazardKey::unpack(word) else { continue };
-            let live = view.find(key.offset).is_some_and(|b| {
-                b.offset == key.offset
-                    && HazardKey::new(b.offset, b.generation) == key
-                    && b.state == Some(HugeState::Live)
-            });
-            if !live {
-                let _ = view.unmap(key.offset, pages as usize * view.page);
-                hazard::retract(set, i);
-            }
-        }
-    }
+    view.drop_stale();
 }
 
 /// Whether any live process holds a hazard on `key` (after [`hazard::begin_reclaim`]). Sets

@@ -24,8 +24,40 @@ pub(crate) type Touch<'a> = &'a dyn Fn(u64) -> bool;
 /// Longest descriptor list a walk follows: a cycle (a corrupt list, or a walk racing with the
 /// owner's unlink) ends there.
 pub(crate) const MAX_WALK: usize = 1 << 16;
-/// Walks retried after the owner changed the list under them before a lookup gives up.
-const MAX_RETRIES: usize = 1 << 10;
+/// Walks retried, spinning, after the owner changed the list under them.
+const SPIN_RETRIES: usize = 1 << 10;
+/// Walks retried after that, yielding the CPU before each (an owner preempted in the middle of
+/// an unlink, with more threads than cores, holds the epoch odd for a whole time slice), before
+/// a lookup gives up as [`Lookup::Unsure`].
+const YIELD_RETRIES: usize = 1 << 14;
+
+/// The answer of a lookup on a descriptor list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// The descriptor that covers the offset.
+    Found(HugeBlock),
+    /// No descriptor covers it.
+    Absent,
+    /// The owner kept changing the list (or died inside a change): no consistent walk.
+    Unsure,
+}
+
+impl Lookup {
+    /// The block found, if any.
+    pub(crate) fn block(self) -> Option<HugeBlock> {
+        match self {
+            Lookup::Found(b) => Some(b),
+            Lookup::Absent | Lookup::Unsure => None,
+        }
+    }
+}
+
+/// Where a hazard entry of this process lies: set and index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Entry {
+    set: u32,
+    index: usize,
+}
 
 /// Where everything of the huge heap lies in this process. Built once at open; `Copy` so the
 /// signal handler's [`crate::mem::LazyMap`] can hold it by value.
@@ -193,14 +225,19 @@ impl HugeView {
     /// The descriptor on `slot`'s list whose allocation contains `off`, read consistently with
     /// the owner's unlinks; `None` if no descriptor covers it. Async-signal-safe.
     pub(crate) fn find_in(&self, slot: u32, off: u64) -> Option<HugeBlock> {
-        self.find_in_touching(slot, off, &|_| true)
+        self.find_in_touching(slot, off, &|_| true).block()
     }
 
-    fn find_in_touching(&self, slot: u32, off: u64, touch: Touch<'_>) -> Option<HugeBlock> {
-        let rec = self.record(slot)?;
+    fn find_in_touching(&self, slot: u32, off: u64, touch: Touch<'_>) -> Lookup {
+        let Some(rec) = self.record(slot) else { return Lookup::Absent };
         // A seqlock reader of the list's epoch: a walk during which the owner unlinked (and
         // freed) a descriptor may have read garbage, so it is retried.
-        for _ in 0..MAX_RETRIES {
+        for attempt in 0..SPIN_RETRIES + YIELD_RETRIES {
+            if attempt >= SPIN_RETRIES {
+                // SAFETY: sched_yield has no preconditions (a system call, async-signal-safe in
+                // effect: it touches no user-space state).
+                unsafe { libc::sched_yield() };
+            }
             let e1 = rec.epoch.load(Ordering::Acquire);
             if e1 % 2 == 0 {
                 let found = self
@@ -210,22 +247,45 @@ impl HugeView {
                 // Acquire: the walk's loads happen before the re-read of the epoch.
                 fence(Ordering::Acquire);
                 if rec.epoch.load(Ordering::Relaxed) == e1 {
-                    return found;
+                    return found.map_or(Lookup::Absent, Lookup::Found);
                 }
             }
             std::hint::spin_loop();
         }
-        None
+        Lookup::Unsure
     }
 
     /// The descriptor of the allocation containing heap offset `off`, found through the claim
     /// array. Async-signal-safe.
     pub(crate) fn find(&self, off: u64) -> Option<HugeBlock> {
+        self.lookup(off).block()
+    }
+
+    /// Like [`HugeView::find`], telling "no such block" from "could not tell".
+    pub(crate) fn lookup(&self, off: u64) -> Lookup {
         self.find_touching(off, &|_| true)
     }
 
-    fn find_touching(&self, off: u64, touch: Touch<'_>) -> Option<HugeBlock> {
-        self.find_in_touching(self.owner_of(off)?, off, touch)
+    fn find_touching(&self, off: u64, touch: Touch<'_>) -> Lookup {
+        match self.owner_of(off) {
+            Some(owner) => self.find_in_touching(owner, off, touch),
+            None => Lookup::Absent,
+        }
+    }
+
+    /// Whether the block named by hazard key `key` is no longer live (freed, reclaimed, or
+    /// its range reused): its mappings are stale. False when the owner's list could not be read
+    /// consistently: a stale mapping kept a while longer only delays a reclaim.
+    fn is_stale_touching(&self, key: HazardKey, touch: Touch<'_>) -> bool {
+        match self.find_touching(key.offset, touch) {
+            Lookup::Found(b) => {
+                HazardKey::new(b.offset, b.generation) != key
+                    || b.offset != key.offset
+                    || b.state != Some(HugeState::Live)
+            }
+            Lookup::Absent => true,
+            Lookup::Unsure => false,
+        }
     }
 
     /// Hazard set `s` (pairs of words).
@@ -266,32 +326,64 @@ impl HugeView {
     }
 
     /// Publishes a hazard for `key` (a mapping of `pages` pages) in one of this instance's
-    /// sets, leasing a new set when they are full. `EAGAIN` when every set is leased and full.
-    /// Async-signal-safe.
-    pub(crate) fn publish(&self, key: HazardKey, pages: u64) -> Result<(), Errno> {
+    /// sets, leasing a new set when they are full: a Pending entry, which the caller alone then
+    /// [`HugeView::confirm`]s once it has mapped the block, or [`HugeView::retract_entry`]s.
+    /// `EAGAIN` when every set is leased and full. Async-signal-safe.
+    pub(crate) fn publish(&self, key: HazardKey, pages: u64) -> Result<Entry, Errno> {
         let word = key.pack();
-        if self.my_sets().any(|s| hazard::publish(self.set(s), word, pages).is_some()) {
-            return Ok(());
+        for set in self.my_sets() {
+            if let Some(index) = hazard::publish(self.set(set), word, pages) {
+                return Ok(Entry { set, index });
+            }
         }
-        for s in 0..self.sets {
-            let l = self.lease(s);
+        for set in 0..self.sets {
+            let l = self.lease(set);
             // The lease, like the entry, precedes publish's fence: a reclaimer that reads the
             // set unleased after its own fence is one whose reclaim this publisher will see.
             if l.load(Ordering::Relaxed) == 0 && lease::try_claim(l, self.holder) {
-                self.mine_word(s).fetch_or(1 << (s % 64), Ordering::Relaxed);
-                if hazard::publish(self.set(s), word, pages).is_some() {
-                    return Ok(());
+                self.mine_word(set).fetch_or(1 << (set % 64), Ordering::Relaxed);
+                if let Some(index) = hazard::publish(self.set(set), word, pages) {
+                    return Ok(Entry { set, index });
                 }
             }
         }
         Err(Errno::EAGAIN)
     }
 
-    /// Retracts every hazard this instance published for `key`. Async-signal-safe.
+    /// Marks the caller's Pending entry Installed: the block is mapped. Async-signal-safe.
+    pub(crate) fn confirm(&self, e: Entry) {
+        hazard::confirm(self.set(e.set), e.index);
+    }
+
+    /// Empties the caller's own entry (Pending, or Dropping after its unmap). Async-signal-safe.
+    pub(crate) fn retract_entry(&self, e: Entry) {
+        hazard::retract(self.set(e.set), e.index);
+    }
+
+    /// Retracts every Installed hazard this instance published for `key`, whose range the
+    /// caller has just unmapped while the block was still live (its freer). Async-signal-safe.
     pub(crate) fn retract(&self, key: HazardKey) {
         for s in self.my_sets() {
             hazard::retract_key(self.set(s), key.pack());
         }
+    }
+
+    /// Drops this process's mappings (and hazards) of huge blocks that are no longer live, so
+    /// their owners can reclaim them: each Installed entry of a stale block is claimed by one
+    /// thread, which unmaps its range before it retracts it (docs/design.md §7.4). Returns how
+    /// many this call dropped. Async-signal-safe.
+    pub(crate) fn drop_stale(&self) -> usize {
+        self.drop_stale_touching(&|_| true)
+    }
+
+    fn drop_stale_touching(&self, touch: Touch<'_>) -> usize {
+        let dead = |word: u64| HazardKey::unpack(word).is_some_and(|key| self.is_stale_touching(key, touch));
+        let unmap = |word: u64, pages: u64| {
+            if let Some(key) = HazardKey::unpack(word) {
+                let _ = self.unmap(key.offset, pages as usize * self.page);
+            }
+        };
+        self.my_sets().map(|s| hazard::drop_stale(self.set(s), dead, unmap)).sum()
     }
 
     /// Empties and gives back every hazard set this instance leased (its mappings are gone).
@@ -378,20 +470,30 @@ impl HugeView {
         if self.slot_of(off).is_none() || !self.in_own_process() {
             return false;
         }
-        let Some(b) = self.find_touching(off, touch).filter(|b| b.state == Some(HugeState::Live)) else {
+        let Some(b) = self.find_touching(off, touch).block().filter(|b| b.state == Some(HugeState::Live)) else {
             return false;
         };
         let key = HazardKey::new(b.offset, b.generation);
-        if self.publish(key, b.size / self.page as u64).is_err() {
+        let pages = b.size / self.page as u64;
+        // Every set this process could lease is full: drop the stale entries (a process that
+        // only reads never drops them otherwise, as it never allocates) and try once more.
+        let published = self.publish(key, pages).or_else(|_| {
+            self.drop_stale_touching(touch);
+            self.publish(key, pages)
+        });
+        let Ok(entry) = published else {
             return false;
-        }
+        };
         // Rule 1's re-read (protocol::hazard): the block must still be live now that the hazard
-        // is visible; otherwise its owner may already have reclaimed it.
-        let still = self.find_touching(off, touch).is_some_and(|now| now == b);
+        // is visible; otherwise its owner may already have reclaimed it. The same allocation:
+        // its `next` link may have changed meanwhile (the owner unlinked a neighbour).
+        let still = self.find_touching(off, touch).block().is_some_and(|now| now.same_allocation(&b));
         if still && self.map_named(b.offset, b.size as usize, b.generation).is_ok() {
+            self.confirm(entry);
             return true;
         }
-        self.retract(key);
+        // Our own entry only: other threads' entries for the block may cover their mappings.
+        self.retract_entry(entry);
         false
     }
 }

@@ -80,4 +80,33 @@ impl HugeBlock {
     pub(crate) fn contains(&self, off: u64) -> bool {
         off.wrapping_sub(self.offset) < self.size
     }
+
+    /// Whether `other` is a snapshot of the same allocation in the same state. The `next` link
+    /// is not part of it: the owner rewrites it whenever it unlinks the block's successor.
+    pub(crate) fn same_allocation(&self, other: &HugeBlock) -> bool {
+        (self.desc, self.offset, self.size, self.generation, self.state)
+            == (other.desc, other.offset, other.size, other.generation, other.state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(next: u64) -> HugeBlock {
+        HugeBlock { desc: 0x40, offset: 1 << 30, size: 1 << 20, generation: 7, state: Some(HugeState::Live), next }
+    }
+
+    #[test]
+    fn a_block_whose_successor_was_unlinked_is_the_same_allocation() {
+        assert!(block(0x80).same_allocation(&block(0xc0)));
+    }
+
+    #[test]
+    fn another_generation_or_state_is_not_the_same_allocation() {
+        let freed = HugeBlock { state: Some(HugeState::Freed), ..block(0x80) };
+        let reused = HugeBlock { generation: 8, ..block(0x80) };
+        assert!(!block(0x80).same_allocation(&freed));
+        assert!(!block(0x80).same_allocation(&reused));
+    }
 }
