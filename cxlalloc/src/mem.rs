@@ -103,8 +103,8 @@ impl LazyMap {
             return false;
         }
         if let Some(h) = self.huge.as_ref().filter(|h| h.span.contains(off)) {
-            // Descriptors are read only after their small chunk is mapped here: a nested fault
-            // would push a second signal frame onto an alternate stack that may not hold two.
+            // Descriptors are read only after their small chunk is mapped here, so serving this
+            // fault never depends on a nested one.
             let small = Bracket::Small as usize;
             let map_descriptor = |desc: u64| {
                 let slab = ((desc as usize - self.data[small].offset) >> self.slab_shift[small]) as u32;

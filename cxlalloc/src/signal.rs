@@ -17,10 +17,14 @@
 //! [`LazyMap`]s, atomic words and huge descriptors, and makes `mmap`/`openat`/`close`/
 //! `sigaction` system calls. It never allocates, locks, formats or panics, and works on threads
 //! that never attached to a heap. It is installed with `SA_NODEFER` so a nested fault inside it
-//! is handled too, and `SA_ONSTACK` so it runs on the alternate stack where one exists (Rust's
-//! stack-overflow detection). That stack may not hold two signal frames (each carries the CPU's
-//! extended state): a nested fault there killed the process in testing. So the huge path never
-//! relies on one: it maps a descriptor's small-heap chunk before it reads the descriptor.
+//! is handled too, and without `SA_ONSTACK`: it runs on the faulting thread's own stack, not on
+//! an alternate signal stack. Serving a huge block can take a deep path (when every hazard set
+//! is full, the handler drops stale entries and retries), and Rust's alternate stacks are a few
+//! KiB: in a debug build that path overflowed one and killed a process that only read huge
+//! blocks (tests/huge.rs, the read-only reader). The price: a thread that overflows its own
+//! stack dies of SIGSEGV without Rust's "has overflowed its stack" message, as the kernel cannot
+//! push a frame for any handler there. The huge path still maps a descriptor's small-heap chunk
+//! before it reads the descriptor, so it never relies on a nested fault.
 
 use std::sync::{Once, OnceLock};
 
@@ -82,7 +86,8 @@ fn install() {
         // SAFETY: a zeroed sigaction is a valid starting value; we fill every field we rely on.
         let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
         action.sa_sigaction = on_fault as *const () as usize;
-        action.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_ONSTACK | libc::SA_RESTART;
+        // No SA_ONSTACK: see the module docs (a small alternate stack cannot hold the huge path).
+        action.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_RESTART;
         // SAFETY: sa_mask is a valid sigset_t inside `action`.
         unsafe { libc::sigemptyset(&mut action.sa_mask) };
         // SAFETY: a child handler with no preconditions; registering it cannot break anything
