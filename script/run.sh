@@ -5,7 +5,7 @@
 # for plot/), builds the harness in release mode, runs every configuration of WORKLOAD
 # (driver -> coordinator -> worker processes, docs/design.md §12), prints the results table, writes
 # one NDJSON line per worker process to results/NAME-DATE.ndjson, draws the figures into
-# results/NAME-DATE/ (PNG and PDF) and prints the headline ratios against the targets.
+# results/NAME-DATE/ (PNG and PDF) and prints the headline: every configuration against its target.
 # Exits non-zero when any run failed (the rest still run and are reported).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -46,7 +46,7 @@ if [ "$have_venv" -eq 1 ]; then
   echo "==> figures"
   PYTHONPATH=plot "$PYTHON" -m cxlplot figures "$out" --out "$figures"
   echo
-  echo "==> headline ratios"
+  echo "==> headline: every configuration against its docs/design.md §15 target, then the geomeans"
   PYTHONPATH=plot "$PYTHON" -m cxlplot compare "$out"
 else
   echo "plots skipped: the Python venv for plot/ could not be set up" >&2

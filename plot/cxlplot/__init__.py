@@ -4,7 +4,8 @@ Modules, each usable on its own:
 
 - `load`    — NDJSON lines -> DataFrames of lines, runs (summed over processes) and configs
               (medians over repeats);
-- `compare` — the headline ratios of docs/design.md §15 next to their targets;
+- `compare` — the headline of docs/design.md §15: every configuration's ratios, then the
+              geometric means, each next to its target;
 - `table`   — a plain-text table with one row per configuration;
 - `figures` — Figures 7, 8, 9, 10 and 12 as PNG and PDF;
 - `vcd`      — a reader for Value Change Dump files from the RTL simulations in fpga/;

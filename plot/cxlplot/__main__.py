@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_fig = sub.add_parser("figures", help="write the paper's figures as PNG and PDF")
     p_fig.add_argument("--out", required=True, help="directory for the figure files")
-    p_cmp = sub.add_parser("compare", help="print the headline ratios next to their targets")
+    p_cmp = sub.add_parser("compare", help="print every configuration's ratios and the geomeans next to their targets")
     p_cmp.add_argument("--json", action="store_true", help="print JSON instead of text")
     sub.add_parser("table", help="print one row per configuration (medians over repeats)")
     for p in (p_fig, p_cmp, sub.choices["table"]):
@@ -51,11 +51,13 @@ def main(argv: list[str] | None = None) -> int:
             for name, reason in skipped.items():
                 print(f"skipped {name}: {reason}")
         elif args.command == "compare":
+            rows = compare.rows(configs)
             ratios = compare.headline(runs, configs)
             if args.json:
-                print(json.dumps({"ratios": [r.to_json() for r in ratios]}, indent=2))
+                print(json.dumps({"rows": [r.to_json() for r in rows],
+                                  "ratios": [r.to_json() for r in ratios]}, indent=2))
             else:
-                print(compare.render(ratios))
+                print(compare.render(rows, ratios))
         else:
             print(table.render(configs))
     except BrokenPipeError:
