@@ -222,6 +222,23 @@ fn a_heap_this_user_may_not_open_is_permission_denied() {
     .succeeds();
 }
 
+#[test]
+fn unlinking_a_heap_this_user_may_not_open_is_permission_denied_not_not_found() {
+    let _serial = serial();
+    if !is_root() {
+        return;
+    }
+    let dir = TempHeapDir::new("unlink-denied", "heap");
+    let _heap = Heap::create_at(&dir.path, &small(0o600)).unwrap();
+    let path = dir.path.clone();
+    as_nobody("unlink a private heap", move || match Heap::unlink_at(&path) {
+        Err(OpenError::PermissionDenied { path: p }) if p == path => Ok(()),
+        r => Err(format!("expected PermissionDenied naming {}, got {r:?}", path.display())),
+    })
+    .succeeds();
+    assert!(dir.path.join("header").exists(), "the heap is still there");
+}
+
 // ---- Item 4: another user's huge blocks ---------------------------------------------------
 
 #[test]

@@ -548,12 +548,20 @@ impl FileBacking {
     }
 
     /// Removes the heap directory at `dir`. Processes that have it open keep their mappings.
+    /// A user the heap does not admit gets [`OpenError::PermissionDenied`], not `NotFound`: the
+    /// heap is there, this user just may not look inside it or remove it.
     pub(crate) fn unlink(dir: &Path) -> Result<(), OpenError> {
         split_path(dir)?;
-        if !dir.join(RegionId::Header.file_name()).exists() {
-            return Err(OpenError::NotFound(dir.to_path_buf()));
+        let denied_or = |op: &'static str, e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::PermissionDenied => OpenError::PermissionDenied { path: dir.to_path_buf() },
+            _ => io(op, dir)(e),
+        };
+        match std::fs::symlink_metadata(dir.join(RegionId::Header.file_name())) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(OpenError::NotFound(dir.to_path_buf())),
+            Err(e) => return Err(denied_or("stat", e)),
         }
-        std::fs::remove_dir_all(dir).map_err(io("remove", dir))
+        std::fs::remove_dir_all(dir).map_err(|e| denied_or("remove", e))
     }
 
     /// Gives a new huge object `fd` the heap's mode, owner and group. A process of another user
