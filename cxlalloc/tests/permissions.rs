@@ -268,6 +268,19 @@ fn a_heap_directory_reached_through_a_symbolic_link_is_refused_by_open_and_surve
     assert_eq!(surveyed, opened, "the survey refuses what an open refuses");
 }
 
+#[test]
+fn unlink_leaves_a_directory_whose_header_file_is_not_a_heaps_alone() {
+    let dir = TempHeapDir::new("unlink-not-heap", "project");
+    std::fs::create_dir(&dir.path).unwrap();
+    std::fs::write(dir.path.join("header"), "a C header, say\n").unwrap();
+    std::fs::write(dir.path.join("precious.txt"), "keep me").unwrap();
+    match Heap::unlink_at(&dir.path) {
+        Err(OpenError::BadMagic(p)) => assert_eq!(p, dir.path.join("header")),
+        r => panic!("expected BadMagic naming the header file, got {r:?}"),
+    }
+    assert!(dir.path.join("precious.txt").exists(), "nothing was removed");
+}
+
 // ---- Item 4: another user's huge blocks ---------------------------------------------------
 
 #[test]

@@ -572,17 +572,20 @@ impl FileBacking {
 
     /// Removes the heap directory at `dir`. Processes that have it open keep their mappings.
     /// A user the heap does not admit gets [`OpenError::PermissionDenied`], not `NotFound`: the
-    /// heap is there, this user just may not look inside it or remove it.
+    /// heap is there, this user just may not look inside it or remove it. A directory whose
+    /// `header` is not a heap header is refused ([`OpenError::BadMagic`]) and left alone.
     pub(crate) fn unlink(dir: &Path) -> Result<(), OpenError> {
         split_path(dir)?;
         let denied_or = |op: &'static str, e: std::io::Error| match e.kind() {
             std::io::ErrorKind::PermissionDenied => OpenError::PermissionDenied { path: dir.to_path_buf() },
             _ => io(op, dir)(e),
         };
-        match std::fs::symlink_metadata(dir.join(RegionId::Header.file_name())) {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(OpenError::NotFound(dir.to_path_buf())),
-            Err(e) => return Err(denied_or("stat", e)),
+        // The directory is removed whole: only if its header says it is a heap's (of any layout
+        // version), never merely because it holds a file called `header`.
+        let (mut header, header_path) = open_header_read_only(dir)?;
+        let mut magic = [0u8; 8];
+        if header.read_exact(&mut magic).is_err() || magic != crate::layout::MAGIC {
+            return Err(OpenError::BadMagic(header_path));
         }
         std::fs::remove_dir_all(dir).map_err(|e| denied_or("remove", e))
     }
