@@ -329,3 +329,29 @@ fn output_that_cannot_be_written_is_an_error_not_a_panic() -> TestResult {
     assert!(stderr.contains("cannot write output") && !stderr.contains("panicked"), "{stderr}");
     Ok(())
 }
+
+#[test]
+fn check_and_stats_count_no_slab_beyond_the_capacity_when_the_length_word_is_corrupt() -> TestResult {
+    let dir = TempDir::new("corrupt-length");
+    let path = dir.0.join("demo");
+    drop(Heap::create_at(&path, &small())?);
+    // Every word of the shared region (lengths included) all ones; the file's trailer is kept.
+    let shared = std::fs::OpenOptions::new().write(true).open(path.join("shared"))?;
+    let region = shared.metadata()?.len() - 24;
+    std::os::unix::fs::FileExt::write_all_at(&shared, &vec![0xff; region as usize], 0)?;
+    let at = path.to_str().ok_or("path")?;
+    let capacity_slabs = (small().small_capacity >> 15) as u64; // 32 KiB small slabs
+    let o = cxlalloc(&["check", "--at", at]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let checked: u64 = stdout(&o)
+        .lines()
+        .find_map(|l| l.strip_prefix("small slabs checked:"))
+        .ok_or("no small slabs checked line")?
+        .trim()
+        .parse()?;
+    assert_eq!(checked, capacity_slabs);
+    let stats = json(&cxlalloc(&["stats", "--json", "--at", at]));
+    let data = stats["data_bytes"].as_u64().ok_or("data_bytes")?;
+    assert!(data <= small().small_capacity + small().large_capacity, "data_bytes {data}");
+    Ok(())
+}
