@@ -355,3 +355,17 @@ fn check_and_stats_count_no_slab_beyond_the_capacity_when_the_length_word_is_cor
     assert!(data <= small().small_capacity + small().large_capacity, "data_bytes {data}");
     Ok(())
 }
+
+#[test]
+fn list_writes_control_characters_in_a_directory_name_escaped() -> TestResult {
+    let dir = TempDir::new("list-control");
+    // Any local user can make such a directory in /dev/shm.
+    std::fs::create_dir(dir.0.join("evil\u{1b}[2J\nslots leased: 0"))?;
+    let o = cxlalloc(&["list", dir.0.to_str().ok_or("path")?]);
+    assert!(o.status.success(), "{o:?}");
+    let text = stdout(&o);
+    assert!(!text.contains('\u{1b}'), "an escape sequence reached the terminal: {text:?}");
+    assert!(text.contains("evil\\u{1b}[2J\\nslots leased: 0"), "{text:?}");
+    assert!(!text.lines().any(|l| l.starts_with("slots leased")), "a name split a fact: {text:?}");
+    Ok(())
+}

@@ -20,11 +20,22 @@ impl Out {
     }
 
     /// Writes one line. A broken pipe ends the output silently; any other error is returned.
+    ///
+    /// Control characters are written escaped (`\n`, `\u{1b}`): names and paths come from
+    /// directory entries that any local user can create in `/dev/shm`, and must neither split a
+    /// fact over two lines nor send escape sequences to the terminal. (JSON output has none
+    /// left: its strings escape them.)
     pub fn line(&mut self, args: fmt::Arguments<'_>) -> io::Result<()> {
         if self.closed {
             return Ok(());
         }
-        match self.stdout.write_fmt(args).and_then(|()| self.stdout.write_all(b"\n")) {
+        let text = args.to_string();
+        let safe: String = if text.contains(char::is_control) {
+            text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+        } else {
+            text
+        };
+        match self.stdout.write_all(safe.as_bytes()).and_then(|()| self.stdout.write_all(b"\n")) {
             Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
                 self.closed = true;
                 Ok(())
