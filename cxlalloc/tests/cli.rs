@@ -340,7 +340,7 @@ fn check_and_stats_count_no_slab_beyond_the_capacity_when_the_length_word_is_cor
     let region = shared.metadata()?.len() - 24;
     std::os::unix::fs::FileExt::write_all_at(&shared, &vec![0xff; region as usize], 0)?;
     let at = path.to_str().ok_or("path")?;
-    let capacity_slabs = (small().small_capacity >> 15) as u64; // 32 KiB small slabs
+    let capacity_slabs = small().small_capacity >> 15; // 32 KiB small slabs
     let o = cxlalloc(&["check", "--at", at]);
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
     let checked: u64 = stdout(&o)
