@@ -369,3 +369,16 @@ fn list_writes_control_characters_in_a_directory_name_escaped() -> TestResult {
     assert!(!text.lines().any(|l| l.starts_with("slots leased")), "a name split a fact: {text:?}");
     Ok(())
 }
+
+#[test]
+fn errors_write_control_characters_in_a_path_escaped() -> TestResult {
+    let dir = TempDir::new("error-control");
+    let evil = dir.0.join("evil\u{1b}[2J");
+    std::fs::create_dir(&evil)?;
+    let o = cxlalloc(&["inspect", "--at", evil.to_str().ok_or("path")?]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains('\u{1b}'), "an escape sequence reached the terminal: {err:?}");
+    assert!(err.contains("evil\\u{1b}[2J"), "{err:?}");
+    Ok(())
+}

@@ -29,12 +29,7 @@ impl Out {
         if self.closed {
             return Ok(());
         }
-        let text = args.to_string();
-        let safe: String = if text.contains(char::is_control) {
-            text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
-        } else {
-            text
-        };
+        let safe = escape_controls(args.to_string());
         match self.stdout.write_all(safe.as_bytes()).and_then(|()| self.stdout.write_all(b"\n")) {
             Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
                 self.closed = true;
@@ -59,7 +54,16 @@ impl Out {
     }
 }
 
-/// Writes to standard error, ignoring failure: there is nowhere left to report it.
+/// `text` with every control character escaped (`\n`, `\u{1b}`): see [`Out::line`].
+fn escape_controls(text: String) -> String {
+    if !text.contains(char::is_control) {
+        return text;
+    }
+    text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+}
+
+/// Writes to standard error, ignoring failure: there is nowhere left to report it. Control
+/// characters are escaped as on standard output (messages name paths).
 pub fn error(args: fmt::Arguments<'_>) {
-    let _ = writeln!(io::stderr(), "{args}");
+    let _ = writeln!(io::stderr(), "{}", escape_controls(args.to_string()));
 }
