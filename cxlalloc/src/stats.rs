@@ -68,7 +68,9 @@ pub(crate) fn stats(mem: &HeapMem) -> Stats {
         counters.detaches += read(&c.detaches);
         counters.disowns += read(&c.disowns);
     }
-    let lengths = Bracket::ALL.map(|b| report.bracket(b).length);
+    // A corrupt length word can exceed the capacity (the check reports it): count only slabs
+    // the heap can have.
+    let lengths = Bracket::ALL.map(|b| report.bracket(b).length.min(report.bracket(b).capacity));
     let descriptors: u64 =
         Bracket::ALL.iter().map(|&b| u64::from(lengths[b as usize]) * b.spec().descriptor_size() as u64).sum();
     let data_bytes = Bracket::ALL.iter().map(|&b| u64::from(lengths[b as usize]) << b.spec().slab_shift).sum();

@@ -367,12 +367,7 @@ impl Heap {
     /// registers nothing, and never adopts, recovers or creates: safe to run on any heap, in
     /// use or abandoned.
     pub fn info_at(path: &Path) -> Result<HeapInfo, OpenError> {
-        let header_path = path.join(RegionId::Header.file_name());
-        let mut file = match File::open(&header_path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(OpenError::NotFound(path.to_path_buf())),
-            Err(source) => return Err(OpenError::Io { op: "open", path: header_path, source }),
-        };
+        let (mut file, header_path) = files::open_header_read_only(path)?;
         let mut bytes = Vec::with_capacity(HEADER_BYTES);
         Read::by_ref(&mut file).take(HEADER_BYTES as u64).read_to_end(&mut bytes).map_err(|source| OpenError::Io {
             op: "read header",

@@ -329,3 +329,56 @@ fn output_that_cannot_be_written_is_an_error_not_a_panic() -> TestResult {
     assert!(stderr.contains("cannot write output") && !stderr.contains("panicked"), "{stderr}");
     Ok(())
 }
+
+#[test]
+fn check_and_stats_count_no_slab_beyond_the_capacity_when_the_length_word_is_corrupt() -> TestResult {
+    let dir = TempDir::new("corrupt-length");
+    let path = dir.0.join("demo");
+    drop(Heap::create_at(&path, &small())?);
+    // Every word of the shared region (lengths included) all ones; the file's trailer is kept.
+    let shared = std::fs::OpenOptions::new().write(true).open(path.join("shared"))?;
+    let region = shared.metadata()?.len() - 24;
+    std::os::unix::fs::FileExt::write_all_at(&shared, &vec![0xff; region as usize], 0)?;
+    let at = path.to_str().ok_or("path")?;
+    let capacity_slabs = small().small_capacity >> 15; // 32 KiB small slabs
+    let o = cxlalloc(&["check", "--at", at]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let checked: u64 = stdout(&o)
+        .lines()
+        .find_map(|l| l.strip_prefix("small slabs checked:"))
+        .ok_or("no small slabs checked line")?
+        .trim()
+        .parse()?;
+    assert_eq!(checked, capacity_slabs);
+    let stats = json(&cxlalloc(&["stats", "--json", "--at", at]));
+    let data = stats["data_bytes"].as_u64().ok_or("data_bytes")?;
+    assert!(data <= small().small_capacity + small().large_capacity, "data_bytes {data}");
+    Ok(())
+}
+
+#[test]
+fn list_writes_control_characters_in_a_directory_name_escaped() -> TestResult {
+    let dir = TempDir::new("list-control");
+    // Any local user can make such a directory in /dev/shm.
+    std::fs::create_dir(dir.0.join("evil\u{1b}[2J\nslots leased: 0"))?;
+    let o = cxlalloc(&["list", dir.0.to_str().ok_or("path")?]);
+    assert!(o.status.success(), "{o:?}");
+    let text = stdout(&o);
+    assert!(!text.contains('\u{1b}'), "an escape sequence reached the terminal: {text:?}");
+    assert!(text.contains("evil\\u{1b}[2J\\nslots leased: 0"), "{text:?}");
+    assert!(!text.lines().any(|l| l.starts_with("slots leased")), "a name split a fact: {text:?}");
+    Ok(())
+}
+
+#[test]
+fn errors_write_control_characters_in_a_path_escaped() -> TestResult {
+    let dir = TempDir::new("error-control");
+    let evil = dir.0.join("evil\u{1b}[2J");
+    std::fs::create_dir(&evil)?;
+    let o = cxlalloc(&["inspect", "--at", evil.to_str().ok_or("path")?]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains('\u{1b}'), "an escape sequence reached the terminal: {err:?}");
+    assert!(err.contains("evil\\u{1b}[2J"), "{err:?}");
+    Ok(())
+}

@@ -222,6 +222,65 @@ fn a_heap_this_user_may_not_open_is_permission_denied() {
     .succeeds();
 }
 
+#[test]
+fn unlinking_a_heap_this_user_may_not_open_is_permission_denied_not_not_found() {
+    let _serial = serial();
+    if !is_root() {
+        return;
+    }
+    let dir = TempHeapDir::new("unlink-denied", "heap");
+    let _heap = Heap::create_at(&dir.path, &small(0o600)).unwrap();
+    let path = dir.path.clone();
+    as_nobody("unlink a private heap", move || match Heap::unlink_at(&path) {
+        Err(OpenError::PermissionDenied { path: p }) if p == path => Ok(()),
+        r => Err(format!("expected PermissionDenied naming {}, got {r:?}", path.display())),
+    })
+    .succeeds();
+    assert!(dir.path.join("header").exists(), "the heap is still there");
+}
+
+#[test]
+fn the_survey_of_a_heap_this_user_may_not_open_is_permission_denied() {
+    let _serial = serial();
+    if !is_root() {
+        return;
+    }
+    let dir = TempHeapDir::new("survey-denied", "heap");
+    let _heap = Heap::create_at(&dir.path, &small(0o600)).unwrap();
+    let path = dir.path.clone();
+    as_nobody("survey a private heap", move || match Heap::info_at(&path) {
+        Err(OpenError::PermissionDenied { .. }) => Ok(()),
+        r => Err(format!("expected PermissionDenied, got {:?}", r.map(|i| i.path))),
+    })
+    .succeeds();
+}
+
+#[test]
+fn a_heap_directory_reached_through_a_symbolic_link_is_refused_by_open_and_survey_alike() {
+    let _serial = serial();
+    let dir = TempHeapDir::new("dir-link", "heap");
+    let _heap = Heap::create_at(&dir.path, &small(0o600)).unwrap();
+    let link = dir.parent.join("link");
+    std::os::unix::fs::symlink(&dir.path, &link).unwrap();
+    let opened = Heap::open_at(&link).map(|_| ()).unwrap_err().to_string();
+    assert!(opened.contains("symbolic link"), "open says why: {opened}");
+    let surveyed = Heap::info_at(&link).map(|i| i.path).unwrap_err().to_string();
+    assert_eq!(surveyed, opened, "the survey refuses what an open refuses");
+}
+
+#[test]
+fn unlink_leaves_a_directory_whose_header_file_is_not_a_heaps_alone() {
+    let dir = TempHeapDir::new("unlink-not-heap", "project");
+    std::fs::create_dir(&dir.path).unwrap();
+    std::fs::write(dir.path.join("header"), "a C header, say\n").unwrap();
+    std::fs::write(dir.path.join("precious.txt"), "keep me").unwrap();
+    match Heap::unlink_at(&dir.path) {
+        Err(OpenError::BadMagic(p)) => assert_eq!(p, dir.path.join("header")),
+        r => panic!("expected BadMagic naming the header file, got {r:?}"),
+    }
+    assert!(dir.path.join("precious.txt").exists(), "nothing was removed");
+}
+
 // ---- Item 4: another user's huge blocks ---------------------------------------------------
 
 #[test]

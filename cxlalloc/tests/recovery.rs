@@ -7,7 +7,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::{fork_code, serial, HeapName, Pipe, Rng};
-use cxlalloc::{AdoptError, AllocError, AttachError, Config, FreeError, Heap, Offset};
+use std::os::unix::fs::FileExt;
+
+use cxlalloc::{
+    AdoptError, AllocError, AttachError, Config, FreeError, Heap, Offset, Pending, PendingKind, PendingOutcome,
+};
 use nix::sys::signal::{kill, Signal};
 
 fn small() -> Config {
@@ -159,4 +163,60 @@ fn processes_killed_at_random_lose_nothing_while_a_live_thread_frees_their_block
     let r = heap.check();
     assert!(r.is_clean(), "{r}");
     assert_eq!(r.live_blocks(), 1, "only the table is left: {r}");
+}
+
+/// Kills a child that did one detectable allocation into root 0, then rewrites the dead slot's
+/// pending record (in the heap's `owned` file) to name a `kind` operation on heap offset
+/// `block`; returns the heap with the dead slot 0.
+fn dead_slot_whose_pending_record_names(name: &HeapName, kind: PendingKind, block: u64) -> Heap {
+    let heap = Heap::create(name.as_str(), &Config { thread_slots: 1, ..small() }).unwrap();
+    let mut child = fork_code("holder", || {
+        let heap = Heap::open(name.as_str()).unwrap();
+        let t = heap.attach().unwrap();
+        let _ = t.alloc_into(64, heap.root(0).unwrap());
+        std::mem::forget(t);
+        // SAFETY: kill and getpid have no preconditions; the process dies here.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        0
+    });
+    assert_eq!(child.killed_by(), Signal::SIGKILL);
+    let stored = heap.root(0).unwrap().swap(0, Ordering::Relaxed);
+    assert_ne!(stored, 0);
+    // The settled record still names the block it stored: find it, then rewrite the record.
+    let owned = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(Heap::path_of(name.as_str()).unwrap().join("owned"))
+        .unwrap();
+    let mut record = vec![0u8; 4096];
+    owned.read_exact_at(&mut record, 0).unwrap();
+    let words: Vec<u64> = record.chunks(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap())).collect();
+    // The pending record: a settled (0) word, then the block, the destination, no descriptor.
+    let at: Vec<usize> = (1..words.len() - 2)
+        .filter(|&i| words[i - 1] == 0 && words[i] == stored && words[i + 1] != 0 && words[i + 2] == 0)
+        .collect();
+    assert_eq!(at.len(), 1, "one pending record names the block");
+    let word = (at[0] - 1) * 8;
+    owned.write_all_at(&Pending::new(kind, 0).pack().to_ne_bytes(), word as u64).unwrap();
+    owned.write_all_at(&block.to_ne_bytes(), word as u64 + 8).unwrap();
+    heap
+}
+
+#[test]
+fn recovery_ignores_a_pending_allocation_naming_a_block_outside_the_heap() {
+    let _serial = serial();
+    let name = HeapName::new("pending-alloc-outside");
+    let heap = dead_slot_whose_pending_record_names(&name, PendingKind::Alloc, 1 << 60);
+    let (_t, report) = heap.adopt(0).unwrap();
+    assert_eq!(report.pending.map(|(_, o)| o), Some(PendingOutcome::NotTaken));
+    assert_eq!(heap.root(0).unwrap().load(Ordering::Relaxed), 0, "nothing stored");
+}
+
+#[test]
+fn recovery_ignores_a_pending_free_naming_a_block_outside_the_heap() {
+    let _serial = serial();
+    let name = HeapName::new("pending-free-outside");
+    let heap = dead_slot_whose_pending_record_names(&name, PendingKind::Free, 1 << 60);
+    let (_t, report) = heap.adopt(0).unwrap();
+    assert_eq!(report.pending.map(|(_, o)| o), Some(PendingOutcome::AlreadyFreed));
 }

@@ -334,7 +334,30 @@ fn open_dir(dir: &Path) -> Result<OwnedFd, OpenError> {
     match nix::fcntl::open(dir, flags, Mode::empty()) {
         Ok(fd) => Ok(fd),
         Err(Errno::ENOENT) => Err(OpenError::NotFound(dir.to_path_buf())),
+        // O_NOFOLLOW on a link reads as ENOTDIR or ELOOP ("Not a directory" for a link to one):
+        // name the real reason.
+        Err(Errno::ENOTDIR | Errno::ELOOP) if std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_symlink()) => {
+            Err(OpenError::Io {
+                op: "open directory",
+                path: dir.to_path_buf(),
+                source: std::io::Error::other("a symbolic link (a heap directory is never opened through a link)"),
+            })
+        }
         Err(e) => Err(sys("open directory", dir, e)),
+    }
+}
+
+/// Opens the header file of the heap directory `dir` for reading only, as [`FileBacking::open`]
+/// reaches it (the directory not through a link, the file relative to it, not a link): the
+/// read-only survey sees the same heap an opener would, and the same errors.
+pub(crate) fn open_header_read_only(dir: &Path) -> Result<(File, PathBuf), OpenError> {
+    let dir_fd = open_dir(dir)?;
+    let name = RegionId::Header.file_name();
+    let path = dir.join(name);
+    match openat(&dir_fd, name, OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty()) {
+        Ok(fd) => Ok((File::from(fd), path)),
+        Err(Errno::ENOENT) => Err(OpenError::NotFound(dir.to_path_buf())),
+        Err(e) => Err(sys("open", &path, e)),
     }
 }
 
@@ -548,12 +571,23 @@ impl FileBacking {
     }
 
     /// Removes the heap directory at `dir`. Processes that have it open keep their mappings.
+    /// A user the heap does not admit gets [`OpenError::PermissionDenied`], not `NotFound`: the
+    /// heap is there, this user just may not look inside it or remove it. A directory whose
+    /// `header` is not a heap header is refused ([`OpenError::BadMagic`]) and left alone.
     pub(crate) fn unlink(dir: &Path) -> Result<(), OpenError> {
         split_path(dir)?;
-        if !dir.join(RegionId::Header.file_name()).exists() {
-            return Err(OpenError::NotFound(dir.to_path_buf()));
+        let denied_or = |op: &'static str, e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::PermissionDenied => OpenError::PermissionDenied { path: dir.to_path_buf() },
+            _ => io(op, dir)(e),
+        };
+        // The directory is removed whole: only if its header says it is a heap's (of any layout
+        // version), never merely because it holds a file called `header`.
+        let (mut header, header_path) = open_header_read_only(dir)?;
+        let mut magic = [0u8; 8];
+        if header.read_exact(&mut magic).is_err() || magic != crate::layout::MAGIC {
+            return Err(OpenError::BadMagic(header_path));
         }
-        std::fs::remove_dir_all(dir).map_err(io("remove", dir))
+        std::fs::remove_dir_all(dir).map_err(|e| denied_or("remove", e))
     }
 
     /// Gives a new huge object `fd` the heap's mode, owner and group. A process of another user

@@ -31,9 +31,16 @@ pub enum PendingOutcome {
     Finished,
 }
 
+/// The address of heap offset `off` if it lies in a slab data span. The record's words were
+/// written by a process that may have left them corrupt: checked before they become a pointer.
+fn in_slab_data(t: &SlabThread<'_>, off: u64) -> Option<*mut u8> {
+    let off = usize::try_from(off).ok()?;
+    t.mem.bracket_at(off).map(|_| t.mem.block(off).as_ptr())
+}
+
 /// Whether the slab block at heap offset `off` is allocated.
 fn slab_allocated(t: &SlabThread<'_>, off: u64) -> bool {
-    t.usable_size(t.mem.block(off as usize).as_ptr()).is_ok()
+    in_slab_data(t, off).is_some_and(|ptr| t.usable_size(ptr).is_ok())
 }
 
 /// Whether heap offset `off` is an allocated block start, slab or huge.
@@ -74,11 +81,10 @@ pub(crate) fn resolve(t: &SlabThread<'_>, huge: Option<&HugeThread<'_>>, p: Pend
                         .is_some_and(|b| b.offset == block && p.names(b.generation) && b.state == Some(HugeState::Live))
                         && h.free(None, block).is_ok()
                 }
-                None => {
-                    let ptr = t.mem.block(block as usize).as_ptr();
+                None => in_slab_data(t, block).is_some_and(|ptr| {
                     t.locate(ptr).is_ok_and(|at| p.names(u64::from(at.desc.head.generation.load(Ordering::Relaxed))))
                         && t.free(ptr).is_ok()
-                }
+                }),
             };
             if freed {
                 PendingOutcome::Freed
@@ -94,7 +100,10 @@ pub(crate) fn resolve(t: &SlabThread<'_>, huge: Option<&HugeThread<'_>>, p: Pend
             match h.list().into_iter().find(|b| b.desc == desc) {
                 Some(b) => h.discard(desc, &HugeName::new(b.offset, b.generation)),
                 None => {
-                    let _ = t.free(t.mem.block(desc as usize).as_ptr());
+                    // `slab_allocated` above checked that `desc` is in slab data.
+                    if let Some(ptr) = in_slab_data(t, desc) {
+                        let _ = t.free(ptr);
+                    }
                 }
             }
             PendingOutcome::Undone

@@ -651,7 +651,8 @@ fn check(out: &mut Out, heap: &Target, json: bool) -> Result<ExitCode, Error> {
         return Ok(ExitCode::from(code));
     }
     for b in &report.brackets {
-        out.fact(&format!("{} slabs checked", b.name), b.length)?;
+        // The walk stops at the capacity when a corrupt length word exceeds it.
+        out.fact(&format!("{} slabs checked", b.name), b.length.min(b.capacity))?;
     }
     if report.huge.slots > 0 {
         out.fact("huge blocks checked", report.huge.live + report.huge.freed)?;

@@ -20,11 +20,17 @@ impl Out {
     }
 
     /// Writes one line. A broken pipe ends the output silently; any other error is returned.
+    ///
+    /// Control characters are written escaped (`\n`, `\u{1b}`): names and paths come from
+    /// directory entries that any local user can create in `/dev/shm`, and must neither split a
+    /// fact over two lines nor send escape sequences to the terminal. (JSON output has none
+    /// left: its strings escape them.)
     pub fn line(&mut self, args: fmt::Arguments<'_>) -> io::Result<()> {
         if self.closed {
             return Ok(());
         }
-        match self.stdout.write_fmt(args).and_then(|()| self.stdout.write_all(b"\n")) {
+        let safe = escape_controls(args.to_string());
+        match self.stdout.write_all(safe.as_bytes()).and_then(|()| self.stdout.write_all(b"\n")) {
             Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
                 self.closed = true;
                 Ok(())
@@ -48,7 +54,16 @@ impl Out {
     }
 }
 
-/// Writes to standard error, ignoring failure: there is nowhere left to report it.
+/// `text` with every control character escaped (`\n`, `\u{1b}`): see [`Out::line`].
+fn escape_controls(text: String) -> String {
+    if !text.contains(char::is_control) {
+        return text;
+    }
+    text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+}
+
+/// Writes to standard error, ignoring failure: there is nowhere left to report it. Control
+/// characters are escaped as on standard output (messages name paths).
 pub fn error(args: fmt::Arguments<'_>) {
-    let _ = writeln!(io::stderr(), "{args}");
+    let _ = writeln!(io::stderr(), "{}", escape_controls(args.to_string()));
 }
