@@ -465,11 +465,17 @@ impl<'a> SlabThread<'a> {
     /// Whether the located block is free: in the owner's bitset, or in the owner's cached word.
     #[inline(always)]
     fn is_free(&self, at: &Located<'_>) -> bool {
+        self.is_free_in(at, false)
+    }
+
+    /// [`SlabThread::is_free`]; `coherent`: the caller knows the model is full (no check).
+    #[inline(always)]
+    fn is_free_in(&self, at: &Located<'_>, coherent: bool) -> bool {
         let owner = at.desc.head.owner.load(Ordering::Relaxed);
         // Without coherence another host's bitset and cached word reach memory only when its
         // slabs change hands, so they name blocks it has allocated since: they would refuse
         // good frees. A remote free then relies on the free mark and the counter alone.
-        if owner != self.me() && !self.mem.swcc.is_coherent() {
+        if !coherent && owner != self.me() && !self.mem.swcc.is_coherent() {
             return false;
         }
         if at.desc.is_free(at.block) {
@@ -599,7 +605,7 @@ impl<'a> SlabThread<'a> {
             }
             self.flush_remote_batch();
         }
-        self.free_remote_counted(at)
+        self.free_remote_counted(at, false)
     }
 
     /// [`SlabThread::free_remote_at`] of a small-bracket block.
@@ -626,16 +632,16 @@ impl<'a> SlabThread<'a> {
         let desc = self.mem.desc(b, slab);
         let (size, blocks) = (desc.head.size.load(Ordering::Relaxed), desc.head.blocks.load(Ordering::Relaxed));
         let at = Located { bracket: b, slab, desc, class, size, blocks, block, offset };
-        if self.is_free(&at) {
+        if self.is_free_in(&at, true) {
             return Err(FreeError::DoubleFree);
         }
-        self.free_remote_counted(&at)
+        self.free_remote_counted(&at, true)
     }
 
     /// T10 / T8 of the block `at`, not free: marked and counted by one decrement of its
-    /// slab's counter.
+    /// slab's counter. `coherent`: the caller knows the model is full (no write-back).
     #[inline(always)]
-    fn free_remote_counted(&self, at: &Located<'_>) -> Result<(), FreeError> {
+    fn free_remote_counted(&self, at: &Located<'_>, coherent: bool) -> Result<(), FreeError> {
         let mark = at.desc.head.mark.load(Ordering::Relaxed);
         let b = at.bracket;
         let version = self.next_version();
@@ -652,7 +658,9 @@ impl<'a> SlabThread<'a> {
         }
         crash_point!(RemoteFreeMarked);
         // The mark line must not be written back later over the block's next life.
-        self.mem.swcc.publish(Site::RemoteMark, self.mark_word(at) as *const AtomicU64 as *const u8, 8);
+        if !coherent {
+            self.mem.swcc.publish(Site::RemoteMark, self.mark_word(at) as *const AtomicU64 as *const u8, 8);
+        }
         let tag = self.tag(version);
         let outcome = remote::decrement(&self.hw(self.mem.remote(b, at.slab)), tag, self.helper(tag));
         ThreadRecord::bump(&self.rec.counters.remote_frees);
