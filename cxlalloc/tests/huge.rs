@@ -522,3 +522,98 @@ fn a_process_that_only_reads_thousands_of_freed_blocks_never_runs_out_of_hazards
     }
     child.succeeds();
 }
+
+#[test]
+fn a_forked_child_is_refused_huge_blocks_through_an_inherited_heap_until_it_opens_its_own() {
+    let _serial = serial();
+    let name = HeapName::new("huge-fork");
+    let (heap, t) = create(&name, &small_config());
+    let p = t.alloc(2 * MIB).unwrap();
+    let off = offset(&heap, p);
+    // SAFETY: our fresh 2 MiB block.
+    unsafe { stamp(p, 2 * MIB, off, 11) };
+    let inherited = &heap;
+    fork_child("inheritor", || {
+        // The inherited heap serves the slab brackets to a thread the child attaches...
+        let t = inherited.attach().ctx("attach to the inherited heap")?;
+        let small = t.alloc(64).ctx("small alloc through the inherited heap")?;
+        t.free(small).ctx("small free through the inherited heap")?;
+        // ...but refuses every huge call with the documented error, not a fault.
+        ensure!(t.alloc(2 * MIB) == Err(AllocError::ForeignProcess), "huge alloc: {:?}", t.alloc(2 * MIB));
+        let q = at(inherited, off)?;
+        ensure!(t.free(q) == Err(FreeError::ForeignProcess), "huge free: {:?}", t.free(q));
+        drop(t);
+        // The remedy the error names: open the heap in this process.
+        let (own, t) = open_attached(name.as_str())?;
+        let q = t.alloc(2 * MIB).ctx("huge alloc through the child's own heap")?;
+        let qoff = offset(&own, q);
+        // SAFETY: the child's fresh 2 MiB block.
+        unsafe { stamp(q, 2 * MIB, qoff, 12) };
+        // SAFETY: stamped just above, still allocated.
+        unsafe { check_stamp(q, 2 * MIB, qoff, 12)? };
+        t.free(q).ctx("huge free through the child's own heap")?;
+        Ok(())
+    })
+    .succeeds();
+    // The refused free left the parent's block allocated and intact.
+    // SAFETY: our block, still allocated.
+    unsafe { check_stamp(p, 2 * MIB, off, 11).unwrap() };
+    t.free(p).unwrap();
+}
+
+/// Whether some entry of `/dev/shm` is the directory with inode `ino`.
+fn shm_holds_inode(ino: u64) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let shm = Heap::named_dir();
+    std::fs::read_dir(shm).unwrap().flatten().any(|e| e.metadata().is_ok_and(|m| m.is_dir() && m.ino() == ino))
+}
+
+#[test]
+fn an_unlinked_heap_keeps_mapping_and_creating_huge_blocks_for_processes_that_have_it_open() {
+    use std::os::unix::fs::MetadataExt;
+    let _serial = serial();
+    let name = HeapName::new("huge-unlinked");
+    let (heap, t) = create(&name, &small_config());
+    let ino = std::fs::metadata(Heap::path_of(name.as_str()).unwrap()).unwrap().ino();
+    let p = t.alloc(2 * MIB).unwrap();
+    let off = offset(&heap, p);
+    // SAFETY: our fresh 2 MiB block.
+    unsafe { stamp(p, 2 * MIB, off, 21) };
+    heap.root(0).unwrap().store(off, Ordering::SeqCst);
+    let (ready, go) = (Pipe::new(), Pipe::new());
+    let mut child = fork_child("survivor", || {
+        let (heap, t) = open_attached(name.as_str())?;
+        ready.send_u64(1);
+        ensure!(go.recv_u64(CHILD_DEADLINE) == Some(2), "no go signal");
+        ensure!(Heap::open(name.as_str()).is_err(), "the name should be gone");
+        // A block created before the unlink, never mapped here: the fault handler maps it.
+        let q = at(&heap, heap.root(0).ok_or("root")?.load(Ordering::SeqCst))?;
+        // SAFETY: the parent stamped 2 MiB there and keeps the block until we free it.
+        unsafe { check_stamp(q, 2 * MIB, off, 21)? };
+        t.free(q).ctx("free the parent's block")?;
+        // A block created after the unlink.
+        let r = t.alloc(2 * MIB).ctx("huge alloc after the unlink")?;
+        let roff = offset(&heap, r);
+        // SAFETY: our fresh 2 MiB block.
+        unsafe { stamp(r, 2 * MIB, roff, 22) };
+        heap.root(1).ok_or("root")?.store(roff, Ordering::SeqCst);
+        Ok(())
+    });
+    assert_eq!(ready.recv_u64(CHILD_DEADLINE), Some(1));
+    Heap::unlink(name.as_str()).unwrap();
+    go.send_u64(2);
+    child.succeeds();
+
+    // The child's block, which this process never mapped, is mapped on first touch.
+    let roff = heap.root(1).unwrap().load(Ordering::SeqCst);
+    let r = at(&heap, roff).unwrap();
+    // SAFETY: the child stamped 2 MiB there and left the block allocated.
+    unsafe { check_stamp(r, 2 * MIB, roff, 22) }.unwrap();
+    t.free(r).unwrap();
+    assert_clean(&heap);
+    assert!(shm_holds_inode(ino), "the directory went while this process still has the heap open");
+    // The last process to close the heap removes what is left of it.
+    drop(t);
+    drop(heap);
+    assert!(!shm_holds_inode(ino), "the unlinked heap's directory outlived its last user");
+}

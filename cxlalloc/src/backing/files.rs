@@ -45,6 +45,10 @@ pub(crate) const MAX_NAME_LEN: usize = NAME_MAX - NAME_PREFIX.len();
 /// Prefix of the temporary directory a creation builds before renaming it into place. Its
 /// length does not depend on the heap's name, so any valid final component can be created.
 const CREATING_PREFIX: &str = ".cxlalloc.creating-";
+/// Prefix of the name an unlinked heap's directory is renamed to while processes still have it
+/// open (docs/design.md §7): hidden, and no heap name can produce it (names start with neither
+/// `.` nor `-`).
+const UNLINKED_PREFIX: &str = ".cxlalloc.unlinked-";
 
 /// Checks a heap name (the `NAME` of [`crate::Heap::create`], `cxl_heap_create` and
 /// `cxlalloc create NAME`). The grammar, in full: 1 ..= [`MAX_NAME_LEN`] (246) characters, each
@@ -204,6 +208,9 @@ pub(crate) struct FileBacking {
     home: Option<McasHome>,
     /// Owner, group and mode every huge object gets.
     owner: Owner,
+    /// The process that opened the directory (and holds the shared lock on `dir_fd` that tells
+    /// an unlink the heap is in use): a forked child's inherited copy never removes it.
+    pid: u32,
 }
 
 /// Where a no-HWcc heap's HWcc regions go: a window file in the heap directory, or a hardware
@@ -327,6 +334,41 @@ fn make_temp_dir(parent: &Path) -> Result<PathBuf, OpenError> {
     }
 }
 
+/// Takes the `flock` lock `how` on the heap directory `dir_fd` (at `dir`). Every open heap holds
+/// a shared lock on its directory for its lifetime (the kernel drops it when the process dies);
+/// whoever gets the exclusive lock on an unlinked heap's directory knows nobody has it open.
+fn lock_dir(dir_fd: &OwnedFd, dir: &Path, how: libc::c_int) -> Result<(), OpenError> {
+    // SAFETY: flock on a descriptor this function borrows; no memory is involved.
+    if unsafe { libc::flock(dir_fd.as_raw_fd(), how) } == 0 {
+        Ok(())
+    } else {
+        Err(sys("lock", dir, Errno::last()))
+    }
+}
+
+/// Removes the unlinked heap directory `dir` (`{UNLINKED_PREFIX}…`) if no process has it open
+/// any more: its whole content, then itself. Returns whether it did.
+fn remove_if_unused(dir: &Path) -> Result<bool, OpenError> {
+    let dir_fd = open_dir(dir)?;
+    if lock_dir(&dir_fd, dir, libc::LOCK_EX | libc::LOCK_NB).is_err() {
+        return Ok(false);
+    }
+    // Holding the exclusive lock: nobody has the heap open, and nobody can open it by name.
+    std::fs::remove_dir_all(dir).map_err(io("remove", dir))?;
+    Ok(true)
+}
+
+/// Removes the unlinked heap directories in `parent` that no process has open any more: those
+/// whose last user was killed (a clean close removes its own, see `FileBacking`'s `Drop`).
+fn remove_unused_unlinked(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    for entry in entries.flatten() {
+        if entry.file_name().to_str().is_some_and(|n| n.starts_with(UNLINKED_PREFIX)) {
+            let _ = remove_if_unused(&entry.path());
+        }
+    }
+}
+
 /// Opens the heap directory `dir` once, not following a symbolic link; every file of the heap
 /// is then opened relative to it.
 fn open_dir(dir: &Path) -> Result<OwnedFd, OpenError> {
@@ -375,7 +417,7 @@ impl FileBacking {
             match renameat2(AT_FDCWD, &tmp, AT_FDCWD, dir, RenameFlags::RENAME_NOREPLACE) {
                 // The descriptor opened on the temporary directory follows it: no second lookup
                 // by path, which a concurrent unlink and re-create could redirect.
-                Ok(()) => Ok(FileBacking { dir: dir.to_path_buf(), dir_fd, files, offsets, home, owner }),
+                Ok(()) => Ok(FileBacking { dir: dir.to_path_buf(), dir_fd, files, offsets, home, owner, pid: std::process::id() }),
                 Err(Errno::EEXIST) | Err(Errno::ENOTEMPTY) => Err(OpenError::AlreadyExists(dir.to_path_buf())),
                 Err(e) => Err(sys("rename", dir, e)),
             }
@@ -394,6 +436,7 @@ impl FileBacking {
         plan: Option<&(Place, [u64; REGIONS])>,
     ) -> Result<(OwnedFd, [File; REGIONS], Owner), OpenError> {
         let dir_fd = open_dir(tmp)?;
+        lock_dir(&dir_fd, tmp, libc::LOCK_SH)?;
         // A setgid parent gives the directory its group; the heap's group is the creator's,
         // like its files'.
         let egid = getegid();
@@ -474,6 +517,7 @@ impl FileBacking {
     /// the header file's owner and group and the header's mode.
     pub(crate) fn open(dir: &Path) -> Result<(Self, Header), OpenError> {
         let dir_fd = open_dir(dir)?;
+        lock_dir(&dir_fd, dir, libc::LOCK_SH)?;
         let (mut hf, header_path) = match open_in(&dir_fd, dir, RegionId::Header.file_name(), false) {
             Err(OpenError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 return Err(OpenError::NotFound(dir.to_path_buf()))
@@ -567,7 +611,8 @@ impl FileBacking {
         }
         let files = files.try_into().map_err(|_| OpenError::InvalidConfig("region count".into()))?;
         let home = plan.map(|(place, _)| place.home(dir));
-        Ok((FileBacking { dir: dir.to_path_buf(), dir_fd, files, offsets, home, owner }, header))
+        let pid = std::process::id();
+        Ok((FileBacking { dir: dir.to_path_buf(), dir_fd, files, offsets, home, owner, pid }, header))
     }
 
     /// Removes the heap directory at `dir`. Processes that have it open keep their mappings.
@@ -587,7 +632,25 @@ impl FileBacking {
         if header.read_exact(&mut magic).is_err() || magic != crate::layout::MAGIC {
             return Err(OpenError::BadMagic(header_path));
         }
-        std::fs::remove_dir_all(dir).map_err(|e| denied_or("remove", e))
+        drop(header);
+        // Like an unlinked file, the heap stays whole for the processes that have it open: the
+        // name goes now (a rename keeps their directory descriptors, under which huge objects
+        // are created and opened, valid), the directory when the last of them closes it.
+        let (parent, _) = split_path(dir)?;
+        let tid = nix::unistd::gettid();
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let gone = parent.join(format!("{UNLINKED_PREFIX}{}-{tid}-{nanos}", std::process::id()));
+        match renameat2(AT_FDCWD, dir, AT_FDCWD, &gone, RenameFlags::RENAME_NOREPLACE) {
+            Ok(()) => {}
+            Err(Errno::ENOENT) => return Err(OpenError::NotFound(dir.to_path_buf())),
+            Err(e) => return Err(sys("rename", dir, e)),
+        }
+        remove_if_unused(&gone).map_err(|e| match e {
+            OpenError::Io { source, .. } => denied_or("remove", source),
+            e => e,
+        })?;
+        remove_unused_unlinked(parent);
+        Ok(())
     }
 
     /// Gives a new huge object `fd` the heap's mode, owner and group. A process of another user
@@ -612,6 +675,22 @@ impl FileBacking {
             Ok(())
         } else {
             Err(Errno::EACCES)
+        }
+    }
+}
+
+impl Drop for FileBacking {
+    /// The last process to close an unlinked heap removes its directory (docs/design.md §7). A
+    /// forked child's inherited copy shares the parent's lock and leaves both alone.
+    fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            return;
+        }
+        let Ok(at) = std::fs::read_link(format!("/proc/self/fd/{}", self.dir_fd.as_raw_fd())) else { return };
+        if at.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(UNLINKED_PREFIX)) {
+            // This process's shared lock would keep the exclusive one from it: give it up first.
+            let _ = lock_dir(&self.dir_fd, &self.dir, libc::LOCK_UN);
+            let _ = remove_if_unused(&at);
         }
     }
 }
