@@ -186,8 +186,9 @@ cxl_heap_t* cxl_heap_open(const char* name);
  *  CXL_EMISMATCH). */
 cxl_heap_t* cxl_heap_open_or_create(const char* name, const cxl_config_t* cfg);
 
-/** Removes the heap called `name`; processes that have it open keep using it. Returns CXL_OK
- *  or the error code (CXL_ENOTFOUND, ...). */
+/** Removes the heap called `name`; processes that have it open keep using it whole (huge
+ *  blocks included), and its storage goes when the last of them closes it. Returns CXL_OK or
+ *  the error code (CXL_ENOTFOUND, ...). */
 int cxl_heap_unlink(const char* name);
 
 /** Creates a heap in the directory `path`, which must not exist; its final component may be

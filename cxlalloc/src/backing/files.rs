@@ -417,7 +417,15 @@ impl FileBacking {
             match renameat2(AT_FDCWD, &tmp, AT_FDCWD, dir, RenameFlags::RENAME_NOREPLACE) {
                 // The descriptor opened on the temporary directory follows it: no second lookup
                 // by path, which a concurrent unlink and re-create could redirect.
-                Ok(()) => Ok(FileBacking { dir: dir.to_path_buf(), dir_fd, files, offsets, home, owner, pid: std::process::id() }),
+                Ok(()) => Ok(FileBacking {
+                    dir: dir.to_path_buf(),
+                    dir_fd,
+                    files,
+                    offsets,
+                    home,
+                    owner,
+                    pid: std::process::id(),
+                }),
                 Err(Errno::EEXIST) | Err(Errno::ENOTEMPTY) => Err(OpenError::AlreadyExists(dir.to_path_buf())),
                 Err(e) => Err(sys("rename", dir, e)),
             }

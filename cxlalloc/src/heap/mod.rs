@@ -58,6 +58,12 @@ impl Drop for HeapInner {
 
 /// A heap mapped into this process. Cheap to clone (shared handle); the mapping lives until the
 /// last clone and the last [`ThreadHandle`] are dropped.
+///
+/// After `fork`, a child may attach threads to an inherited `Heap` and use the slab brackets,
+/// but every huge allocation or free through it is refused with
+/// [`AllocError::ForeignProcess`](crate::AllocError::ForeignProcess) (huge mappings and their
+/// hazards belong to the process that opened the heap): the child opens the heap by name itself
+/// to use huge blocks (docs/design.md §7.5).
 #[derive(Clone, Debug)]
 pub struct Heap {
     inner: Arc<HeapInner>,
@@ -109,7 +115,9 @@ impl Heap {
         Self::open_or_create_at(&files::path_for_name(name)?, config)
     }
 
-    /// Removes the heap called `name`. Processes that have it open keep using it.
+    /// Removes the heap called `name`. Processes that have it open keep using it whole, huge
+    /// blocks included (creating, mapping and freeing them); its storage goes when the last of
+    /// them drops it (docs/design.md §7.5).
     pub fn unlink(name: &str) -> Result<(), OpenError> {
         FileBacking::unlink(&files::path_for_name(name)?)
     }
