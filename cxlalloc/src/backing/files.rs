@@ -46,7 +46,7 @@ pub(crate) const MAX_NAME_LEN: usize = NAME_MAX - NAME_PREFIX.len();
 /// length does not depend on the heap's name, so any valid final component can be created.
 const CREATING_PREFIX: &str = ".cxlalloc.creating-";
 /// Prefix of the name an unlinked heap's directory is renamed to while processes still have it
-/// open (docs/design.md §7): hidden, and no heap name can produce it (names start with neither
+/// open (docs/design.md §7.5): hidden, and no heap name can produce it (names start with neither
 /// `.` nor `-`).
 const UNLINKED_PREFIX: &str = ".cxlalloc.unlinked-";
 
@@ -623,7 +623,9 @@ impl FileBacking {
         Ok((FileBacking { dir: dir.to_path_buf(), dir_fd, files, offsets, home, owner, pid }, header))
     }
 
-    /// Removes the heap directory at `dir`. Processes that have it open keep their mappings.
+    /// Removes the heap directory at `dir` by name: it is renamed out of the way, and removed
+    /// once no process has it open (docs/design.md §7.5); until then those processes keep using
+    /// it whole, huge objects included.
     /// A user the heap does not admit gets [`OpenError::PermissionDenied`], not `NotFound`: the
     /// heap is there, this user just may not look inside it or remove it. A directory whose
     /// `header` is not a heap header is refused ([`OpenError::BadMagic`]) and left alone.
@@ -688,7 +690,7 @@ impl FileBacking {
 }
 
 impl Drop for FileBacking {
-    /// The last process to close an unlinked heap removes its directory (docs/design.md §7). A
+    /// The last process to close an unlinked heap removes its directory (docs/design.md §7.5). A
     /// forked child's inherited copy shares the parent's lock and leaves both alone.
     fn drop(&mut self) {
         if std::process::id() != self.pid {
