@@ -28,8 +28,8 @@
 
 use std::path::{Path, PathBuf};
 
-use cxlalloc::internal::WINDOW_FILE;
 use cxlalloc::internal::{RegionId, REGIONS};
+use cxlalloc::internal::{UNLINKED_PREFIX, WINDOW_FILE};
 
 /// What went wrong reading or parsing `/proc/self/smaps` or `/proc/self/status`.
 #[derive(Debug, thiserror::Error)]
@@ -258,17 +258,17 @@ impl RegionTable {
         RegionTable { entries, windows }
     }
 
-    /// The heap region whose file is exactly `path` (a ` (deleted)` suffix allowed).
+    /// The heap region whose file is `path` (a ` (deleted)` suffix allowed, and the heap
+    /// directory possibly renamed aside by an unlink: [`same_file`]).
     pub fn region_of(&self, path: &str) -> Option<RegionId> {
         let path = Path::new(path.strip_suffix(DELETED).unwrap_or(path));
-        self.entries.iter().find(|(p, _)| p == path).map(|&(_, r)| r)
+        self.entries.iter().find(|(p, _)| same_file(p, path)).map(|&(_, r)| r)
     }
 
-    /// Whether `path` is exactly a heap directory's mCAS window file (a ` (deleted)` suffix
-    /// allowed).
+    /// Whether `path` is a heap directory's mCAS window file (as for [`RegionTable::region_of`]).
     pub fn is_window(&self, path: &str) -> bool {
         let path = Path::new(path.strip_suffix(DELETED).unwrap_or(path));
-        self.windows.iter().any(|w| w == path)
+        self.windows.iter().any(|w| same_file(w, path))
     }
 
     /// The class of `mapping`.
@@ -281,6 +281,19 @@ impl RegionTable {
             None => Class::Other,
         }
     }
+}
+
+/// Whether the mapped file `path` is the heap file `expected`: the same path, or the same file
+/// name in the directory an unlink renamed the heap's directory to (a hidden
+/// `.cxlalloc.unlinked-…` sibling: processes that have the heap open keep using it there).
+fn same_file(expected: &Path, path: &Path) -> bool {
+    if expected == path {
+        return true;
+    }
+    let (Some(heap_dir), Some(dir)) = (expected.parent(), path.parent()) else { return false };
+    expected.file_name() == path.file_name()
+        && heap_dir.parent() == dir.parent()
+        && dir.file_name().is_some_and(|n| n.to_string_lossy().starts_with(UNLINKED_PREFIX))
 }
 
 /// This process's memory split by coherence class, in bytes.

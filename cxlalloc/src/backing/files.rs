@@ -48,7 +48,7 @@ const CREATING_PREFIX: &str = ".cxlalloc.creating-";
 /// Prefix of the name an unlinked heap's directory is renamed to while processes still have it
 /// open (docs/design.md §7.5): hidden, and no heap name can produce it (names start with neither
 /// `.` nor `-`).
-const UNLINKED_PREFIX: &str = ".cxlalloc.unlinked-";
+pub const UNLINKED_PREFIX: &str = ".cxlalloc.unlinked-";
 
 /// Checks a heap name (the `NAME` of [`crate::Heap::create`], `cxl_heap_create` and
 /// `cxlalloc create NAME`). The grammar, in full: 1 ..= [`MAX_NAME_LEN`] (246) characters, each
