@@ -259,7 +259,7 @@ impl RegionTable {
     }
 
     /// The heap region whose file is `path` (a ` (deleted)` suffix allowed, and the heap
-    /// directory possibly renamed aside by an unlink: [`same_file`]).
+    /// directory possibly renamed aside by an unlink: `same_file`).
     pub fn region_of(&self, path: &str) -> Option<RegionId> {
         let path = Path::new(path.strip_suffix(DELETED).unwrap_or(path));
         self.entries.iter().find(|(p, _)| same_file(p, path)).map(|&(_, r)| r)
