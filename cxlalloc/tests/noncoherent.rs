@@ -21,7 +21,7 @@ use std::time::Duration;
 use common::{fork_child, pattern, serial, Ctx, Device, HeapName, Pipe, Rng};
 use cxlalloc::internal::{sim, Site};
 use cxlalloc::Bracket;
-use cxlalloc::{Coherence, Config, Heap, Offset};
+use cxlalloc::{Coherence, Config, FreeError, Heap, Offset};
 
 const HOSTS: usize = 3;
 const ROUNDS: usize = 60;
@@ -196,4 +196,186 @@ fn the_simulator_catches_a_sizing_without_its_write_back() {
         assert!(r.is_err(), "{model:?}: a run without the sizing's write-back passed");
         eprintln!("{model:?}: caught: {}", r.unwrap_err());
     }
+}
+
+/// A heap of `model` (served by a software mCAS device without HWcc) for scripted hosts.
+fn scripted_heap(model: Coherence) -> (HeapName, Heap, Option<Device>) {
+    let name = HeapName::new("simscript");
+    let heap = Heap::create(name.as_str(), &config(model)).unwrap();
+    let device = (model == Coherence::NoHwcc).then(|| Device::serve(name.as_str(), Duration::ZERO));
+    (name, heap, device)
+}
+
+/// Runs two scripted hosts on `heap` (`a` talks to `b` through `ab`, `b` to `a` through `ba`),
+/// then asks the checker, which reads memory: `Err` says what went wrong.
+fn two_hosts(
+    heap: &Heap,
+    name: &str,
+    a: impl FnOnce(&str, &Pipe, &Pipe) -> Result<(), String>,
+    b: impl FnOnce(&str, &Pipe, &Pipe) -> Result<(), String>,
+) -> Result<(), String> {
+    let (ab, ba) = (Pipe::new(), Pipe::new());
+    let mut ca = fork_child("host a", || {
+        sim::enable();
+        a(name, &ab, &ba)
+    });
+    let mut cb = fork_child("host b", || {
+        sim::enable();
+        b(name, &ba, &ab)
+    });
+    let (ra, rb) = (ca.exit_code(), cb.exit_code());
+    ensure!(ra == 0 && rb == 0, "host a exited {ra}, host b exited {rb}");
+    let report = heap.check();
+    ensure!(report.is_clean(), "checker: {report}");
+    let live: u64 = Bracket::ALL.iter().map(|&b| report.bracket(b).live_blocks()).sum();
+    ensure!(live == 0, "{live} blocks live after both hosts freed everything");
+    Ok(())
+}
+
+fn block_at(heap: &Heap, off: u64) -> Result<NonNull<u8>, String> {
+    heap.pointer(Offset::<u8>::from_raw(off)).ctx("pointer")
+}
+
+/// Hole 1 of the limited and no-HWcc models: host O fills a slab (T4: Detached) and looks at
+/// one of its blocks, which leaves the slab's head line in its cache naming O as owner. Host R
+/// frees every block of the slab remotely, claims it (T8) and re-sizes it for a smaller class;
+/// then O frees a block of R's. O's copy still says "owner == O": the free must not be taken
+/// for a local one, and O's next allocations must not hand out R's live block.
+fn old_owner_frees_into_a_claimed_and_resized_slab(model: Coherence) -> Result<(), String> {
+    let _serial = serial();
+    let (name, heap, _device) = scripted_heap(model);
+    let o = |name: &str, to_r: &Pipe, from_r: &Pipe| -> Result<(), String> {
+        let heap = Heap::open(name).ctx("open")?;
+        let t = heap.attach().ctx("attach")?;
+        // Fill the first slab of the 1 KiB class (small slabs are 32 KiB, aligned).
+        let mut slab = vec![t.alloc(1024).ctx("alloc")?];
+        let next = loop {
+            let p = t.alloc(1024).ctx("alloc")?;
+            if p.as_ptr() as usize >> 15 != slab[0].as_ptr() as usize >> 15 {
+                break p;
+            }
+            slab.push(p);
+        };
+        // The slab is Detached; reading a block's size caches its head line.
+        ensure!(t.usable_size(slab[0]).ctx("usable size")? == 1024, "usable size");
+        to_r.send_u64(slab.len() as u64);
+        for p in &slab {
+            to_r.send_u64(heap.offset_of(p.as_ptr()).ctx("offset")?.raw());
+        }
+        let y = from_r.recv_u64(DEADLINE).ctx("R's block")?;
+        t.free(block_at(&heap, y)?).ctx("free of R's block")?;
+        // Two slabs' worth: the stale path would have put the slab back on O's sized list.
+        let mut mine = vec![next];
+        for _ in 0..2 * slab.len() {
+            let p = t.alloc(1024).ctx("alloc")?;
+            let off = heap.offset_of(p.as_ptr()).ctx("offset")?.raw();
+            ensure!(off + 1024 <= y || off >= y + 512, "O was handed {off:#x}, inside R's live block {y:#x}");
+            mine.push(p);
+        }
+        for p in mine {
+            t.free(p).ctx("free")?;
+        }
+        to_r.send_u64(1);
+        Ok(())
+    };
+    let r = |name: &str, to_o: &Pipe, from_o: &Pipe| -> Result<(), String> {
+        let heap = Heap::open(name).ctx("open")?;
+        let t = heap.attach().ctx("attach")?;
+        let n = from_o.recv_u64(DEADLINE).ctx("count")?;
+        let mut first = u64::MAX;
+        for _ in 0..n {
+            let off = from_o.recv_u64(DEADLINE).ctx("offset")?;
+            first = first.min(off);
+            t.free(block_at(&heap, off)?).ctx("remote free")?;
+        }
+        // Detaching applies the batch: the last subtraction claims the slab (T8), and the
+        // detach gives it to the global list, where the next refill takes it back.
+        drop(t);
+        let t = heap.attach().ctx("attach")?;
+        let y = t.alloc(512).ctx("alloc")?;
+        let off = heap.offset_of(y.as_ptr()).ctx("offset")?.raw();
+        ensure!(off == first, "R's block {off:#x} is not the claimed slab's first ({first:#x})");
+        fill(y, off, 512, 0x5151);
+        to_o.send_u64(off);
+        // O frees it (remotely: the slab is R's now) and allocates.
+        from_o.recv_u64(DEADLINE).ctx("O done")?;
+        Ok(())
+    };
+    two_hosts(&heap, name.as_str(), o, r)
+}
+
+/// Runs `scenario` in both reduced models and fails with every model's error.
+fn in_both_models(scenario: impl Fn(Coherence) -> Result<(), String>) {
+    let errors: Vec<String> = [Coherence::Limited, Coherence::NoHwcc]
+        .into_iter()
+        .filter_map(|model| scenario(model).err().map(|e| format!("{model:?}: {e}")))
+        .collect();
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+#[test]
+fn a_detached_slab_claimed_by_another_host_is_not_freed_into_by_its_old_owner() {
+    in_both_models(old_owner_frees_into_a_claimed_and_resized_slab);
+}
+
+/// Hole 2 of the limited and no-HWcc models: a non-owner cannot see the owner's bitset or
+/// cached word, yet must refuse a block the owner has freed or never handed out (and so must
+/// `usable_size`, `realloc` and `free_from`), without counting it against the slab.
+fn non_owner_refuses_blocks_the_owner_holds_free(model: Coherence) -> Result<(), String> {
+    let _serial = serial();
+    let (name, heap, _device) = scripted_heap(model);
+    let o = |name: &str, to_r: &Pipe, from_r: &Pipe| -> Result<(), String> {
+        let heap = Heap::open(name).ctx("open")?;
+        let t = heap.attach().ctx("attach")?;
+        let blocks: Vec<_> = (0..4).map(|_| t.alloc(64)).collect::<Result<_, _>>().ctx("alloc")?;
+        let offs: Vec<u64> = blocks
+            .iter()
+            .map(|p| heap.offset_of(p.as_ptr()).map(|o| o.raw()))
+            .collect::<Result<_, _>>()
+            .ctx("offset")?;
+        // Block 1 freed locally (it sits in O's cached word), block 3 still allocated, and the
+        // block after it never handed out.
+        t.free(blocks[1]).ctx("local free")?;
+        for off in [offs[1], offs[3] + 64, offs[3]] {
+            to_r.send_u64(off);
+        }
+        from_r.recv_u64(DEADLINE).ctx("R done")?;
+        // Had R's refused frees been counted, the slab's counter would be short and these
+        // frees (or the checker) would find it.
+        for p in [blocks[0], blocks[2]] {
+            t.free(p).ctx("local free")?;
+        }
+        to_r.send_u64(1);
+        Ok(())
+    };
+    let r = |name: &str, to_o: &Pipe, from_o: &Pipe| -> Result<(), String> {
+        let heap = Heap::open(name).ctx("open")?;
+        let t = heap.attach().ctx("attach")?;
+        let freed = block_at(&heap, from_o.recv_u64(DEADLINE).ctx("offset")?)?;
+        let never = block_at(&heap, from_o.recv_u64(DEADLINE).ctx("offset")?)?;
+        let live = block_at(&heap, from_o.recv_u64(DEADLINE).ctx("offset")?)?;
+        for (what, p) in [("freed", freed), ("never allocated", never)] {
+            ensure!(t.usable_size(p).is_err(), "usable_size of a {what} block answered Ok");
+            ensure!(t.realloc(p, 200).is_err(), "realloc of a {what} block answered Ok");
+            let dest = heap.root(0).ctx("root")?;
+            dest.store(heap.offset_of(p.as_ptr()).ctx("offset")?.raw(), std::sync::atomic::Ordering::Release);
+            ensure!(t.free_from(dest).is_err(), "free_from of a {what} block answered Ok");
+            dest.store(0, std::sync::atomic::Ordering::Release);
+            let r = t.free(p);
+            ensure!(r == Err(FreeError::DoubleFree), "free of a {what} block: {r:?}");
+        }
+        ensure!(t.usable_size(live).ctx("usable size of a live block")? == 64, "usable size");
+        t.free(live).ctx("free of a live block")?;
+        // Detaching applies the batch of remote frees.
+        drop(t);
+        to_o.send_u64(1);
+        from_o.recv_u64(DEADLINE).ctx("O done")?;
+        Ok(())
+    };
+    two_hosts(&heap, name.as_str(), o, r)
+}
+
+#[test]
+fn a_non_owner_refuses_blocks_the_owner_holds_free() {
+    in_both_models(non_owner_refuses_blocks_the_owner_holds_free);
 }

@@ -54,6 +54,22 @@ pub(crate) fn window_geometry(slots: u32, hwcc_bytes: u64) -> Geometry {
     Geometry { slots: slots + PROCESS_REQUESTERS, target_bytes: hwcc_bytes }
 }
 
+/// Declares [`Site`] and its list of every value ([`Site::ALL`]) from one list of variants, so
+/// that a new site joins the simulator's mutation matrix (`tests/noncoherent.rs`) without
+/// anyone remembering to add it there.
+macro_rules! sites {
+    ($(#[$doc:meta])* pub enum Site { $($(#[$vdoc:meta])* $v:ident,)* }) => {
+        $(#[$doc])*
+        pub enum Site { $($(#[$vdoc])* $v,)* }
+
+        impl Site {
+            /// Every site, in declaration order.
+            pub const ALL: &'static [Site] = &[$(Site::$v),*];
+        }
+    };
+}
+
+sites! {
 /// Where in the protocol a coherence operation is applied: each call site names its step, so
 /// that the non-coherence simulator can remove one (`sim::skip`, feature `noncoherent-sim`) and
 /// show that a test fails.
@@ -62,8 +78,12 @@ pub(crate) fn window_geometry(slots: u32, hwcc_bytes: u64) -> Geometry {
 pub enum Site {
     /// T3: a freshly sized slab's head line, before its first block is handed out.
     Sized,
-    /// T4: a full slab kept off-list.
+    /// T4: a full slab kept off-list, written back and evicted: it may change hands without
+    /// its owner (T8).
     Detached,
+    /// A local free into a full slab that is not the class's current one: "owner == me" read
+    /// from memory, since the slab may be Detached and claimed since.
+    OwnerChecked,
     /// T5: a full slab given up to remote freers.
     Disowned,
     /// A partly used slab abandoned at detach.
@@ -86,6 +106,7 @@ pub enum Site {
     SlotReleased,
     /// Recovery and the checker reading every descriptor and record.
     Scan,
+}
 }
 
 /// How this process keeps SWcc memory coherent.

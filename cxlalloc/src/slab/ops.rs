@@ -22,7 +22,7 @@ use crate::crash::crash_point;
 use crate::error::{AllocError, FreeError};
 use crate::mem::{HeapMem, Slab};
 use crate::persist::descriptor::Descriptor;
-use crate::persist::record::{Current, RemoteBatch, ThreadRecord};
+use crate::persist::record::{Current, CurrentId, RemoteBatch, ThreadRecord};
 use crate::persist::redo::{Op, Pending, Redo};
 use crate::protocol::{detectable, global_list, length, remote};
 use crate::sync::{fence, AtomicU64, Ordering};
@@ -65,6 +65,11 @@ pub(crate) struct SlabThread<'a> {
     /// subtracted with one CAS (mCAS) per run ([`RemoteBatch`]) instead of one each, which also
     /// spares each free its log write-backs and its read of the slab's head from memory.
     batching: bool,
+    /// Limited and no-HWcc models: every free block carries its slab's mark in its first word
+    /// (written at sizing and at each local free, cleared when the block is handed out), so
+    /// that a remote freer, which cannot see the owner's bitset or cached word, still tells
+    /// a free block from an allocated one (docs/design.md §4.1, "Free mark").
+    marks_free: bool,
     /// When each batch entry was last used (this thread's remote-free count then): a free of a
     /// slab no entry names applies the least recently used one.
     batch_used: [AtomicU64; RemoteBatch::ENTRIES],
@@ -102,7 +107,16 @@ impl<'a> SlabThread<'a> {
         let port = mem.mcas().and_then(|hub| hub.thread_port(slot).ok());
         let batching = mem.coherence != crate::layout::Coherence::Full;
         let batch_used = std::array::from_fn(|_| AtomicU64::new(0));
-        Self { mem, slot, rec: mem.record(slot), recoverable: mem.recoverable(), port, batching, batch_used }
+        Self {
+            mem,
+            slot,
+            rec: mem.record(slot),
+            recoverable: mem.recoverable(),
+            port,
+            batching,
+            marks_free: batching,
+            batch_used,
+        }
     }
 
     /// HWcc word `word` as this thread reaches it (through its mCAS requester when the heap
@@ -254,6 +268,12 @@ impl<'a> SlabThread<'a> {
         let rest = bits & bits.wrapping_sub(1);
         let offset = cur.block0.load(Ordering::Relaxed) as usize + bits.trailing_zeros() as usize * info.size as usize;
         announce(offset);
+        if self.marks_free {
+            // Cleared before the bit is taken: a crash in between leaves a free block without
+            // its mark (a later double free of it goes undetected), never an allocated block
+            // with one (whose legitimate free would be refused).
+            self.block_word(offset).store(0, Ordering::Relaxed);
+        }
         cur.bits.store(rest, Ordering::Relaxed);
         if rest == 0 {
             // We still hold the block just taken, which T4/T5 rely on.
@@ -325,6 +345,12 @@ impl<'a> SlabThread<'a> {
         d.head.generation.store(generation, Ordering::Relaxed);
         d.head.mark.store(new_mark(self.mem.header.secret, b, slab, generation), Ordering::Relaxed);
         d.fill(info.blocks);
+        if self.marks_free {
+            let mark = d.head.mark.load(Ordering::Relaxed);
+            for i in 0..info.blocks as usize {
+                self.block_word(self.mem.data_offset(b, slab, i * info.size as usize)).store(mark, Ordering::Relaxed);
+            }
+        }
         // Remote freers on other hosts locate blocks from the head line: it reaches memory
         // before the first block is handed out.
         self.persist(Site::Sized, d.head_line());
@@ -383,9 +409,11 @@ impl<'a> SlabThread<'a> {
         cur.install(0, 0, 0, 0);
         match remote::retire(&self.hw(self.mem.remote(b, slab)), info.blocks) {
             remote::Retire::Detach => {
-                // T4 keeps the slab ours but on no list: written back, so that whoever holds
-                // the slot next (maybe on another host) finds it as we left it.
-                self.persist(Site::Detached, d.bytes());
+                // T4 keeps the slab ours but on no list, and the remote frees of its blocks may
+                // hand it to another host (T8) without a word to us: written back *and
+                // evicted* (paper §3.2.2), so that a later read of ours comes from memory and
+                // a claimer's writes are never overwritten by a dirty line of ours.
+                self.publish(Site::Detached, d.bytes());
                 ThreadRecord::bump(&self.rec.counters.detaches);
             }
             remote::Retire::Disown => {
@@ -488,10 +516,7 @@ impl<'a> SlabThread<'a> {
     }
 
     fn mark_word(&self, at: &Located<'_>) -> &AtomicU64 {
-        let p = self.mem.block(at.offset);
-        // SAFETY: the block is at least 8 bytes, 8-aligned (class sizes are multiples of 8 and
-        // slabs are aligned), inside a mapped slab below the heap length.
-        unsafe { &*(p.as_ptr() as *const AtomicU64) }
+        self.block_word(at.offset)
     }
 
     /// Frees the block at `ptr`, locally if this thread owns its slab, remotely otherwise.
@@ -513,8 +538,10 @@ impl<'a> SlabThread<'a> {
             Err(e) => return Err(e),
         };
         let d = at.desc;
-        // Without coherence, "owner == me" in our copy is still exact: we evict a descriptor
-        // whenever we give its slab up, and re-read it whenever we take one.
+        // Without coherence, "owner == me" in our copy is exact unless the slab is Detached:
+        // we evict a descriptor whenever we give its slab up (T4 included) and re-read it
+        // whenever we take one, but a Detached slab changes hands (T8) without us, and a copy
+        // read while it was Detached still names us. Such a copy says the slab is full.
         if d.head.owner.load(Ordering::Relaxed) != self.me() {
             // Under full coherence the block just located is what a remote free would locate
             // again (no head line to read from memory, no batch to consult): hand it over.
@@ -526,13 +553,47 @@ impl<'a> SlabThread<'a> {
             }
             return self.free_remote(ptr);
         }
+        let cur = &self.rec.lists(b).current[at.class as usize - 1];
+        let id = cur.id();
+        if d.head.free.load(Ordering::Relaxed) == 0 && id.slab != at.slab.link() && !self.mem.swcc.is_coherent() {
+            return self.free_owned_full(b, ptr, offset, rel);
+        }
+        self.free_local(b, &at, cur, id)
+    }
+
+    /// Limited and no-HWcc models: a free that our copy of the head line sends down the local
+    /// path, into a full slab that is not our current one. The slab may be Detached (T4) and
+    /// claimed since by the last remote free of its blocks (T8) on another host, which re-sized
+    /// it: a copy read while it was Detached (by `usable_size`, the checker, a prefetch) would
+    /// still name us as owner. So "owner == me" is answered from memory here. Memory names us
+    /// only while the slab is ours, or between a claim and the claimer's sizing (T3 writes its
+    /// head line back before handing a block out): then no block of the slab is allocated, the
+    /// free is a double free, and the block's mark says so.
+    #[cold]
+    #[inline(never)]
+    fn free_owned_full(&self, b: Bracket, ptr: *const u8, offset: usize, rel: usize) -> Result<(), FreeError> {
+        if let Some(slab) = self.mem.slab(b, (rel >> b.slab_shift()) as u32) {
+            self.refresh(Site::OwnerChecked, self.mem.desc(b, slab).head_line());
+        }
+        let at = match self.locate_in(b, offset, rel) {
+            Ok(at) if at.desc.head.owner.load(Ordering::Relaxed) == self.me() => at,
+            _ => return self.free_remote(ptr),
+        };
+        let cur = &self.rec.lists(b).current[at.class as usize - 1];
+        self.free_local(b, &at, cur, cur.id())
+    }
+
+    /// The local free of block `at` of a slab this thread owns; `cur` is the class's current
+    /// slab cache and `id` its identity.
+    #[inline(always)]
+    fn free_local(&self, b: Bracket, at: &Located<'_>, cur: &Current, id: CurrentId) -> Result<(), FreeError> {
+        let d = at.desc;
         // A block remotely freed before carries its slab's mark and never returns to the owner.
-        if self.mark_word(&at).load(Ordering::Relaxed) == d.head.mark.load(Ordering::Relaxed) {
+        let mark = d.head.mark.load(Ordering::Relaxed);
+        if self.mark_word(at).load(Ordering::Relaxed) == mark {
             return Err(FreeError::DoubleFree);
         }
         let (w, bit) = ((at.block / 64) as usize, 1u64 << (at.block % 64));
-        let cur = &self.rec.lists(b).current[at.class as usize - 1];
-        let id = cur.id();
         if id.slab == at.slab.link() && id.word == w as u32 {
             // The block belongs to the cached word: freeing it is one store to the persistent
             // cache, which is also its log record (as for allocation).
@@ -541,6 +602,7 @@ impl<'a> SlabThread<'a> {
                 return Err(FreeError::DoubleFree);
             }
             cur.bits.store(bits | bit, Ordering::Relaxed);
+            self.mark_freed(at, mark);
             return Ok(());
         }
         let word = d.bits[w].load(Ordering::Relaxed);
@@ -560,7 +622,27 @@ impl<'a> SlabThread<'a> {
         } else {
             d.put(at.block);
         }
+        self.mark_freed(at, mark);
         Ok(())
+    }
+
+    /// Limited and no-HWcc models: a block the owner just freed takes its slab's mark, after
+    /// its bit (a crash in between leaves the block free and unmarked: a later double free of
+    /// it goes undetected, but no legitimate free is refused).
+    #[inline(always)]
+    fn mark_freed(&self, at: &Located<'_>, mark: u64) {
+        if self.marks_free {
+            self.mark_word(at).store(mark, Ordering::Relaxed);
+        }
+    }
+
+    /// The first word of the block at heap offset `offset` (a block of a sized slab).
+    #[inline(always)]
+    fn block_word(&self, offset: usize) -> &AtomicU64 {
+        let p = self.mem.block(offset);
+        // SAFETY: blocks are at least 8 bytes and 8-aligned (class sizes are multiples of 8 and
+        // slabs are aligned), inside a mapped slab below the heap length.
+        unsafe { &*(p.as_ptr() as *const AtomicU64) }
     }
 
     /// T6 / T7, unless the slab is its class's current slab (which stays current).
