@@ -75,6 +75,13 @@ mod not_loom {
     #[cfg(feature = "noncoherent-sim")]
     pub mod sim {
         pub use crate::coherence::sim::{enable, skip};
+
+        /// The platform's Global Persistent Flush of a simulated host going down: every dirty
+        /// line of this process's caches of `heap` reaches memory, so that a process on
+        /// another host can adopt its slots (docs/design.md §9.1).
+        pub fn global_flush(heap: &crate::Heap) {
+            heap.mem().swcc.global_flush();
+        }
     }
 
     /// White-box crash points (feature `crash-points`).

@@ -507,14 +507,14 @@ impl HeapMem {
 
     /// Limited and no-HWcc models: invalidates this process's copy of every descriptor of `b`
     /// below the heap length, so that a reader that scans them all (recovery, the checker)
-    /// sees what other hosts wrote back.
-    pub(crate) fn refresh_descriptors(&self, b: Bracket) {
+    /// sees what other hosts wrote back; also a slot's new holder ([`Site::SlotDescriptors`]).
+    pub(crate) fn refresh_descriptors(&self, b: Bracket, site: Site) {
         if self.swcc.is_coherent() {
             return;
         }
         let len = self.refresh_length(b) as usize;
         let local = self.arrays[b as usize].local;
-        self.swcc.refresh(Site::Scan, local as *const u8, len * b.descriptor_size());
+        self.swcc.refresh(site, local as *const u8, len * b.descriptor_size());
     }
 
     /// Limited and no-HWcc models: invalidates (`refresh`) or writes back (`persist`) the whole

@@ -102,6 +102,9 @@ pub enum Site {
     RemoteMark,
     /// A slot's record when the slot is leased or adopted.
     SlotTaken,
+    /// Every descriptor when a slot is leased or adopted: copies this host cached before
+    /// may name the slot as owner of slabs its previous holder (on another host) gave up.
+    SlotDescriptors,
     /// A slot's record when its holder releases it.
     SlotReleased,
     /// Recovery and the checker reading every descriptor and record.
@@ -170,6 +173,15 @@ impl Swcc {
     pub(crate) fn fence(&self) {
         if let Swcc::Flush(_) = self {
             flush::store_fence();
+        }
+    }
+
+    /// Non-coherence simulator: writes back every dirty line of this host's caches (the
+    /// platform's Global Persistent Flush when a host goes down); nothing in other models.
+    #[cfg(feature = "noncoherent-sim")]
+    pub(crate) fn global_flush(&self) {
+        if let Swcc::Sim(host) = self {
+            host.write_back_all();
         }
     }
 

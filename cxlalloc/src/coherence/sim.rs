@@ -169,6 +169,16 @@ impl Host {
     }
 }
 
+impl Host {
+    /// Writes every dirty line of every simulated region back to memory: what the platform's
+    /// Global Persistent Flush does for a host going down (see [`crate::coherence`], "Crashes").
+    pub(crate) fn write_back_all(&self) {
+        for r in &self.regions {
+            self.write_back(r.cache as *const u8, r.len);
+        }
+    }
+}
+
 impl Default for Host {
     fn default() -> Self {
         Self::new()

@@ -108,6 +108,13 @@ fn handle(heap: &Heap, slot: u32, holder: u64) -> Result<ThreadHandle, AttachErr
     // The previous holder may have run on another host: read its record from memory.
     let (record, len) = mem.record_bytes(slot);
     mem.swcc.refresh(Site::SlotTaken, record, len);
+    // "owner == me" is read from cached descriptor lines (docs/design.md §9.1): this host may
+    // hold copies from before another host held the slot, which name the slot as owner of
+    // slabs it has given up since. Every copy goes; the slot's own slabs (Detached ones that
+    // its previous holder kept) are read from memory as that holder wrote them back.
+    for b in Bracket::ALL {
+        mem.refresh_descriptors(b, Site::SlotDescriptors);
+    }
     // SAFETY: the HeapMem lives in the Arc that the handle's `heap` field keeps alive for as
     // long as the handle exists, and `ops` lends these references out only for the lifetime of
     // a borrow of the handle.

@@ -79,7 +79,7 @@ pub(crate) fn recover(t: &SlabThread<'_>, huge: Option<&HugeView>, dead: Option<
     // The dead holder may have run on another host: every descriptor recovery reads, and the
     // record (refreshed when the slot was taken over), come from memory.
     for b in Bracket::ALL {
-        t.mem.refresh_descriptors(b);
+        t.mem.refresh_descriptors(b, crate::coherence::Site::Scan);
     }
     let redo = Redo::unpack(t.rec.redo.load(Ordering::Acquire)).map(|r| {
         let how = t.resolve(r);

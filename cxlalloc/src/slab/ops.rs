@@ -573,7 +573,8 @@ impl<'a> SlabThread<'a> {
     #[inline(never)]
     fn free_owned_full(&self, b: Bracket, ptr: *const u8, offset: usize, rel: usize) -> Result<(), FreeError> {
         if let Some(slab) = self.mem.slab(b, (rel >> b.slab_shift()) as u32) {
-            self.refresh(Site::OwnerChecked, self.mem.desc(b, slab).head_line());
+            // The whole descriptor: the bitset lines we may hold are as old as the head line.
+            self.refresh(Site::OwnerChecked, self.mem.desc(b, slab).bytes());
         }
         let at = match self.locate_in(b, offset, rel) {
             Ok(at) if at.desc.head.owner.load(Ordering::Relaxed) == self.me() => at,
