@@ -82,6 +82,17 @@ mod not_loom {
         pub fn global_flush(heap: &crate::Heap) {
             heap.mem().swcc.global_flush();
         }
+
+        /// The sizing of the slab holding the allocated slab block at `ptr`, as `thread`
+        /// reads it: `(bracket, slab index, generation, block size)`; `None` outside sized
+        /// slabs. A slab's generation grows with every sizing, so what one host observes of a
+        /// slab over time never goes back.
+        pub fn sizing_of(
+            thread: &crate::ThreadHandle,
+            ptr: std::ptr::NonNull<u8>,
+        ) -> Option<(crate::Bracket, u32, u32, u32)> {
+            thread.sizing_of(ptr)
+        }
     }
 
     /// White-box crash points (feature `crash-points`).

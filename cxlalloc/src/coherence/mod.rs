@@ -90,15 +90,18 @@ pub enum Site {
     Abandoned,
     /// T9: an empty slab pushed on the global list (`next` written first).
     GlobalPush,
-    /// T2: the `next` link of the global head, read before the pop.
+    /// T2: the global head's head line (its `next` link), read from memory before the pop.
+    /// The same read serves the popped slab: the pop's tagged CAS proves the line unchanged
+    /// since, and its sizing (T3) rewrites the rest. (A claim (T8) likewise reads nothing of
+    /// the descriptor but the generation, which its located free read from memory: see
+    /// `SlabThread::claim`.)
     PopNext,
-    /// T2: the popped slab's descriptor, read once it is ours.
-    Popped,
-    /// T8 (and an abandon claimed back): the claimed slab's descriptor.
-    Claimed,
     /// A remote free locating its block from the slab's head line.
     Located,
-    /// A remote free's mark, written back before the counter moves.
+    /// A remote free's mark, written back before the counter moves: slab data, which the
+    /// simulator keeps coherent (docs/design.md §9.3), so its mutation matrix cannot observe
+    /// its removal; on hardware a dirty mark line written back after the slab's next sizing
+    /// would overwrite a block of it.
     RemoteMark,
     /// A slot's record when the slot is leased or adopted.
     SlotTaken,
@@ -107,7 +110,8 @@ pub enum Site {
     SlotDescriptors,
     /// A slot's record when its holder releases it.
     SlotReleased,
-    /// Recovery and the checker reading every descriptor and record.
+    /// The checker and the slot survey reading every descriptor and record. (Recovery needs
+    /// no scan of its own: it runs right after taking the slot, which invalidated both.)
     Scan,
 }
 }

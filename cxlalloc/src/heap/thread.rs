@@ -189,6 +189,15 @@ impl ThreadHandle {
         &self.ops
     }
 
+    /// The sizing of the slab holding the slab block at `ptr`, as this thread reads it (from
+    /// memory in the reduced models, as a remote free would): `(bracket, slab, generation,
+    /// block size)`; `None` outside sized slabs. For the non-coherence simulator's tests.
+    #[cfg(feature = "noncoherent-sim")]
+    pub(crate) fn sizing_of(&self, ptr: NonNull<u8>) -> Option<(Bracket, u32, u32, u32)> {
+        let at = self.ops().locate(ptr.as_ptr()).ok()?;
+        Some((at.bracket, at.slab.index(), at.desc.head.generation.load(Ordering::Relaxed), at.size))
+    }
+
     /// The heap this handle allocates from.
     pub fn heap(&self) -> &Heap {
         &self.heap

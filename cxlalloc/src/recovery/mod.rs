@@ -77,10 +77,9 @@ impl std::fmt::Display for RecoveryReport {
 pub(crate) fn recover(t: &SlabThread<'_>, huge: Option<&HugeView>, dead: Option<Holder>) -> RecoveryReport {
     let started = Instant::now();
     // The dead holder may have run on another host: every descriptor recovery reads, and the
-    // record (refreshed when the slot was taken over), come from memory.
-    for b in Bracket::ALL {
-        t.mem.refresh_descriptors(b, crate::coherence::Site::Scan);
-    }
+    // record, come from memory. Taking the slot over invalidated both (`Site::SlotTaken`,
+    // `Site::SlotDescriptors`), and nothing this thread has done since read another host's
+    // lines, so recovery reads nothing through a stale copy.
     let redo = Redo::unpack(t.rec.redo.load(Ordering::Acquire)).map(|r| {
         let how = t.resolve(r);
         t.clear_log();

@@ -863,7 +863,15 @@ impl<'a> SlabThread<'a> {
     fn claim(&self, b: Bracket, slab: Slab, version: u32) {
         self.log(Redo::new(Op::RemoteFree, b, slab.index(), version).flagged());
         let d = self.mem.desc(b, slab);
-        self.refresh(Site::Claimed, d.bytes());
+        // No invalidation of the descriptor (there was one, `Site::Claimed`; the mutation
+        // matrix of tests/noncoherent.rs showed it unobservable, and this is why). Until the
+        // slab is sized again we write owner, class, size and links, and read only what we
+        // wrote; the sizing (T3) then writes every field and every bitset word, except the
+        // generation, which it increments. Our copy of the head line is of the current
+        // sizing, generation included: the free that claims was located through a head line
+        // read from memory (`Site::Located`; for a batch, at its first free), and the slab
+        // cannot be re-sized while a free of ours is uncounted. A copy older than that was
+        // evicted then, and one held since a slot changed hands by `Site::SlotDescriptors`.
         d.head.owner.store(self.me(), Ordering::Relaxed);
         self.make_unsized(b, slab, d);
         ThreadRecord::bump(&self.rec.counters.claims);
@@ -917,7 +925,11 @@ impl<'a> SlabThread<'a> {
             .and_then(|s| s.ok_or(AllocError::Corrupt("popped null")))
             .inspect_err(|_| self.clear_log())?;
         let d = mem.desc(b, slab);
-        self.refresh(Site::Popped, d.bytes());
+        // No invalidation of the descriptor here (there was one, `Site::Popped`; the mutation
+        // matrix of tests/noncoherent.rs showed it unobservable): the pop read the head line
+        // from memory (`Site::PopNext`), and its tagged CAS succeeding proves the slab was not
+        // popped and pushed again since. The rest (the bitset) is written whole by the sizing
+        // (T3) before anything reads it.
         d.head.owner.store(self.me(), Ordering::Relaxed);
         self.push_unsized(b, slab, d);
         ThreadRecord::bump(&self.rec.counters.global_pops);
@@ -1027,7 +1039,8 @@ impl<'a> SlabThread<'a> {
             remote::subtract(&self.hw(self.mem.remote(b, slab)), free, tag, self.helper(tag))
         {
             self.log(Redo::new(Op::Abandon, b, slab.index(), version).flagged());
-            self.refresh(Site::Claimed, d.bytes());
+            // Ours again, and read since our own write-back above (`Site::Abandoned` evicted
+            // it): nobody writes an unowned slab's descriptor.
             d.head.owner.store(self.me(), Ordering::Relaxed);
             self.make_unsized(b, slab, d);
         }
