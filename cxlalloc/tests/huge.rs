@@ -524,6 +524,98 @@ fn a_process_that_only_reads_thousands_of_freed_blocks_never_runs_out_of_hazards
 }
 
 #[test]
+fn a_reader_of_more_live_blocks_than_its_hazard_sets_hold_evicts_mappings_instead_of_dying() {
+    let _serial = serial();
+    let name = HeapName::new("huge-evict");
+    // Four thread slots: four hazard sets of 32 entries for the whole heap, so neither process
+    // can hold an entry for each of the WINDOW live blocks it maps.
+    let (heap, t) = create(&name, &Config { thread_slots: 4, ..small_config() });
+    const CYCLES: u64 = 1500;
+    const WINDOW: u64 = 96;
+    let (to_child, to_parent) = (Pipe::new(), Pipe::new());
+    let mut child = fork_child("reader", || {
+        // It never attaches: it only reads, the newest block and one half a window older, so
+        // that it touches every live block of the window, each of them twice.
+        let heap = Heap::open(name.as_str()).ctx("open")?;
+        let mut offs = Vec::new();
+        for i in 0..CYCLES {
+            offs.push(to_child.recv_u64(CHILD_DEADLINE).ok_or("no block")?);
+            for j in [i, i.saturating_sub(WINDOW / 2)] {
+                let off = offs[j as usize];
+                // SAFETY: block j is live: the parent frees it only WINDOW cycles after
+                // creating it, and only after our answer for this cycle.
+                unsafe { check_stamp(at(&heap, off)?, MIB, off, j)? };
+            }
+            to_parent.send_u64(i);
+        }
+        Ok(())
+    });
+    let mut live = std::collections::VecDeque::new();
+    for i in 0..CYCLES {
+        let p = t.alloc(MIB).unwrap_or_else(|e| panic!("cycle {i}: {e}"));
+        let off = offset(&heap, p);
+        // SAFETY: our fresh block.
+        unsafe { stamp(p, MIB, off, i) };
+        to_child.send_u64(off);
+        assert_eq!(to_parent.recv_u64(CHILD_DEADLINE), Some(i), "the reader died (see its stderr)");
+        live.push_back((p, off, i));
+        if live.len() as u64 > WINDOW {
+            let (p, off, j) = live.pop_front().unwrap();
+            // Our own mapping of it may have been evicted meanwhile: the bytes come back.
+            // SAFETY: our live block.
+            unsafe { check_stamp(p, MIB, off, j) }.unwrap();
+            t.free(p).unwrap();
+        }
+    }
+    child.succeeds();
+    for (p, off, j) in live {
+        // SAFETY: our live block.
+        unsafe { check_stamp(p, MIB, off, j) }.unwrap();
+        t.free(p).unwrap();
+    }
+    let r = assert_clean(&heap);
+    assert_eq!(r.live_blocks(), 0, "{r}");
+}
+
+#[test]
+fn a_reader_that_drops_its_stale_mappings_lets_the_owner_reclaim_without_reading_again() {
+    let _serial = serial();
+    let name = HeapName::new("huge-drop-stale");
+    let (heap, t) = create(&name, &small_config());
+    let p = t.alloc(2 * MIB).unwrap();
+    let off = offset(&heap, p);
+    // SAFETY: our fresh block.
+    unsafe { stamp(p, 2 * MIB, off, 5) };
+    let (mapped, freed, dropped, done) = (Pipe::new(), Pipe::new(), Pipe::new(), Pipe::new());
+    let mut reader = fork_child("reader", || {
+        let heap = Heap::open(name.as_str()).ctx("open")?;
+        // SAFETY: live until we answer.
+        unsafe { check_stamp(at(&heap, off)?, 2 * MIB, off, 5)? };
+        mapped.send_u64(1);
+        freed.recv_u64(CHILD_DEADLINE).ok_or("no free")?;
+        // Nothing else of ours touches the huge heap: only this call gives the block back.
+        ensure!(heap.drop_stale_huge() == 1, "one stale mapping to drop");
+        ensure!(heap.drop_stale_huge() == 0, "nothing left to drop");
+        dropped.send_u64(1);
+        done.recv_u64(CHILD_DEADLINE).ok_or("no end")?;
+        Ok(())
+    });
+    mapped.recv_u64(CHILD_DEADLINE).expect("the reader mapped the block");
+    t.free(p).unwrap();
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.freed, r.huge.hazards), (1, 1), "the reader's hazard keeps it: {r}");
+    freed.send_u64(1);
+    dropped.recv_u64(CHILD_DEADLINE).expect("the reader dropped its mapping");
+    heap.sweep_huge();
+    let other = t.alloc(MIB).unwrap();
+    t.free(other).unwrap();
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.freed, r.huge.hazards, r.live_blocks()), (0, 0, 0), "{r}");
+    done.send_u64(1);
+    reader.succeeds();
+}
+
+#[test]
 fn a_forked_child_is_refused_huge_blocks_through_an_inherited_heap_until_it_opens_its_own() {
     let _serial = serial();
     let name = HeapName::new("huge-fork");

@@ -214,6 +214,17 @@ impl Heap {
         }
     }
 
+    /// Drops this process's mappings of huge blocks that are no longer live (freed by some
+    /// process, here or elsewhere), with the hazards that kept them from being reclaimed, and
+    /// returns how many it dropped. The mappings of live blocks stay. Every huge allocation
+    /// and free of this process does it, and the fault handler when the hazard sets are full;
+    /// a process that only reads huge blocks calls it to hand freed blocks back sooner
+    /// (docs/design.md §7.4). Does nothing in a forked child (its huge mappings are its
+    /// parent's, docs/design.md §7.5).
+    pub fn drop_stale_huge(&self) -> usize {
+        self.mem().huge().filter(|v| v.in_own_process()).map_or(0, huge::ops::drop_stale_mappings)
+    }
+
     /// Adopts thread slot `slot`, whose holder process died, for the calling thread: finishes
     /// or undoes the operation the holder was in, rebuilds the slot's lists, completes its
     /// detectable allocation or free, and clears the dead process's hazards, while every other

@@ -205,7 +205,7 @@ impl HugeThread<'_> {
         crash_point!(HugeLinked);
         let key = HazardKey::new(at, generation);
         let name = HugeName::new(at, generation);
-        let entry = view.publish(key, len / view.page as u64).map_err(|_| AllocError::HazardsExhausted);
+        let entry = view.publish(key, len / view.page as u64, &|_| true).map_err(|_| AllocError::HazardsExhausted);
         let mapped = entry.and_then(|entry| {
             let commit = self.mem().header.config().commit_on_grow;
             let fd = self.mem().backing().huge_create(&name, len as usize, commit).map_err(AllocError::Backing)?;
@@ -394,9 +394,9 @@ pub(crate) fn mark_freed(view: &HugeView, b: &HugeBlock) -> bool {
 }
 
 /// Drops this process's mappings (and hazards) of huge blocks that are no longer live, so
-/// their owners can reclaim them ([`HugeView::drop_stale`]).
-pub(crate) fn drop_stale_mappings(view: &HugeView) {
-    view.drop_stale();
+/// their owners can reclaim them ([`HugeView::drop_stale`]); returns how many it dropped.
+pub(crate) fn drop_stale_mappings(view: &HugeView) -> usize {
+    view.drop_stale()
 }
 
 /// Whether any live process holds a hazard on `key` (after [`hazard::begin_reclaim`]). Sets
