@@ -92,7 +92,7 @@ fn assert_clean(heap: &Heap) -> cxlalloc::Report {
 }
 
 #[test]
-fn a_huge_block_is_usable_and_its_free_leaves_no_object_behind() {
+fn a_huge_block_is_usable_and_its_free_keeps_its_object_cached_until_its_thread_detaches() {
     let _serial = serial();
     let name = HeapName::new("huge-basic");
     let (heap, t) = create(&name, &small_config());
@@ -108,7 +108,11 @@ fn a_huge_block_is_usable_and_its_free_leaves_no_object_behind() {
     assert_eq!((r.huge.live, r.huge.objects, r.live_blocks()), (1, Some(1), 1), "{r}");
     t.free(p).unwrap();
     let r = assert_clean(&heap);
-    assert_eq!((r.huge.live, r.huge.freed, r.huge.claimed_slots, r.live_blocks()), (0, 0, 0, 0), "{r}");
+    assert_eq!((r.huge.live, r.huge.freed, r.huge.cached, r.live_blocks()), (0, 0, 1, 0), "{r}");
+    assert_eq!(objects(&name), 1, "the owner keeps the object for its next allocation");
+    drop(t);
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.cached, r.huge.claimed_slots, r.live_blocks()), (0, 0, 0), "{r}");
     assert_eq!(objects(&name), 0);
 }
 
@@ -239,8 +243,8 @@ fn hazards_keep_a_freed_block_alive_while_a_third_process_maps_it() {
     let other = t.alloc(MIB).unwrap();
     t.free(other).unwrap();
     let r = assert_clean(&heap);
-    assert_eq!((r.huge.freed, r.huge.hazards), (1, 1), "{r}");
-    assert_eq!(objects(&name), 1, "the freed block's object must survive while mapped");
+    assert_eq!((r.huge.freed, r.huge.hazards, r.huge.cached), (1, 1, 1), "{r}");
+    assert_eq!(objects(&name), 2, "the freed block's object must survive while mapped");
     release.send_u64(1);
     holder.succeeds();
     // The holder closed the heap: its hazard is gone, so the block is reclaimed.
@@ -248,6 +252,7 @@ fn hazards_keep_a_freed_block_alive_while_a_third_process_maps_it() {
     t.free(other).unwrap();
     let r = assert_clean(&heap);
     assert_eq!((r.huge.freed, r.huge.hazards, r.live_blocks()), (0, 0, 0), "{r}");
+    drop(t);
     assert_eq!(objects(&name), 0);
 }
 
@@ -275,6 +280,7 @@ fn a_killed_process_hazards_do_not_pin_memory() {
     t.free(p).unwrap();
     let r = assert_clean(&heap);
     assert_eq!((r.huge.freed, r.huge.hazards, r.huge.dead_hazard_sets), (0, 0, 0), "{r}");
+    drop(t);
     assert_eq!(objects(&name), 0);
 }
 
@@ -468,6 +474,7 @@ fn a_reattached_slot_rebuilds_its_free_space_around_live_blocks() {
     unsafe { check_stamp(x, 3 * MIB, xo, 11) }.unwrap();
     t.free(x).unwrap();
     t.free(y).unwrap();
+    drop(t);
     let r = assert_clean(&heap);
     assert_eq!((r.live_blocks(), r.huge.claimed_slots), (0, 0), "{r}");
     assert_eq!(objects(&name), 0);

@@ -413,7 +413,12 @@ impl Drop for ThreadHandle {
         // that never held a huge block skips it (and so never touches the claim array).
         let huge_used = self.huge.borrow().is_some() || self.ops.rec.huge.head.load(Ordering::Relaxed) != 0;
         if huge_used {
-            self.with_huge(|h, space| h.maintain(space));
+            self.with_huge(|h, space| {
+                h.maintain(space);
+                // Nobody holds the slot to reuse its cached objects once we are gone.
+                h.trim_cache(space, 0);
+                h.release_empty_claims(space);
+            });
         }
         let ops = self.ops();
         ops.flush_remote_batch();

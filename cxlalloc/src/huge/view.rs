@@ -128,6 +128,12 @@ impl HugeView {
         }
     }
 
+    /// Whether blocks have named backing objects, which any process maps by name (a heap in a
+    /// directory), rather than private memory (an anonymous heap).
+    pub(crate) fn named_objects(&self) -> bool {
+        self.dir_fd >= 0
+    }
+
     /// Whether the calling process is the one that opened the heap (async-signal-safe).
     pub(crate) fn in_own_process(&self) -> bool {
         // SAFETY: getpid has no preconditions and cannot fail.
@@ -197,6 +203,7 @@ impl HugeView {
             generation: status.generation,
             state: HugeState::from_bits(status.state),
             next: d.next.load(Ordering::Acquire),
+            object: d.object.load(Ordering::Relaxed),
         })
     }
 
@@ -487,13 +494,13 @@ impl HugeView {
         lease::release(self.lease(s), holder);
     }
 
-    /// Maps `len` bytes of huge allocation `(off, generation)` from its backing object, opened
-    /// by name. Async-signal-safe.
-    pub(crate) fn map_named(&self, off: u64, len: usize, generation: u64) -> Result<(), Errno> {
+    /// Maps `len` bytes of the huge block at `off` from its backing object, opened by name
+    /// (`object`: the generation the object is named after). Async-signal-safe.
+    pub(crate) fn map_named(&self, off: u64, len: usize, object: u64) -> Result<(), Errno> {
         if self.dir_fd < 0 {
             return Err(Errno::ENOENT);
         }
-        let name = HugeName::new(off, generation);
+        let name = HugeName::new(off, object);
         // SAFETY: openat with a valid directory descriptor and a NUL-terminated name.
         let fd = unsafe { libc::openat(self.dir_fd, name.as_cstr().as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
         if fd < 0 {
@@ -568,7 +575,7 @@ impl HugeView {
         // is visible; otherwise its owner may already have reclaimed it. The same allocation:
         // its `next` link may have changed meanwhile (the owner unlinked a neighbour).
         let still = self.find_touching(off, touch).block().is_some_and(|now| now.same_allocation(&b));
-        if still && self.map_named(b.offset, b.size as usize, b.generation).is_ok() {
+        if still && self.map_named(b.offset, b.size as usize, b.object).is_ok() {
             self.confirm(entry);
             return true;
         }
