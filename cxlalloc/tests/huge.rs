@@ -623,6 +623,144 @@ fn a_reader_that_drops_its_stale_mappings_lets_the_owner_reclaim_without_reading
 }
 
 #[test]
+fn a_block_that_no_process_maps_is_released_by_its_freer_not_left_to_its_owner() {
+    let _serial = serial();
+    let name = HeapName::new("huge-release");
+    let heap = Heap::create(name.as_str(), &small_config()).unwrap();
+    let (to_parent, done) = (Pipe::new(), Pipe::new());
+    // The owner allocates and stamps a block, closes the heap (its mapping goes; its slot,
+    // unheld now, keeps the live block) and exits.
+    fork_child("owner", || {
+        let (heap, t) = open_attached(name.as_str())?;
+        let p = t.alloc(2 * MIB).ctx("alloc")?;
+        let off = offset(&heap, p);
+        // SAFETY: our fresh block.
+        unsafe { stamp(p, 2 * MIB, off, 9) };
+        to_parent.send_u64(off);
+        to_parent.send_u64(u64::from(t.slot()));
+        Ok(())
+    })
+    .succeeds();
+    let off = to_parent.recv_u64(CHILD_DEADLINE).expect("the owner's block");
+    let owner_slot = to_parent.recv_u64(CHILD_DEADLINE).expect("the owner's slot");
+    // A freer in another process, which stays, its heap open, until told. Its thread must
+    // not be the owner's slot again (a free by the owner slot caches the object).
+    let mut freer = fork_child("freer", || {
+        let (heap, t) = open_attached(name.as_str())?;
+        let other = heap.attach().ctx("attach")?;
+        let t = if u64::from(t.slot()) == owner_slot { &other } else { &t };
+        let q = at(&heap, off)?;
+        // SAFETY: live until we free it.
+        unsafe { check_stamp(q, 2 * MIB, off, 9)? };
+        t.free(q).ctx("free")?;
+        to_parent.send_u64(1);
+        done.recv_u64(CHILD_DEADLINE).ok_or("no end")?;
+        Ok(())
+    });
+    to_parent.recv_u64(CHILD_DEADLINE).expect("the freer freed the block");
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.freed, r.huge.released, r.live_blocks()), (1, 1, 0), "{r}");
+    assert_eq!(objects(&name), 0, "the freer removes the object when no hazard protects it");
+    done.send_u64(1);
+    freer.succeeds();
+    // The owner's slot is unheld: a sweep takes back the descriptor and the range.
+    heap.sweep_huge();
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.freed, r.huge.claimed_slots, r.live_blocks()), (0, 0, 0), "{r}");
+}
+
+#[test]
+fn a_block_freed_while_another_process_maps_it_is_released_by_a_sweep_once_unmapped() {
+    let _serial = serial();
+    let name = HeapName::new("huge-sweep");
+    let (heap, t) = create(&name, &small_config());
+    let p = t.alloc(2 * MIB).unwrap();
+    let off = offset(&heap, p);
+    // SAFETY: our fresh block.
+    unsafe { stamp(p, 2 * MIB, off, 4) };
+    let (mapped, freed, dropped, done) = (Pipe::new(), Pipe::new(), Pipe::new(), Pipe::new());
+    let mut reader = fork_child("reader", || {
+        let heap = Heap::open(name.as_str()).ctx("open")?;
+        // SAFETY: live until the freer runs, which waits for this.
+        unsafe { check_stamp(at(&heap, off)?, 2 * MIB, off, 4)? };
+        mapped.send_u64(1);
+        freed.recv_u64(CHILD_DEADLINE).ok_or("no free")?;
+        ensure!(heap.drop_stale_huge() == 1, "one stale mapping to drop");
+        dropped.send_u64(1);
+        done.recv_u64(CHILD_DEADLINE).ok_or("no end")?;
+        Ok(())
+    });
+    mapped.recv_u64(CHILD_DEADLINE).expect("the reader mapped the block");
+    fork_child("freer", || {
+        let (heap, t) = open_attached(name.as_str())?;
+        t.free(at(&heap, off)?).ctx("free")
+    })
+    .succeeds();
+    // The reader's hazard (and ours, the allocating process's) kept the object from the freer.
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.freed, r.huge.released, r.huge.hazards), (1, 0, 2), "{r}");
+    assert_eq!(objects(&name), 1);
+    freed.send_u64(1);
+    dropped.recv_u64(CHILD_DEADLINE).expect("the reader dropped its mapping");
+    // The owner thread is idle, the reader still has the heap open: a sweep drops this
+    // process's stale mapping and gives the memory back.
+    assert_eq!(heap.sweep_huge(), 1);
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.freed, r.huge.released, r.huge.hazards), (1, 1, 0), "{r}");
+    assert_eq!(objects(&name), 0);
+    done.send_u64(1);
+    reader.succeeds();
+    drop(t);
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.freed, r.huge.claimed_slots, r.live_blocks()), (0, 0, 0), "{r}");
+}
+
+#[test]
+fn a_thread_that_frees_and_allocates_the_same_size_reuses_one_object_and_sees_its_own_bytes_elsewhere() {
+    let _serial = serial();
+    let name = HeapName::new("huge-reuse");
+    let (heap, t) = create(&name, &small_config());
+    let mut first = None;
+    for i in 0..50u64 {
+        let p = t.alloc(4 * MIB).unwrap();
+        let off = offset(&heap, p);
+        assert_eq!(*first.get_or_insert(off), off, "cycle {i}: the cached block is reused");
+        // SAFETY: our block of 4 MiB.
+        unsafe { stamp(p, 4 * MIB, off, i) };
+        // Another process sees this allocation's bytes, not an earlier one's, through the
+        // same object mapped under the new generation.
+        fork_child("reader", || {
+            let heap = Heap::open(name.as_str()).ctx("open")?;
+            // SAFETY: live until the parent frees it, after we exit.
+            unsafe { check_stamp(at(&heap, off)?, 4 * MIB, off, i) }
+        })
+        .succeeds();
+        t.free(p).unwrap();
+        assert_eq!(objects(&name), 1, "cycle {i}: one object throughout");
+    }
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.cached, r.huge.freed, r.live_blocks()), (1, 0, 0), "{r}");
+}
+
+#[test]
+fn a_detached_thread_leaves_no_cached_object_behind() {
+    let _serial = serial();
+    let name = HeapName::new("huge-trim");
+    let (heap, t) = create(&name, &small_config());
+    let blocks: Vec<_> = (0..12).map(|_| t.alloc(MIB).unwrap()).collect();
+    for p in blocks {
+        t.free(p).unwrap();
+    }
+    let r = assert_clean(&heap);
+    assert_eq!(r.huge.cached as usize, 8, "the cache is bounded: {r}");
+    assert_eq!(objects(&name), 8);
+    drop(t);
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.cached, r.huge.claimed_slots), (0, 0), "{r}");
+    assert_eq!(objects(&name), 0);
+}
+
+#[test]
 fn a_forked_child_is_refused_huge_blocks_through_an_inherited_heap_until_it_opens_its_own() {
     let _serial = serial();
     let name = HeapName::new("huge-fork");

@@ -166,16 +166,11 @@ impl HugeThread<'_> {
         d.status.store(HugeState::Live.word(generation), Ordering::Release);
         crash_point!(HugeReused);
         let key = HazardKey::new(c.offset, generation);
-        let entry = view.publish(key, c.size / view.page as u64, &|_| true).map_err(|_| AllocError::HazardsExhausted);
-        let mapped = entry.and_then(|entry| {
-            view.map_named(c.offset, c.size as usize, c.object).map_err(AllocError::Backing)?;
-            if self.mem().header.config().commit_on_grow {
-                // The pages exist already (the object kept them): entering them in the page
-                // tables with one call spares a fault per page, and no page is zeroed.
-                let _ = view.populate(c.offset, c.size as usize);
-            }
-            Ok(entry)
-        });
+        // No mapping call: this process's mapping of the range is the same object still, kept
+        // since this thread freed it, or `PROT_NONE` if some thread dropped it meanwhile (then
+        // the first touch faults and the handler maps the object again by name). Never
+        // another object: a range is unmapped here before it leaves the cache or becomes free.
+        let mapped = view.publish(key, c.size / view.page as u64, &|_| true).map_err(|_| AllocError::HazardsExhausted);
         match mapped {
             Ok(entry) => {
                 view.confirm(entry);
@@ -189,9 +184,6 @@ impl HugeThread<'_> {
             }
             Err(e) => {
                 let _ = view.unmap(c.offset, c.size as usize);
-                if let Ok(entry) = entry {
-                    view.retract_entry(entry);
-                }
                 self.discard(c.desc, &c.name());
                 self.t.settle();
                 space.insert(c.offset, c.size);
@@ -397,8 +389,14 @@ impl HugeThread<'_> {
         self.t.announce(Pending::new(PendingKind::HugeFree, b.generation), b.offset, 0, b.desc);
         crash_point!(HugeFreeAnnounced);
         // Rule 2: unmap, then retract; the block stays Live until both are done, so no
-        // reclaimer can act on it in between.
-        let _ = view.unmap(b.offset, b.size as usize);
+        // reclaimer can act on it in between. The one exception: the owner thread keeps its
+        // process's mapping of a block whose object it may cache, and unmaps it only when the
+        // range goes back to its free space ([`HugeThread::take_back`]); until then the range
+        // can only show this very object again (docs/design.md §7.6).
+        let owns = space.is_some() && owner == self.t.slot;
+        if !(owns && view.named_objects()) {
+            let _ = view.unmap(b.offset, b.size as usize);
+        }
         view.retract(HazardKey::new(b.offset, b.generation));
         let freed = mark_freed(view, &b);
         crash_point!(HugeFreeMarked);
@@ -416,7 +414,7 @@ impl HugeThread<'_> {
                 // Another slot's block: give its memory back now if nobody maps it, rather
                 // than when its owner next does huge work (docs/design.md §7.6). Still under
                 // the HugeFree record, which recovery finishes from wherever this stops.
-                release(self.mem(), view, &b);
+                let _ = release(self.mem(), view, &b);
                 self.t.settle();
             }
         }
@@ -438,7 +436,10 @@ impl HugeThread<'_> {
     /// Drops this process's stale mappings, reclaims what is reclaimable and unclaims empty
     /// huge slots.
     pub(crate) fn maintain(&self, space: &mut FreeRanges) {
-        drop_stale_mappings(self.view);
+        let dropped = drop_stale_mappings(self.view);
+        if !dropped.is_empty() {
+            release_dropped(self.t, self.view, &dropped);
+        }
         if space.cached_bytes() > 0 && memory_is_short(space.cached_bytes()) {
             self.trim_cache(space, 0);
         }
@@ -502,9 +503,11 @@ impl HugeThread<'_> {
         self.take_back(b, space);
     }
 
-    /// Discards a block of ours that no process maps any more (Reclaiming, Cached or
-    /// Released): its backing object (if still there), its descriptor, its range.
+    /// Discards a block of ours that no other process maps any more (Reclaiming, Cached or
+    /// Released): this process's mapping (which its freer, this thread, may have kept), its
+    /// backing object (if still there), its descriptor, its range.
     fn take_back(&self, b: &HugeBlock, space: &mut FreeRanges) {
+        let _ = self.view.unmap(b.offset, b.size as usize);
         self.t.announce(Pending::new(PendingKind::HugeReclaim, b.generation), b.offset, 0, b.desc);
         crash_point!(HugeReclaimAnnounced);
         self.discard(b.desc, &b.name());
@@ -529,20 +532,22 @@ pub(crate) fn mark_freed(view: &HugeView, b: &HugeBlock) -> bool {
 /// sweep, or a later release takes it then). Nothing if the owner got to it first. The caller
 /// has the slot's pending record name the block ([`PendingKind::HugeFree`]), so that recovery
 /// finishes a release cut short ([`finish_release`]).
-pub(crate) fn release(mem: &HeapMem, view: &HugeView, b: &HugeBlock) {
-    let Some(d) = view.descriptor(b.desc) else { return };
+/// Returns whether it released the object.
+pub(crate) fn release(mem: &HeapMem, view: &HugeView, b: &HugeBlock) -> bool {
+    let Some(d) = view.descriptor(b.desc) else { return false };
     let (freed, releasing) = (HugeState::Freed.word(b.generation), HugeState::Releasing.word(b.generation));
     if !hazard::begin_reclaim(&d.status, freed, releasing) {
-        return;
+        return false;
     }
     crash_point!(HugeReleasing);
-    finish_release(mem, view, b);
+    finish_release(mem, view, b)
 }
 
 /// The rest of a release, from Releasing (also recovery's, for a thread that died in the
-/// middle): scan, remove the object, Released; or back to Freed.
-pub(crate) fn finish_release(mem: &HeapMem, view: &HugeView, b: &HugeBlock) {
-    let Some(d) = view.descriptor(b.desc) else { return };
+/// middle): scan, remove the object, Released; or back to Freed. Returns whether it released
+/// the object.
+pub(crate) fn finish_release(mem: &HeapMem, view: &HugeView, b: &HugeBlock) -> bool {
+    let Some(d) = view.descriptor(b.desc) else { return false };
     let releasing = HugeState::Releasing.word(b.generation);
     let next = if hazard_anywhere(view, HazardKey::new(b.offset, b.generation)) {
         HugeState::Freed
@@ -554,6 +559,29 @@ pub(crate) fn finish_release(mem: &HeapMem, view: &HugeView, b: &HugeBlock) {
     // Release: the object's removal happens before the owner's discard of the descriptor;
     // a CAS, not a store, so that a status that is no longer ours is left alone.
     let _ = d.status.compare_exchange(releasing, next.word(b.generation), Ordering::Release, Ordering::Relaxed);
+    next == HugeState::Released
+}
+
+/// Releases every freed block of the slots other than `t`'s that no process maps any more
+/// (their owners hold them but have not done huge work since the last mapping went), each
+/// under `t`'s pending record as a free's release is; returns how many objects it removed.
+/// [`crate::Heap::sweep_huge`]'s part for held slots.
+pub(crate) fn release_freed(t: &SlabThread<'_>, view: &HugeView) -> usize {
+    let mut n = 0;
+    for slot in t.mem.used_slots().filter(|&s| s != t.slot).collect::<Vec<_>>() {
+        if t.mem.record(slot).huge.head.load(Ordering::Acquire) == 0 {
+            continue;
+        }
+        for b in view.snapshot(slot).unwrap_or_default() {
+            if b.state != Some(HugeState::Freed) {
+                continue;
+            }
+            t.announce(Pending::new(PendingKind::HugeFree, b.generation), b.offset, 0, b.desc);
+            n += usize::from(release(t.mem, view, &b));
+            t.settle();
+        }
+    }
+    n
 }
 
 /// Whether the system is short of memory for `bytes` more of cached objects: less than twice
@@ -570,9 +598,33 @@ fn memory_is_short(bytes: u64) -> bool {
 }
 
 /// Drops this process's mappings (and hazards) of huge blocks that are no longer live, so
-/// their owners can reclaim them ([`HugeView::drop_stale`]); returns how many it dropped.
-pub(crate) fn drop_stale_mappings(view: &HugeView) -> usize {
-    view.drop_stale()
+/// their owners can reclaim them ([`HugeView::drop_stale_into`]); returns the keys of the blocks it
+/// dropped.
+pub(crate) fn drop_stale_mappings(view: &HugeView) -> Vec<HazardKey> {
+    let mut keys = Vec::new();
+    view.drop_stale_into(&mut |k| keys.push(k));
+    keys
+}
+
+/// Releases the blocks of other slots named by `keys` (mappings this process just dropped)
+/// that are Freed: if that mapping was the last, their memory comes back now, not when their
+/// owners next do huge work. Each under `t`'s pending record, as a free's release is. Returns
+/// how many objects it removed.
+pub(crate) fn release_dropped(t: &SlabThread<'_>, view: &HugeView, keys: &[HazardKey]) -> usize {
+    let mut n = 0;
+    for key in keys {
+        if view.owner_of(key.offset) == Some(t.slot) {
+            continue; // Ours: our own reclaim takes it (into the cache).
+        }
+        let Some(b) = view.find(key.offset) else { continue };
+        if HazardKey::new(b.offset, b.generation) != *key || b.state != Some(HugeState::Freed) {
+            continue;
+        }
+        t.announce(Pending::new(PendingKind::HugeFree, b.generation), b.offset, 0, b.desc);
+        n += usize::from(release(t.mem, view, &b));
+        t.settle();
+    }
+    n
 }
 
 /// Whether any live process holds a hazard on `key` (after [`hazard::begin_reclaim`]). Sets

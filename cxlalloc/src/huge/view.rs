@@ -265,6 +265,27 @@ impl HugeView {
         Lookup::Unsure
     }
 
+    /// The descriptors on `slot`'s list, read consistently with the owner's unlinks (as
+    /// [`HugeView::find_in`] reads them); `None` if the owner kept changing the list. Not for
+    /// the signal handler (it allocates).
+    pub(crate) fn snapshot(&self, slot: u32) -> Option<Vec<HugeBlock>> {
+        let rec = self.record(slot)?;
+        for _ in 0..SPIN_RETRIES {
+            let e1 = rec.epoch.load(Ordering::Acquire);
+            if e1 % 2 == 0 {
+                let blocks: Vec<HugeBlock> =
+                    self.chain(rec.head.load(Ordering::Acquire), &|_| true).map_while(Result::ok).collect();
+                // Acquire: the walk's loads happen before the re-read of the epoch.
+                fence(Ordering::Acquire);
+                if rec.epoch.load(Ordering::Relaxed) == e1 {
+                    return Some(blocks);
+                }
+            }
+            std::thread::yield_now();
+        }
+        None
+    }
+
     /// The descriptor of the allocation containing heap offset `off`, found through the claim
     /// array. Async-signal-safe.
     pub(crate) fn find(&self, off: u64) -> Option<HugeBlock> {
@@ -351,7 +372,7 @@ impl HugeView {
         }
         // Full: stale entries go first, so that a process that only reads (and so never runs
         // `maintain`) recycles its entries instead of leasing set after set.
-        if self.drop_stale_touching(touch) > 0 {
+        if self.drop_stale_touching(touch, &mut |_| {}) > 0 {
             if let Some(e) = self.publish_in_mine(word, pages) {
                 return Ok(e);
             }
@@ -462,19 +483,34 @@ impl HugeView {
     /// Drops this process's mappings (and hazards) of huge blocks that are no longer live, so
     /// their owners can reclaim them: each Installed entry of a stale block is claimed by one
     /// thread, which unmaps its range before it retracts it (docs/design.md §7.4). Returns how
-    /// many this call dropped. Async-signal-safe.
-    pub(crate) fn drop_stale(&self) -> usize {
-        self.drop_stale_touching(&|_| true)
+    /// many this call dropped, and hands each dropped block's key to `dropped` (after its
+    /// entry is retracted), so that the caller can release the blocks whose last mapping that
+    /// was. Async-signal-safe if `dropped` is.
+    pub(crate) fn drop_stale_into(&self, dropped: &mut dyn FnMut(HazardKey)) -> usize {
+        self.drop_stale_touching(&|_| true, dropped)
     }
 
-    fn drop_stale_touching(&self, touch: Touch<'_>) -> usize {
+    fn drop_stale_touching(&self, touch: Touch<'_>, dropped: &mut dyn FnMut(HazardKey)) -> usize {
         let dead = |word: u64| HazardKey::unpack(word).is_some_and(|key| self.is_stale_touching(key, touch));
-        let unmap = |word: u64, pages: u64| {
-            if let Some(key) = HazardKey::unpack(word) {
-                let _ = self.unmap(key.offset, pages as usize * self.page);
-            }
-        };
-        self.my_sets().map(|s| hazard::drop_stale(self.set(s), dead, unmap)).sum()
+        let mut keys = [0u64; HAZARDS_PER_SET];
+        let mut n = 0;
+        for s in self.my_sets() {
+            let mut k = 0;
+            let unmap = |word: u64, pages: u64| {
+                if let Some(key) = HazardKey::unpack(word) {
+                    let _ = self.unmap(key.offset, pages as usize * self.page);
+                }
+                if let Some(slot) = keys.get_mut(k) {
+                    *slot = word;
+                }
+                k += 1;
+            };
+            let m = hazard::drop_stale(self.set(s), dead, unmap);
+            // After the retracts: the scan of whoever releases a block must not see our entry.
+            keys.iter().take(m.min(HAZARDS_PER_SET)).filter_map(|&w| HazardKey::unpack(w)).for_each(&mut *dropped);
+            n += m;
+        }
+        n
     }
 
     /// Empties and gives back every hazard set this instance leased (its mappings are gone).

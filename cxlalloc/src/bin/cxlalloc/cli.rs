@@ -166,7 +166,8 @@ enum Command {
         json: bool,
     },
     /// Adopt and repair every thread slot whose holder process died, then release it
-    /// (printing what each recovery did).
+    /// (printing what each recovery did); then give back the memory of freed huge blocks that
+    /// no process maps any more (`Heap::sweep_huge`).
     Recover {
         #[command(flatten)]
         heap: Target,
@@ -693,6 +694,9 @@ fn recover(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
     let h = heap.open()?;
     let reports = h.recover_dead();
     let still_dead = h.dead_slots().len();
+    // Freed huge blocks nobody maps any more but nobody reclaimed (their owners idle or
+    // gone) give their memory back too.
+    let released = h.sweep_huge();
     if json {
         let recovered = reports
             .iter()
@@ -705,7 +709,11 @@ fn recover(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
                 ])
             })
             .collect();
-        let doc = Json::object([("recovered", Json::Array(recovered)), ("still_dead", still_dead.into())]);
+        let doc = Json::object([
+            ("recovered", Json::Array(recovered)),
+            ("still_dead", still_dead.into()),
+            ("huge_objects_released", released.into()),
+        ]);
         return Ok(out.line(format_args!("{doc}"))?);
     }
     for r in &reports {
@@ -716,6 +724,7 @@ fn recover(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
     }
     out.fact("slots recovered", reports.len())?;
     out.fact("slots still dead", still_dead)?;
+    out.fact("huge objects released", released)?;
     Ok(())
 }
 
