@@ -152,7 +152,7 @@ mod tests {
         assert_eq!(f.take_cached(16 << 20, 4096), Some(cached(1 << 30, 16 << 20)));
         assert_eq!(f.take_cached(8 << 20, 4096), None, "12 MiB wastes more than a quarter of 8");
         assert_eq!(f.take_cached(10 << 20, 4096), Some(cached(3 << 30, 11 << 20)));
-        assert_eq!(f.take_cached(10 << 20, 1 << 30), None, "misaligned");
+        assert_eq!(f.take_cached(10 << 20, 1 << 32), None, "misaligned");
     }
 
     #[test]
