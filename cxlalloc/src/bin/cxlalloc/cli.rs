@@ -562,6 +562,10 @@ fn stats(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
                     ("live_blocks", h.live.into()),
                     ("live_bytes", h.live_bytes.into()),
                     ("freed_awaiting_reclaim", h.freed.into()),
+                    ("freed_objects_released", h.released.into()),
+                    ("cached_blocks", h.cached.into()),
+                    ("cached_bytes", h.cached_bytes.into()),
+                    ("descriptors", h.descriptors.into()),
                     ("hazards", h.hazards.into()),
                     ("mapped_here", s.huge_mapped_here.into()),
                 ]),
@@ -596,7 +600,9 @@ fn stats(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
     if h.slots > 0 {
         out.fact("huge slots claimed", format_args!("{} of {}", h.claimed_slots, h.slots))?;
         out.fact("huge live blocks", format_args!("{} ({})", h.live, human(h.live_bytes)))?;
-        out.fact("huge freed, unreclaimed", h.freed)?;
+        out.fact("huge freed, unreclaimed", format_args!("{} ({} objects released)", h.freed, h.released))?;
+        out.fact("huge cached objects", format_args!("{} ({})", h.cached, human(h.cached_bytes)))?;
+        out.fact("huge descriptors (small blocks)", h.descriptors)?;
         out.fact("huge hazards", h.hazards)?;
         out.fact("huge mapped here", s.huge_mapped_here)?;
     }
