@@ -66,6 +66,11 @@ pub const POINTS: &[&str] = &[
     "HugeReclaimAnnounced",
     "HugeObjectRemoved",
     "HugeUnlinked",
+    "HugeCached",
+    "HugeReuseAnnounced",
+    "HugeReused",
+    "HugeReleasing",
+    "HugeObjectReleased",
     "RecoveryResolved",
     "RecoveryRebuilt",
 ];

@@ -126,13 +126,15 @@ impl Holder {
 /// a newer allocation carries another generation: a late double free cannot free it).
 ///
 /// ```text
-///  63                                                      2 1   0
-/// +---------------------------------------------------------+-----+
-/// | generation (62 b)                                       | st  |
-/// +---------------------------------------------------------+-----+
+///  63                                                    3 2     0
+/// +-------------------------------------------------------+-------+
+/// | generation (61 b)                                     |  st   |
+/// +-------------------------------------------------------+-------+
 /// ```
 ///
-/// `st`: 0 = being built, 1 = live, 2 = freed, 3 = being reclaimed.
+/// `st`: 0 = being built, 1 = live, 2 = freed, 3 = being reclaimed by its owner, 4 = being
+/// released by another thread, 5 = cached by its owner, 6 = released (see
+/// [`crate::persist::huge::HugeState`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct HugeStatus {
     /// The allocation's generation.
@@ -145,13 +147,13 @@ impl HugeStatus {
     /// The raw word.
     #[inline]
     pub(crate) fn pack(self) -> u64 {
-        (self.generation << 2) | u64::from(self.state & 3)
+        (self.generation << 3) | u64::from(self.state & 7)
     }
 
     /// Decodes a raw word.
     #[inline]
     pub(crate) fn unpack(word: u64) -> Self {
-        Self { generation: word >> 2, state: (word & 3) as u8 }
+        Self { generation: word >> 3, state: (word & 7) as u8 }
     }
 }
 

@@ -92,7 +92,7 @@ fn assert_clean(heap: &Heap) -> cxlalloc::Report {
 }
 
 #[test]
-fn a_huge_block_is_usable_and_its_free_leaves_no_object_behind() {
+fn a_huge_block_is_usable_and_its_free_keeps_its_object_cached_until_its_thread_detaches() {
     let _serial = serial();
     let name = HeapName::new("huge-basic");
     let (heap, t) = create(&name, &small_config());
@@ -108,7 +108,11 @@ fn a_huge_block_is_usable_and_its_free_leaves_no_object_behind() {
     assert_eq!((r.huge.live, r.huge.objects, r.live_blocks()), (1, Some(1), 1), "{r}");
     t.free(p).unwrap();
     let r = assert_clean(&heap);
-    assert_eq!((r.huge.live, r.huge.freed, r.huge.claimed_slots, r.live_blocks()), (0, 0, 0, 0), "{r}");
+    assert_eq!((r.huge.live, r.huge.freed, r.huge.cached, r.live_blocks()), (0, 0, 1, 0), "{r}");
+    assert_eq!(objects(&name), 1, "the owner keeps the object for its next allocation");
+    drop(t);
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.cached, r.huge.claimed_slots, r.live_blocks()), (0, 0, 0), "{r}");
     assert_eq!(objects(&name), 0);
 }
 
@@ -239,8 +243,8 @@ fn hazards_keep_a_freed_block_alive_while_a_third_process_maps_it() {
     let other = t.alloc(MIB).unwrap();
     t.free(other).unwrap();
     let r = assert_clean(&heap);
-    assert_eq!((r.huge.freed, r.huge.hazards), (1, 1), "{r}");
-    assert_eq!(objects(&name), 1, "the freed block's object must survive while mapped");
+    assert_eq!((r.huge.freed, r.huge.hazards, r.huge.cached), (1, 1, 1), "{r}");
+    assert_eq!(objects(&name), 2, "the freed block's object must survive while mapped");
     release.send_u64(1);
     holder.succeeds();
     // The holder closed the heap: its hazard is gone, so the block is reclaimed.
@@ -248,6 +252,7 @@ fn hazards_keep_a_freed_block_alive_while_a_third_process_maps_it() {
     t.free(other).unwrap();
     let r = assert_clean(&heap);
     assert_eq!((r.huge.freed, r.huge.hazards, r.live_blocks()), (0, 0, 0), "{r}");
+    drop(t);
     assert_eq!(objects(&name), 0);
 }
 
@@ -275,6 +280,7 @@ fn a_killed_process_hazards_do_not_pin_memory() {
     t.free(p).unwrap();
     let r = assert_clean(&heap);
     assert_eq!((r.huge.freed, r.huge.hazards, r.huge.dead_hazard_sets), (0, 0, 0), "{r}");
+    drop(t);
     assert_eq!(objects(&name), 0);
 }
 
@@ -468,6 +474,7 @@ fn a_reattached_slot_rebuilds_its_free_space_around_live_blocks() {
     unsafe { check_stamp(x, 3 * MIB, xo, 11) }.unwrap();
     t.free(x).unwrap();
     t.free(y).unwrap();
+    drop(t);
     let r = assert_clean(&heap);
     assert_eq!((r.live_blocks(), r.huge.claimed_slots), (0, 0), "{r}");
     assert_eq!(objects(&name), 0);
@@ -521,6 +528,236 @@ fn a_process_that_only_reads_thousands_of_freed_blocks_never_runs_out_of_hazards
         t.free(p).unwrap();
     }
     child.succeeds();
+}
+
+#[test]
+fn a_reader_of_more_live_blocks_than_its_hazard_sets_hold_evicts_mappings_instead_of_dying() {
+    let _serial = serial();
+    let name = HeapName::new("huge-evict");
+    // Four thread slots: four hazard sets of 32 entries for the whole heap, so neither process
+    // can hold an entry for each of the WINDOW live blocks it maps.
+    let (heap, t) = create(&name, &Config { thread_slots: 4, ..small_config() });
+    const CYCLES: u64 = 1500;
+    const WINDOW: u64 = 96;
+    let (to_child, to_parent) = (Pipe::new(), Pipe::new());
+    let mut child = fork_child("reader", || {
+        // It never attaches: it only reads, the newest block and one half a window older, so
+        // that it touches every live block of the window, each of them twice.
+        let heap = Heap::open(name.as_str()).ctx("open")?;
+        let mut offs = Vec::new();
+        for i in 0..CYCLES {
+            offs.push(to_child.recv_u64(CHILD_DEADLINE).ok_or("no block")?);
+            for j in [i, i.saturating_sub(WINDOW / 2)] {
+                let off = offs[j as usize];
+                // SAFETY: block j is live: the parent frees it only WINDOW cycles after
+                // creating it, and only after our answer for this cycle.
+                unsafe { check_stamp(at(&heap, off)?, MIB, off, j)? };
+            }
+            to_parent.send_u64(i);
+        }
+        Ok(())
+    });
+    let mut live = std::collections::VecDeque::new();
+    for i in 0..CYCLES {
+        let p = t.alloc(MIB).unwrap_or_else(|e| panic!("cycle {i}: {e}"));
+        let off = offset(&heap, p);
+        // SAFETY: our fresh block.
+        unsafe { stamp(p, MIB, off, i) };
+        to_child.send_u64(off);
+        assert_eq!(to_parent.recv_u64(CHILD_DEADLINE), Some(i), "the reader died (see its stderr)");
+        live.push_back((p, off, i));
+        if live.len() as u64 > WINDOW {
+            let (p, off, j) = live.pop_front().unwrap();
+            // Our own mapping of it may have been evicted meanwhile: the bytes come back.
+            // SAFETY: our live block.
+            unsafe { check_stamp(p, MIB, off, j) }.unwrap();
+            t.free(p).unwrap();
+        }
+    }
+    child.succeeds();
+    for (p, off, j) in live {
+        // SAFETY: our live block.
+        unsafe { check_stamp(p, MIB, off, j) }.unwrap();
+        t.free(p).unwrap();
+    }
+    let r = assert_clean(&heap);
+    assert_eq!(r.live_blocks(), 0, "{r}");
+}
+
+#[test]
+fn a_reader_that_drops_its_stale_mappings_lets_the_owner_reclaim_without_reading_again() {
+    let _serial = serial();
+    let name = HeapName::new("huge-drop-stale");
+    let (heap, t) = create(&name, &small_config());
+    let p = t.alloc(2 * MIB).unwrap();
+    let off = offset(&heap, p);
+    // SAFETY: our fresh block.
+    unsafe { stamp(p, 2 * MIB, off, 5) };
+    let (mapped, freed, dropped, done) = (Pipe::new(), Pipe::new(), Pipe::new(), Pipe::new());
+    let mut reader = fork_child("reader", || {
+        let heap = Heap::open(name.as_str()).ctx("open")?;
+        // SAFETY: live until we answer.
+        unsafe { check_stamp(at(&heap, off)?, 2 * MIB, off, 5)? };
+        mapped.send_u64(1);
+        freed.recv_u64(CHILD_DEADLINE).ok_or("no free")?;
+        // Nothing else of ours touches the huge heap: only this call gives the block back.
+        ensure!(heap.drop_stale_huge() == 1, "one stale mapping to drop");
+        ensure!(heap.drop_stale_huge() == 0, "nothing left to drop");
+        dropped.send_u64(1);
+        done.recv_u64(CHILD_DEADLINE).ok_or("no end")?;
+        Ok(())
+    });
+    mapped.recv_u64(CHILD_DEADLINE).expect("the reader mapped the block");
+    t.free(p).unwrap();
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.freed, r.huge.hazards), (1, 1), "the reader's hazard keeps it: {r}");
+    freed.send_u64(1);
+    dropped.recv_u64(CHILD_DEADLINE).expect("the reader dropped its mapping");
+    heap.sweep_huge();
+    let other = t.alloc(MIB).unwrap();
+    t.free(other).unwrap();
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.freed, r.huge.hazards, r.live_blocks()), (0, 0, 0), "{r}");
+    done.send_u64(1);
+    reader.succeeds();
+}
+
+#[test]
+fn a_block_that_no_process_maps_is_released_by_its_freer_not_left_to_its_owner() {
+    let _serial = serial();
+    let name = HeapName::new("huge-release");
+    let heap = Heap::create(name.as_str(), &small_config()).unwrap();
+    let (to_parent, done) = (Pipe::new(), Pipe::new());
+    // The owner allocates and stamps a block, closes the heap (its mapping goes; its slot,
+    // unheld now, keeps the live block) and exits.
+    fork_child("owner", || {
+        let (heap, t) = open_attached(name.as_str())?;
+        let p = t.alloc(2 * MIB).ctx("alloc")?;
+        let off = offset(&heap, p);
+        // SAFETY: our fresh block.
+        unsafe { stamp(p, 2 * MIB, off, 9) };
+        to_parent.send_u64(off);
+        to_parent.send_u64(u64::from(t.slot()));
+        Ok(())
+    })
+    .succeeds();
+    let off = to_parent.recv_u64(CHILD_DEADLINE).expect("the owner's block");
+    let owner_slot = to_parent.recv_u64(CHILD_DEADLINE).expect("the owner's slot");
+    // A freer in another process, which stays, its heap open, until told. Its thread must
+    // not be the owner's slot again (a free by the owner slot caches the object).
+    let mut freer = fork_child("freer", || {
+        let (heap, t) = open_attached(name.as_str())?;
+        let other = heap.attach().ctx("attach")?;
+        let t = if u64::from(t.slot()) == owner_slot { &other } else { &t };
+        let q = at(&heap, off)?;
+        // SAFETY: live until we free it.
+        unsafe { check_stamp(q, 2 * MIB, off, 9)? };
+        t.free(q).ctx("free")?;
+        to_parent.send_u64(1);
+        done.recv_u64(CHILD_DEADLINE).ok_or("no end")?;
+        Ok(())
+    });
+    to_parent.recv_u64(CHILD_DEADLINE).expect("the freer freed the block");
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.freed, r.huge.released, r.live_blocks()), (1, 1, 0), "{r}");
+    assert_eq!(objects(&name), 0, "the freer removes the object when no hazard protects it");
+    done.send_u64(1);
+    freer.succeeds();
+    // The owner's slot is unheld: a sweep takes back the descriptor and the range.
+    heap.sweep_huge();
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.freed, r.huge.claimed_slots, r.live_blocks()), (0, 0, 0), "{r}");
+}
+
+#[test]
+fn a_block_freed_while_another_process_maps_it_is_released_by_a_sweep_once_unmapped() {
+    let _serial = serial();
+    let name = HeapName::new("huge-sweep");
+    let (heap, t) = create(&name, &small_config());
+    let p = t.alloc(2 * MIB).unwrap();
+    let off = offset(&heap, p);
+    // SAFETY: our fresh block.
+    unsafe { stamp(p, 2 * MIB, off, 4) };
+    let (mapped, freed, dropped, done) = (Pipe::new(), Pipe::new(), Pipe::new(), Pipe::new());
+    let mut reader = fork_child("reader", || {
+        let heap = Heap::open(name.as_str()).ctx("open")?;
+        // SAFETY: live until the freer runs, which waits for this.
+        unsafe { check_stamp(at(&heap, off)?, 2 * MIB, off, 4)? };
+        mapped.send_u64(1);
+        freed.recv_u64(CHILD_DEADLINE).ok_or("no free")?;
+        ensure!(heap.drop_stale_huge() == 1, "one stale mapping to drop");
+        dropped.send_u64(1);
+        done.recv_u64(CHILD_DEADLINE).ok_or("no end")?;
+        Ok(())
+    });
+    mapped.recv_u64(CHILD_DEADLINE).expect("the reader mapped the block");
+    fork_child("freer", || {
+        let (heap, t) = open_attached(name.as_str())?;
+        t.free(at(&heap, off)?).ctx("free")
+    })
+    .succeeds();
+    // The reader's hazard (and ours, the allocating process's) kept the object from the freer.
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.freed, r.huge.released, r.huge.hazards), (1, 0, 2), "{r}");
+    assert_eq!(objects(&name), 1);
+    freed.send_u64(1);
+    dropped.recv_u64(CHILD_DEADLINE).expect("the reader dropped its mapping");
+    // The owner thread is idle, the reader still has the heap open: a sweep drops this
+    // process's stale mapping and gives the memory back.
+    assert_eq!(heap.sweep_huge(), 1);
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.freed, r.huge.released, r.huge.hazards), (1, 1, 0), "{r}");
+    assert_eq!(objects(&name), 0);
+    done.send_u64(1);
+    reader.succeeds();
+    drop(t);
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.freed, r.huge.claimed_slots, r.live_blocks()), (0, 0, 0), "{r}");
+}
+
+#[test]
+fn a_thread_that_frees_and_allocates_the_same_size_reuses_one_object_and_sees_its_own_bytes_elsewhere() {
+    let _serial = serial();
+    let name = HeapName::new("huge-reuse");
+    let (heap, t) = create(&name, &small_config());
+    let mut first = None;
+    for i in 0..50u64 {
+        let p = t.alloc(4 * MIB).unwrap();
+        let off = offset(&heap, p);
+        assert_eq!(*first.get_or_insert(off), off, "cycle {i}: the cached block is reused");
+        // SAFETY: our block of 4 MiB.
+        unsafe { stamp(p, 4 * MIB, off, i) };
+        // Another process sees this allocation's bytes, not an earlier one's, through the
+        // same object mapped under the new generation.
+        fork_child("reader", || {
+            let heap = Heap::open(name.as_str()).ctx("open")?;
+            // SAFETY: live until the parent frees it, after we exit.
+            unsafe { check_stamp(at(&heap, off)?, 4 * MIB, off, i) }
+        })
+        .succeeds();
+        t.free(p).unwrap();
+        assert_eq!(objects(&name), 1, "cycle {i}: one object throughout");
+    }
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.cached, r.huge.freed, r.live_blocks()), (1, 0, 0), "{r}");
+}
+
+#[test]
+fn a_detached_thread_leaves_no_cached_object_behind() {
+    let _serial = serial();
+    let name = HeapName::new("huge-trim");
+    let (heap, t) = create(&name, &small_config());
+    let blocks: Vec<_> = (0..12).map(|_| t.alloc(MIB).unwrap()).collect();
+    for p in blocks {
+        t.free(p).unwrap();
+    }
+    let r = assert_clean(&heap);
+    assert_eq!(r.huge.cached as usize, 8, "the cache is bounded: {r}");
+    assert_eq!(objects(&name), 8);
+    drop(t);
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.cached, r.huge.claimed_slots), (0, 0), "{r}");
+    assert_eq!(objects(&name), 0);
 }
 
 #[test]

@@ -35,6 +35,8 @@
 //! | hazard_another_thread_frees_while_a_process_maps | 3 | none  | 2,674      | 0.13 s |
 //! | hazard_publish_without_fence_is_caught (−)     | 2   | none  | fails      | <0.1 s |
 //! | hazard_reclaim_without_fence_is_caught (−)     | 2   | none  | fails      | <0.1 s |
+//! | hazard_a_freer_releases_while_the_owner_reclaims_and_a_process_maps | 3 | none | 32,092 | 2.0 s |
+//! | hazard_release_without_a_cas_is_caught (−)     | 3   | none  | fails      | <0.1 s |
 //! | mapping_two_threads_drop_a_stale_mapping_while_a_third_maps_its_range_anew | 4 | 3 | 37,173 | 3.7 s |
 //! | mapping_drop_without_a_claim_is_caught (−)     | 4   | 3     | fails      | ~8 s   |
 //! | mapping_judging_before_the_claim_is_caught (−) | 4   | 3     | fails      | ~8 s   |
@@ -1146,6 +1148,92 @@ fn hazard_reclaim_without_fence_is_caught() {
     check("hazard_reclaim_without_fence_is_caught", None, || {
         hazard_model(&Seen::default(), true, cxlalloc::internal::protocol::hazard::publish, broken)
     });
+}
+
+const RELEASING: u64 = 4;
+const RELEASED: u64 = 6;
+
+/// The release by a freer of another slot (docs/design.md §7.6): a mapper, the freer (Live →
+/// Freed, then Freed → Releasing, scan, remove the object or go back to Freed) and the owner
+/// reclaiming at the same time (Freed → Reclaiming, scan, reuse). At most one of the two
+/// reclaimers may take the block, and never while the mapper reads it; both rewrite `pages`,
+/// so loom reports two that proceed (or one that proceeds under the mapper's read).
+fn release_model(seen: &Seen, begin_release: BeginReclaim) {
+    use cxlalloc::internal::protocol::hazard;
+    let b = Arc::new(HugeBlock {
+        status: AtomicU64::new(LIVE),
+        set: std::array::from_fn(|_| AtomicU64::new(0)),
+        pages: UnsafeCell::new(7),
+    });
+    let mapper = {
+        let (b, seen) = (b.clone(), seen.clone());
+        thread::spawn(move || {
+            let Some(i) = hazard::publish(&b.set, KEY, 1) else { return };
+            if b.status.load(Ordering::Acquire) == LIVE {
+                // SAFETY (model): the hazard is published and the block was live after it.
+                let v = b.pages.with(|p| unsafe { *p });
+                assert_eq!(v, 7, "mapped a block whose pages were reused");
+                seen.mark("mapped");
+            } else {
+                seen.mark("backed off");
+            }
+            hazard::retract(&b.set, i);
+        })
+    };
+    let freer = {
+        let (b, seen) = (b.clone(), seen.clone());
+        thread::spawn(move || {
+            let _ = b.status.compare_exchange(LIVE, FREED, Ordering::Release, Ordering::Relaxed);
+            if !begin_release(&b.status, FREED, RELEASING) {
+                seen.mark("the owner got it");
+            } else if hazard::contains(&b.set, KEY) {
+                let _ = b.status.compare_exchange(RELEASING, FREED, Ordering::Relaxed, Ordering::Relaxed);
+                seen.mark("release blocked by a hazard");
+            } else {
+                b.pages.with_mut(|p| unsafe { *p = 0 });
+                let _ = b.status.compare_exchange(RELEASING, RELEASED, Ordering::Release, Ordering::Relaxed);
+                seen.mark("released");
+            }
+        })
+    };
+    // The owner: one reclaim attempt, whenever it comes.
+    if hazard::begin_reclaim(&b.status, FREED, RECLAIMING) {
+        if hazard::contains(&b.set, KEY) {
+            b.status.store(FREED, Ordering::Relaxed);
+        } else {
+            b.pages.with_mut(|p| unsafe { *p = 1 });
+            seen.mark("owner reclaimed");
+        }
+    }
+    mapper.join().unwrap();
+    freer.join().unwrap();
+}
+
+#[test]
+fn hazard_a_freer_releases_while_the_owner_reclaims_and_a_process_maps() {
+    use cxlalloc::internal::protocol::hazard;
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("hazard_a_freer_releases_while_the_owner_reclaims_and_a_process_maps", None, move || {
+        release_model(&s, hazard::begin_reclaim)
+    });
+    seen.require(&["mapped", "backed off", "released", "release blocked by a hazard", "owner reclaimed"]);
+}
+
+/// Negative control: a release that checks for Freed and then stores Releasing (no CAS): the
+/// owner's reclaim can pass the same check, and both take the block.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn hazard_release_without_a_cas_is_caught() {
+    fn broken(status: &AtomicU64, freed: u64, releasing: u64) -> bool {
+        if status.load(Ordering::Relaxed) != freed {
+            return false;
+        }
+        status.store(releasing, Ordering::Relaxed);
+        loom::sync::atomic::fence(Ordering::SeqCst);
+        true
+    }
+    check("hazard_release_without_a_cas_is_caught", None, || release_model(&Seen::default(), broken));
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::backing::HugeName;
 use crate::huge::view::{HugeView, MAX_WALK};
 use crate::mem::HeapMem;
 use crate::persist::huge::{HugeBlock, HugeState};
@@ -22,9 +21,18 @@ pub struct HugeCensus {
     /// Bytes of live huge blocks.
     pub live_bytes: u64,
     /// Freed blocks not reclaimed yet (some process still maps them, or their owner has not
-    /// done huge work since).
+    /// done huge work since), their objects released already or not.
     pub freed: u64,
-    /// Small blocks serving as descriptors (one per live or freed huge block).
+    /// Of the freed blocks, those whose backing object is gone already (released by the
+    /// thread that freed them): only a descriptor and address space wait for the owner.
+    pub released: u64,
+    /// Blocks freed and hazard-free whose backing objects their owners keep for reuse
+    /// (docs/design.md §7.6); not live, not leaked.
+    pub cached: u64,
+    /// Bytes of the cached blocks' objects.
+    pub cached_bytes: u64,
+    /// Small blocks serving as descriptors (one per live, freed or cached huge block):
+    /// the huge heap's own bookkeeping, which [`crate::Report::live_blocks`] leaves out.
     pub descriptors: u64,
     /// Published hazard entries, over all processes.
     pub hazards: u64,
@@ -63,11 +71,17 @@ pub(crate) fn check(mem: &HeapMem, problems: &mut Vec<String>) -> HugeCensus {
     if mem.backing().huge_dir().is_some() {
         let objects: HashSet<(u64, u64)> = mem.backing().huge_objects().into_iter().collect();
         census.objects = Some(objects.len() as u64);
-        let named: HashSet<(u64, u64)> = blocks.iter().map(|(_, b)| (b.offset, b.generation)).collect();
+        // A released block's object is gone; one being released may or may not have it yet.
+        let named: HashSet<(u64, u64)> = blocks.iter().map(|(_, b)| (b.offset, b.object)).collect();
         for (_, b) in &blocks {
-            if !objects.contains(&(b.offset, b.generation)) {
-                problems.push(format!("huge block at {:#x} has no backing object", b.offset));
-            } else if let Some(why) = mem.backing().huge_object_problem(&HugeName::new(b.offset, b.generation)) {
+            let gone = matches!(b.state, Some(HugeState::Released | HugeState::Releasing));
+            if !objects.contains(&(b.offset, b.object)) {
+                if !gone {
+                    problems.push(format!("huge block at {:#x} has no backing object", b.offset));
+                }
+            } else if b.state == Some(HugeState::Released) {
+                problems.push(format!("released huge block at {:#x} still has its backing object", b.offset));
+            } else if let Some(why) = mem.backing().huge_object_problem(&b.name()) {
                 // A process the heap admits could not map it: its first touch would be a SIGSEGV.
                 problems.push(format!("huge block at {:#x}: backing object {why}", b.offset));
             }
@@ -109,7 +123,15 @@ fn walk_list(
                 census.live += 1;
                 census.live_bytes += b.size;
             }
-            Some(HugeState::Freed | HugeState::Reclaiming) => census.freed += 1,
+            Some(HugeState::Freed | HugeState::Reclaiming | HugeState::Releasing) => census.freed += 1,
+            Some(HugeState::Released) => {
+                census.freed += 1;
+                census.released += 1;
+            }
+            Some(HugeState::Cached) => {
+                census.cached += 1;
+                census.cached_bytes += b.size;
+            }
             None => problems.push(format!("slot {slot}: huge descriptor {:#x} has no valid state", b.desc)),
         }
         let end = b.offset.checked_add(b.size);

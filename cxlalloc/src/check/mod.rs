@@ -189,14 +189,29 @@ impl fmt::Display for Report {
             for s in SlabState::ALL {
                 write!(f, " {} {}", s.name(), c.slabs(s))?;
             }
-            writeln!(f, "; live blocks {}", c.live_blocks())?;
+            write!(f, "; live blocks {}", c.live_blocks())?;
+            // The huge heap's descriptors are small blocks, but bookkeeping, not the
+            // application's: said apart.
+            if b == Bracket::Small && self.huge.descriptors > 0 {
+                write!(f, " ({} of them huge descriptors)", self.huge.descriptors)?;
+            }
+            writeln!(f)?;
         }
         let h = &self.huge;
         if h.slots > 0 {
             write!(
                 f,
-                " huge: {}/{} slots claimed; live {} ({} bytes); freed awaiting reclaim {}; hazards {}",
-                h.claimed_slots, h.slots, h.live, h.live_bytes, h.freed, h.hazards
+                " huge: {}/{} slots claimed; live {} ({} bytes); freed awaiting reclaim {} ({} objects \
+                 released); cached {} ({} bytes); hazards {}",
+                h.claimed_slots,
+                h.slots,
+                h.live,
+                h.live_bytes,
+                h.freed,
+                h.released,
+                h.cached,
+                h.cached_bytes,
+                h.hazards
             )?;
             if let Some(o) = h.objects {
                 write!(f, "; backing objects {o}")?;

@@ -204,14 +204,42 @@ impl Heap {
         thread::attach(self)
     }
 
-    /// Reclaims freed huge blocks of thread slots that no thread holds: blocks whose owner
-    /// detached before another process freed them, or stopped mapping them. Runs by itself when
-    /// a heap closes; call it to reclaim sooner (a tool, a supervisor). Returns nothing: the
-    /// checker's census shows what is left.
-    pub fn sweep_huge(&self) {
-        if let Some(view) = self.mem().huge().filter(|v| v.in_own_process()) {
-            huge::ops::sweep_unheld(self.mem(), view);
+    /// Reclaims freed huge blocks that no process maps any more but that nobody has reclaimed:
+    /// first drops this process's own stale mappings ([`Heap::drop_stale_huge`]); then takes
+    /// back wholly, cached objects included, the blocks of thread slots that no thread holds
+    /// (their owner detached before another process freed them, or stopped mapping them);
+    /// then releases down to their backing objects the freed blocks of held slots whose owners
+    /// have not done huge work since (the descriptor and range wait for the owner). Runs by
+    /// itself, for unheld slots, when a heap closes; `cxlalloc recover` runs it; call it to
+    /// reclaim sooner (a tool, a supervisor). Returns how many backing objects of held slots
+    /// it removed (the checker's census shows what is left). It attaches a thread for the
+    /// moment it takes, and skips what needs one if no slot is free (docs/design.md §7.6).
+    pub fn sweep_huge(&self) -> usize {
+        let Some(view) = self.mem().huge().filter(|v| v.in_own_process()) else { return 0 };
+        let dropped = huge::ops::drop_stale_mappings(view);
+        huge::ops::sweep_unheld(self.mem(), view);
+        self.attach().map_or(0, |t| t.release_huge(&dropped) + t.release_freed_huge())
+    }
+
+    /// Drops this process's mappings of huge blocks that are no longer live (freed by some
+    /// process, here or elsewhere), with the hazards that kept them from being reclaimed, and
+    /// releases those of them whose last mapping that was (their backing objects go now, not
+    /// when their owners next do huge work). Returns how many mappings it dropped. The
+    /// mappings of live blocks stay. Every huge allocation and free of this process does it,
+    /// and the fault handler (dropping only) when the hazard sets are full; a process that
+    /// only reads huge blocks calls it to hand freed blocks back sooner (docs/design.md §7.4,
+    /// §7.6). Does nothing in a forked child (its huge mappings are its parent's, §7.5).
+    pub fn drop_stale_huge(&self) -> usize {
+        let Some(view) = self.mem().huge().filter(|v| v.in_own_process()) else { return 0 };
+        let dropped = huge::ops::drop_stale_mappings(view);
+        if !dropped.is_empty() {
+            // A thread for the pending record of each release; none free: the owners take
+            // them back at their next huge work, or a sweep.
+            if let Ok(t) = self.attach() {
+                t.release_huge(&dropped);
+            }
         }
+        dropped.len()
     }
 
     /// Adopts thread slot `slot`, whose holder process died, for the calling thread: finishes

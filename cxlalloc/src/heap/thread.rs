@@ -315,6 +315,16 @@ impl ThreadHandle {
         Some(f(&h, space))
     }
 
+    /// Releases the freed, unmapped huge blocks of other slots ([`crate::Heap::sweep_huge`]).
+    pub(super) fn release_freed_huge(&self) -> usize {
+        self.heap.mem().huge().map_or(0, |view| crate::huge::ops::release_freed(self.ops(), view))
+    }
+
+    /// Releases the freed blocks named by `keys`, whose mappings this process just dropped.
+    pub(super) fn release_huge(&self, keys: &[crate::word::HazardKey]) -> usize {
+        self.heap.mem().huge().map_or(0, |view| crate::huge::ops::release_dropped(self.ops(), view, keys))
+    }
+
     #[cold]
     fn alloc_huge(&self, size: usize, align: usize) -> Result<NonNull<u8>, AllocError> {
         self.with_huge(|h, space| h.alloc(space, size, align, 0)).unwrap_or(Err(AllocError::Unsupported(size)))
@@ -429,7 +439,12 @@ impl Drop for ThreadHandle {
         // that never held a huge block skips it (and so never touches the claim array).
         let huge_used = self.huge.borrow().is_some() || self.ops.rec.huge.head.load(Ordering::Relaxed) != 0;
         if huge_used {
-            self.with_huge(|h, space| h.maintain(space));
+            self.with_huge(|h, space| {
+                h.maintain(space);
+                // Nobody holds the slot to reuse its cached objects once we are gone.
+                h.trim_cache(space, 0);
+                h.release_empty_claims(space);
+            });
         }
         let ops = self.ops();
         ops.flush_remote_batch();

@@ -6,16 +6,25 @@
 //!   map it.
 //! - **Free** (any thread of any process): find the owner through the claim array and the
 //!   descriptor on its list; unmap the range in this process (`PROT_NONE`, never a hole);
-//!   retract this process's hazards; CAS the status Live → Freed.
+//!   retract this process's hazards; CAS the status Live → Freed. The owner then reclaims it at
+//!   once; any other thread releases it: if no hazard names it, it removes the backing object
+//!   itself (Released), so the memory comes back without waiting for the owner.
 //! - **Reclaim** (the owner, at its next huge operation or detach; or whoever sweeps an unheld
-//!   slot): a Freed descriptor that no hazard names loses its backing object, its descriptor and
-//!   its range; huge slots left wholly free are unclaimed.
+//!   slot): a Freed descriptor that no hazard names keeps its object in the slot's cache
+//!   (Cached, while the cache has room and the system memory), or loses its backing object,
+//!   its descriptor and its range; a Released one loses its descriptor and its range; huge
+//!   slots left wholly free are unclaimed.
+//! - **Reuse**: an allocation that a cached block fits takes it: a new generation in the same
+//!   descriptor, the same object mapped again at the same offset — no new object, no
+//!   `fallocate`, no zeroed pages (docs/design.md §7.6).
 //! - **Stale mappings**: each huge operation first drops this process's mappings of blocks that
 //!   are no longer live, so other processes' frees become reclaimable; each stale entry is
 //!   claimed by one thread, which unmaps before it retracts (docs/design.md §7.4).
 
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
+
+use nix::errno::Errno;
 
 use crate::backing::HugeName;
 use crate::class::Bracket;
@@ -87,6 +96,9 @@ impl HugeThread<'_> {
         }
         for b in self.list() {
             space.remove(b.offset, b.size);
+            if b.state == Some(HugeState::Cached) {
+                space.cache_push(b);
+            }
         }
         space
     }
@@ -112,6 +124,9 @@ impl HugeThread<'_> {
         }
         let align = (align as u64).max(page);
         self.maintain(space);
+        if let Some(c) = space.take_cached(len, align) {
+            return self.reuse(space, c, dest);
+        }
         let at = match space.take(len, align) {
             Some(at) => at,
             None => {
@@ -119,10 +134,71 @@ impl HugeThread<'_> {
                 space.take(len, align).ok_or(AllocError::HugeExhausted)?
             }
         };
-        self.place(at, len, dest).inspect_err(|_| {
+        let placed = match self.place(at, len, dest) {
+            // Out of memory for a new object while the cache holds some: give them back, and
+            // try once more.
+            Err(AllocError::Backing(Errno::ENOSPC | Errno::ENOMEM)) if space.cached_bytes() > 0 => {
+                self.trim_cache(space, 0);
+                self.place(at, len, dest)
+            }
+            other => other,
+        };
+        placed.inspect_err(|_| {
             space.insert(at, len);
             self.release_empty_claims(space);
         })
+    }
+
+    /// Allocates the cached block `c` again: a new generation in its descriptor (still on the
+    /// list: no unlink), a hazard, and the same object mapped at the same offset. Announced as
+    /// [`PendingKind::HugePlace`] on the descriptor, so that recovery discards the block (object
+    /// and all) if the allocation does not finish.
+    fn reuse(&self, space: &mut FreeRanges, c: HugeBlock, dest: u64) -> Result<NonNull<u8>, AllocError> {
+        let view = self.view;
+        let Some(d) = view.descriptor(c.desc) else {
+            return Err(AllocError::Corrupt("cached huge descriptor outside the small heap"));
+        };
+        self.t.announce(Pending::new(PendingKind::HugePlace, 0), c.offset, dest, c.desc);
+        crash_point!(HugeReuseAnnounced);
+        let generation = self.next_generation();
+        // Release: pairs with the Acquire of `read`; the offset, size and object it names were
+        // written before the descriptor was first linked and have not changed.
+        d.status.store(HugeState::Live.word(generation), Ordering::Release);
+        crash_point!(HugeReused);
+        let key = HazardKey::new(c.offset, generation);
+        // No mapping call: this process's mapping of the range is the same object still, kept
+        // since this thread freed it, or `PROT_NONE` if some thread dropped it meanwhile (then
+        // the first touch faults and the handler maps the object again by name). Never
+        // another object: a range is unmapped here before it leaves the cache or becomes free.
+        let mapped = view.publish(key, c.size / view.page as u64, &|_| true).map_err(|_| AllocError::HazardsExhausted);
+        match mapped {
+            Ok(entry) => {
+                view.confirm(entry);
+                crash_point!(HugeBacked);
+                if dest != 0 {
+                    self.t.announce(Pending::new(PendingKind::Alloc, 0), c.offset, dest, c.desc);
+                } else {
+                    self.t.settle();
+                }
+                Ok(self.mem().block(c.offset as usize))
+            }
+            Err(e) => {
+                let _ = view.unmap(c.offset, c.size as usize);
+                self.discard(c.desc, &c.name());
+                self.t.settle();
+                space.insert(c.offset, c.size);
+                Err(e)
+            }
+        }
+    }
+
+    /// The generation of the slot's next allocation (unique over the heap's life: a counter of
+    /// the slot's allocations and the slot's index).
+    fn next_generation(&self) -> u64 {
+        let rec = self.rec();
+        let n = rec.allocations.load(Ordering::Relaxed);
+        rec.allocations.store(n + 1, Ordering::Relaxed);
+        (n << GENERATION_SLOT_BITS) | u64::from(self.t.slot)
     }
 
     /// Claims a run of free huge slots big enough for `len` bytes, one CAS per slot; a run
@@ -193,11 +269,10 @@ impl HugeThread<'_> {
             return Err(AllocError::Corrupt("descriptor block outside the small heap"));
         };
         let rec = self.rec();
-        let n = rec.allocations.load(Ordering::Relaxed);
-        rec.allocations.store(n + 1, Ordering::Relaxed);
-        let generation = (n << GENERATION_SLOT_BITS) | u64::from(self.t.slot);
+        let generation = self.next_generation();
         d.offset.store(at, Ordering::Relaxed);
         d.size.store(len, Ordering::Relaxed);
+        d.object.store(generation, Ordering::Relaxed);
         d.status.store(HugeState::Live.word(generation), Ordering::Relaxed);
         d.next.store(rec.head.load(Ordering::Relaxed), Ordering::Relaxed);
         // Release: the descriptor's fields are visible to whoever reads the new head.
@@ -205,7 +280,7 @@ impl HugeThread<'_> {
         crash_point!(HugeLinked);
         let key = HazardKey::new(at, generation);
         let name = HugeName::new(at, generation);
-        let entry = view.publish(key, len / view.page as u64).map_err(|_| AllocError::HazardsExhausted);
+        let entry = view.publish(key, len / view.page as u64, &|_| true).map_err(|_| AllocError::HazardsExhausted);
         let mapped = entry.and_then(|entry| {
             let commit = self.mem().header.config().commit_on_grow;
             let fd = self.mem().backing().huge_create(&name, len as usize, commit).map_err(AllocError::Backing)?;
@@ -314,18 +389,34 @@ impl HugeThread<'_> {
         self.t.announce(Pending::new(PendingKind::HugeFree, b.generation), b.offset, 0, b.desc);
         crash_point!(HugeFreeAnnounced);
         // Rule 2: unmap, then retract; the block stays Live until both are done, so no
-        // reclaimer can act on it in between.
-        let _ = view.unmap(b.offset, b.size as usize);
+        // reclaimer can act on it in between. The one exception: the owner thread keeps its
+        // process's mapping of a block whose object it may cache, and unmaps it only when the
+        // range goes back to its free space ([`HugeThread::take_back`]); until then the range
+        // can only show this very object again (docs/design.md §7.6).
+        let owns = space.is_some() && owner == self.t.slot;
+        if !(owns && view.named_objects()) {
+            let _ = view.unmap(b.offset, b.size as usize);
+        }
         view.retract(HazardKey::new(b.offset, b.generation));
         let freed = mark_freed(view, &b);
         crash_point!(HugeFreeMarked);
-        self.t.settle();
         if !freed {
+            self.t.settle();
             return Err(FreeError::DoubleFree);
         }
         self.mem().note_huge_freed(off);
-        if let Some(space) = space.filter(|_| owner == self.t.slot) {
-            self.maintain(space);
+        match space.filter(|_| owner == self.t.slot) {
+            Some(space) => {
+                self.t.settle();
+                self.maintain(space);
+            }
+            None => {
+                // Another slot's block: give its memory back now if nobody maps it, rather
+                // than when its owner next does huge work (docs/design.md §7.6). Still under
+                // the HugeFree record, which recovery finishes from wherever this stops.
+                let _ = release(self.mem(), view, &b);
+                self.t.settle();
+            }
         }
         Ok(())
     }
@@ -345,13 +436,31 @@ impl HugeThread<'_> {
     /// Drops this process's stale mappings, reclaims what is reclaimable and unclaims empty
     /// huge slots.
     pub(crate) fn maintain(&self, space: &mut FreeRanges) {
-        drop_stale_mappings(self.view);
+        let dropped = drop_stale_mappings(self.view);
+        if !dropped.is_empty() {
+            release_dropped(self.t, self.view, &dropped);
+        }
+        if space.cached_bytes() > 0 && memory_is_short(space.cached_bytes()) {
+            self.trim_cache(space, 0);
+        }
         for b in self.list() {
-            if matches!(b.state, Some(HugeState::Freed | HugeState::Reclaiming)) && self.try_reclaim(&b) {
-                self.reclaim_one(&b, space);
+            match b.state {
+                Some(HugeState::Freed | HugeState::Reclaiming) if self.try_reclaim(&b) => self.reclaim_one(&b, space),
+                Some(HugeState::Released) => self.take_back(&b, space),
+                _ => {}
             }
         }
         self.release_empty_claims(space);
+    }
+
+    /// Discards cached blocks, oldest first, until at most `keep` bytes stay cached: each
+    /// loses its object, its descriptor and its range, as a reclaim (and under the same
+    /// pending record).
+    pub(crate) fn trim_cache(&self, space: &mut FreeRanges, keep: u64) {
+        while space.cached_bytes() > keep {
+            let Some(c) = space.pop_cached() else { break };
+            self.take_back(&c, space);
+        }
     }
 
     /// Rule 3: whether the freed block `b` may be reclaimed now. A block left Reclaiming by a
@@ -373,11 +482,35 @@ impl HugeThread<'_> {
         true
     }
 
-    /// Reclaims a Freed, hazard-free block: its backing object, its descriptor, its range.
+    /// Reclaims a Freed, hazard-free block (status Reclaiming, ours): into the cache while it
+    /// has room (and the system memory to spare), the object kept; otherwise its backing
+    /// object, its descriptor and its range go.
     fn reclaim_one(&self, b: &HugeBlock, space: &mut FreeRanges) {
+        // An anonymous heap's blocks are private memory, gone with their mapping: nothing to keep.
+        let keep = self.view.named_objects() && space.cache_admits(b.size);
+        if keep && !memory_is_short(space.cached_bytes() + b.size) {
+            if let Some(d) = self.view.descriptor(b.desc) {
+                // Release: our hazard scan happens before the reuse by whichever thread of
+                // this slot reads the state next. A crash before this store leaves
+                // Reclaiming, which the next holder takes for Freed; after, the descriptor is
+                // found Cached at rebuild.
+                d.status.store(HugeState::Cached.word(b.generation), Ordering::Release);
+                crash_point!(HugeCached);
+                space.cache_push(HugeBlock { state: Some(HugeState::Cached), ..*b });
+                return;
+            }
+        }
+        self.take_back(b, space);
+    }
+
+    /// Discards a block of ours that no other process maps any more (Reclaiming, Cached or
+    /// Released): this process's mapping (which its freer, this thread, may have kept), its
+    /// backing object (if still there), its descriptor, its range.
+    fn take_back(&self, b: &HugeBlock, space: &mut FreeRanges) {
+        let _ = self.view.unmap(b.offset, b.size as usize);
         self.t.announce(Pending::new(PendingKind::HugeReclaim, b.generation), b.offset, 0, b.desc);
         crash_point!(HugeReclaimAnnounced);
-        self.discard(b.desc, &HugeName::new(b.offset, b.generation));
+        self.discard(b.desc, &b.name());
         self.t.settle();
         space.insert(b.offset, b.size);
     }
@@ -393,10 +526,105 @@ pub(crate) fn mark_freed(view: &HugeView, b: &HugeBlock) -> bool {
     })
 }
 
+/// Releases the freed block `b` of another slot (rule 3 for a thread that is not its owner):
+/// Freed → Releasing with one CAS and a SeqCst fence, the hazard scan, then the backing object
+/// removed and the status Released; back to Freed if some process still maps it (the owner, a
+/// sweep, or a later release takes it then). Nothing if the owner got to it first. The caller
+/// has the slot's pending record name the block ([`PendingKind::HugeFree`]), so that recovery
+/// finishes a release cut short ([`finish_release`]).
+/// Returns whether it released the object.
+pub(crate) fn release(mem: &HeapMem, view: &HugeView, b: &HugeBlock) -> bool {
+    let Some(d) = view.descriptor(b.desc) else { return false };
+    let (freed, releasing) = (HugeState::Freed.word(b.generation), HugeState::Releasing.word(b.generation));
+    if !hazard::begin_reclaim(&d.status, freed, releasing) {
+        return false;
+    }
+    crash_point!(HugeReleasing);
+    finish_release(mem, view, b)
+}
+
+/// The rest of a release, from Releasing (also recovery's, for a thread that died in the
+/// middle): scan, remove the object, Released; or back to Freed. Returns whether it released
+/// the object.
+pub(crate) fn finish_release(mem: &HeapMem, view: &HugeView, b: &HugeBlock) -> bool {
+    let Some(d) = view.descriptor(b.desc) else { return false };
+    let releasing = HugeState::Releasing.word(b.generation);
+    let next = if hazard_anywhere(view, HazardKey::new(b.offset, b.generation)) {
+        HugeState::Freed
+    } else {
+        let _ = mem.backing().huge_remove(&b.name());
+        crash_point!(HugeObjectReleased);
+        HugeState::Released
+    };
+    // Release: the object's removal happens before the owner's discard of the descriptor;
+    // a CAS, not a store, so that a status that is no longer ours is left alone.
+    let _ = d.status.compare_exchange(releasing, next.word(b.generation), Ordering::Release, Ordering::Relaxed);
+    next == HugeState::Released
+}
+
+/// Releases every freed block of the slots other than `t`'s that no process maps any more
+/// (their owners hold them but have not done huge work since the last mapping went), each
+/// under `t`'s pending record as a free's release is; returns how many objects it removed.
+/// [`crate::Heap::sweep_huge`]'s part for held slots.
+pub(crate) fn release_freed(t: &SlabThread<'_>, view: &HugeView) -> usize {
+    let mut n = 0;
+    for slot in t.mem.used_slots().filter(|&s| s != t.slot).collect::<Vec<_>>() {
+        if t.mem.record(slot).huge.head.load(Ordering::Acquire) == 0 {
+            continue;
+        }
+        for b in view.snapshot(slot).unwrap_or_default() {
+            if b.state != Some(HugeState::Freed) {
+                continue;
+            }
+            t.announce(Pending::new(PendingKind::HugeFree, b.generation), b.offset, 0, b.desc);
+            n += usize::from(release(t.mem, view, &b));
+            t.settle();
+        }
+    }
+    n
+}
+
+/// Whether the system is short of memory for `bytes` more of cached objects: less than twice
+/// that is free. Cached objects are the first memory the huge heap gives back.
+fn memory_is_short(bytes: u64) -> bool {
+    // SAFETY: sysinfo writes only the struct it is given.
+    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a sysinfo struct.
+    if unsafe { libc::sysinfo(&mut info) } != 0 {
+        return false;
+    }
+    let free = (info.freeram as u64).saturating_mul(u64::from(info.mem_unit.max(1)));
+    free < bytes.saturating_mul(2)
+}
+
 /// Drops this process's mappings (and hazards) of huge blocks that are no longer live, so
-/// their owners can reclaim them ([`HugeView::drop_stale`]).
-pub(crate) fn drop_stale_mappings(view: &HugeView) {
-    view.drop_stale();
+/// their owners can reclaim them ([`HugeView::drop_stale_into`]); returns the keys of the blocks it
+/// dropped.
+pub(crate) fn drop_stale_mappings(view: &HugeView) -> Vec<HazardKey> {
+    let mut keys = Vec::new();
+    view.drop_stale_into(&mut |k| keys.push(k));
+    keys
+}
+
+/// Releases the blocks of other slots named by `keys` (mappings this process just dropped)
+/// that are Freed: if that mapping was the last, their memory comes back now, not when their
+/// owners next do huge work. Each under `t`'s pending record, as a free's release is. Returns
+/// how many objects it removed.
+pub(crate) fn release_dropped(t: &SlabThread<'_>, view: &HugeView, keys: &[HazardKey]) -> usize {
+    let mut n = 0;
+    for key in keys {
+        if view.owner_of(key.offset) == Some(t.slot) {
+            continue; // Ours: our own reclaim takes it (into the cache).
+        }
+        let Some(b) = view.find(key.offset) else { continue };
+        if HazardKey::new(b.offset, b.generation) != *key || b.state != Some(HugeState::Freed) {
+            continue;
+        }
+        t.announce(Pending::new(PendingKind::HugeFree, b.generation), b.offset, 0, b.desc);
+        n += usize::from(release(t.mem, view, &b));
+        t.settle();
+    }
+    n
 }
 
 /// Whether any live process holds a hazard on `key` (after [`hazard::begin_reclaim`]). Sets
@@ -435,6 +663,9 @@ pub(crate) fn sweep_unheld(mem: &HeapMem, view: &HugeView) {
         let h = HugeThread { t: &t, view };
         let mut space = h.rebuild();
         h.maintain(&mut space);
+        // Nobody holds the slot to reuse its cached objects.
+        h.trim_cache(&mut space, 0);
+        h.release_empty_claims(&mut space);
         lease::release(l, view.holder);
     }
 }

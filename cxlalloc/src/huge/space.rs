@@ -1,16 +1,57 @@
-//! A thread's free huge address space: process-private, rebuilt from shared state whenever a
-//! thread (re)attaches, so it never needs to be persistent or crash-consistent itself.
+//! A thread's free huge address space and its cache of backing objects: process-private,
+//! rebuilt from shared state whenever a thread (re)attaches, so it never needs to be
+//! persistent or crash-consistent itself (the descriptors are: docs/design.md §7.6).
 
 use std::collections::BTreeMap;
 
+use crate::persist::huge::HugeBlock;
+
+/// Cached objects one slot keeps at most.
+pub(crate) const CACHE_OBJECTS: usize = 8;
+/// Bytes of cached objects one slot keeps at most: one 1 GiB block and change, so that a
+/// thread that frees and allocates blocks of up to 1 GiB reuses the object every time.
+pub(crate) const CACHE_BYTES: u64 = (1 << 30) + (256 << 20);
+
 /// Disjoint, coalesced free ranges (`start → length`, heap offsets) inside the huge slots one
-/// thread slot has claimed.
+/// thread slot has claimed, and the slot's cached blocks (descriptors in state
+/// [`crate::persist::huge::HugeState::Cached`], whose ranges are not free: each keeps its
+/// object at its offset).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct FreeRanges {
     ranges: BTreeMap<u64, u64>,
+    cache: Vec<HugeBlock>,
 }
 
 impl FreeRanges {
+    /// Whether a block of `size` bytes fits in the cache as it is (the caller trims first when
+    /// it wants room).
+    pub(crate) fn cache_admits(&self, size: u64) -> bool {
+        self.cache.len() < CACHE_OBJECTS && self.cached_bytes() + size <= CACHE_BYTES
+    }
+
+    /// Enters a cached block.
+    pub(crate) fn cache_push(&mut self, b: HugeBlock) {
+        self.cache.push(b);
+    }
+
+    /// Bytes of the cached blocks.
+    pub(crate) fn cached_bytes(&self) -> u64 {
+        self.cache.iter().map(|b| b.size).sum()
+    }
+
+    /// Takes the smallest cached block that serves `len` bytes aligned to `align` without
+    /// wasting more than a quarter of `len`.
+    pub(crate) fn take_cached(&mut self, len: u64, align: u64) -> Option<HugeBlock> {
+        let fits = |b: &HugeBlock| b.size >= len && b.size - len <= len / 4 && b.offset % align == 0;
+        let (i, _) = self.cache.iter().enumerate().filter(|(_, b)| fits(b)).min_by_key(|(_, b)| b.size)?;
+        Some(self.cache.swap_remove(i))
+    }
+
+    /// Takes the oldest cached block (to trim it).
+    pub(crate) fn pop_cached(&mut self) -> Option<HugeBlock> {
+        (!self.cache.is_empty()).then(|| self.cache.remove(0))
+    }
+
     /// Adds `[start, start + len)`, merging with its neighbours. The range must not overlap a
     /// free one (callers add only ranges they took out, or newly claimed slots).
     pub(crate) fn insert(&mut self, start: u64, len: u64) {
@@ -88,6 +129,43 @@ mod tests {
         assert_eq!(f.take(4096, 1 << 20), Some(1 << 20));
         assert_eq!(f.total(), 2 * 4096 + (1 << 20) - 4096);
         assert_eq!(f.take(2 << 20, 4096), None);
+    }
+
+    fn cached(offset: u64, size: u64) -> HugeBlock {
+        HugeBlock {
+            desc: 0x40,
+            offset,
+            size,
+            generation: 1,
+            state: Some(crate::persist::huge::HugeState::Cached),
+            next: 0,
+            object: 1,
+        }
+    }
+
+    #[test]
+    fn the_cache_serves_the_smallest_fitting_block_wasting_at_most_a_quarter() {
+        let mut f = FreeRanges::default();
+        f.cache_push(cached(1 << 30, 16 << 20));
+        f.cache_push(cached(2 << 30, 12 << 20));
+        f.cache_push(cached(3 << 30, 11 << 20));
+        assert_eq!(f.take_cached(16 << 20, 4096), Some(cached(1 << 30, 16 << 20)));
+        assert_eq!(f.take_cached(8 << 20, 4096), None, "12 MiB wastes more than a quarter of 8");
+        assert_eq!(f.take_cached(10 << 20, 4096), Some(cached(3 << 30, 11 << 20)));
+        assert_eq!(f.take_cached(10 << 20, 1 << 32), None, "misaligned");
+    }
+
+    #[test]
+    fn the_cache_is_bounded_in_objects_and_bytes() {
+        let mut f = FreeRanges::default();
+        assert!(!f.cache_admits(CACHE_BYTES + 4096));
+        for i in 0..CACHE_OBJECTS as u64 {
+            assert!(f.cache_admits(1 << 20));
+            f.cache_push(cached((i + 1) << 30, 1 << 20));
+        }
+        assert!(!f.cache_admits(1 << 20));
+        assert_eq!(f.pop_cached().map(|b| b.offset), Some(1 << 30));
+        assert!(f.cache_admits(1 << 20));
     }
 
     #[test]

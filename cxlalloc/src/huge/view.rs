@@ -30,6 +30,9 @@ const SPIN_RETRIES: usize = 1 << 10;
 /// an unlink, with more threads than cores, holds the epoch odd for a whole time slice), before
 /// a lookup gives up as [`Lookup::Unsure`].
 const YIELD_RETRIES: usize = 1 << 14;
+/// Live mappings a publish evicts at most, one at a time, before it gives up: an eviction can
+/// lose its entry to another thread's publish (more threads than free entries).
+const EVICT_TRIES: usize = 8;
 
 /// The answer of a lookup on a descriptor list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,8 +95,8 @@ pub(crate) struct HugeView {
 
 impl HugeView {
     /// The view of the heap laid out as `layout` and reserved at `base` in this process. The
-    /// heap must stay mapped, and `mine` (one bit per hazard set, zeroed) alive, for as long as
-    /// the view is used.
+    /// heap must stay mapped, and `mine` (one bit per hazard set, then one word for the
+    /// eviction hand; zeroed) alive, for as long as the view is used.
     pub(crate) fn new(
         layout: &Layout,
         base: usize,
@@ -123,6 +126,12 @@ impl HugeView {
             pid: crate::word::Holder::unpack(holder).map_or(0, |h| h.pid),
             dir_fd,
         }
+    }
+
+    /// Whether blocks have named backing objects, which any process maps by name (a heap in a
+    /// directory), rather than private memory (an anonymous heap).
+    pub(crate) fn named_objects(&self) -> bool {
+        self.dir_fd >= 0
     }
 
     /// Whether the calling process is the one that opened the heap (async-signal-safe).
@@ -194,6 +203,7 @@ impl HugeView {
             generation: status.generation,
             state: HugeState::from_bits(status.state),
             next: d.next.load(Ordering::Acquire),
+            object: d.object.load(Ordering::Relaxed),
         })
     }
 
@@ -253,6 +263,27 @@ impl HugeView {
             std::hint::spin_loop();
         }
         Lookup::Unsure
+    }
+
+    /// The descriptors on `slot`'s list, read consistently with the owner's unlinks (as
+    /// [`HugeView::find_in`] reads them); `None` if the owner kept changing the list. Not for
+    /// the signal handler (it allocates).
+    pub(crate) fn snapshot(&self, slot: u32) -> Option<Vec<HugeBlock>> {
+        let rec = self.record(slot)?;
+        for _ in 0..SPIN_RETRIES {
+            let e1 = rec.epoch.load(Ordering::Acquire);
+            if e1 % 2 == 0 {
+                let blocks: Vec<HugeBlock> =
+                    self.chain(rec.head.load(Ordering::Acquire), &|_| true).map_while(Result::ok).collect();
+                // Acquire: the walk's loads happen before the re-read of the epoch.
+                fence(Ordering::Acquire);
+                if rec.epoch.load(Ordering::Relaxed) == e1 {
+                    return Some(blocks);
+                }
+            }
+            std::thread::yield_now();
+        }
+        None
     }
 
     /// The descriptor of the allocation containing heap offset `off`, found through the claim
@@ -326,14 +357,57 @@ impl HugeView {
     }
 
     /// Publishes a hazard for `key` (a mapping of `pages` pages) in one of this instance's
-    /// sets, leasing a new set when they are full: a Pending entry, which the caller alone then
-    /// [`HugeView::confirm`]s once it has mapped the block, or [`HugeView::retract_entry`]s.
-    /// `EAGAIN` when every set is leased and full. Async-signal-safe.
-    pub(crate) fn publish(&self, key: HazardKey, pages: u64) -> Result<Entry, Errno> {
+    /// sets: a Pending entry, which the caller alone then [`HugeView::confirm`]s once it has
+    /// mapped the block, or [`HugeView::retract_entry`]s. When the sets are full it makes room,
+    /// cheapest first (docs/design.md §7.4): it drops this process's stale entries, then leases
+    /// a new set, then (a heap with named objects) evicts the mapping of some live block, which
+    /// the next touch maps again on fault. `EAGAIN` only when none of that frees an entry (every
+    /// set leased elsewhere, and every entry of ours Pending or Dropping: other threads are in
+    /// the middle of mapping or unmapping). `touch` as in [`HugeView::handle_fault`].
+    /// Async-signal-safe.
+    pub(crate) fn publish(&self, key: HazardKey, pages: u64, touch: Touch<'_>) -> Result<Entry, Errno> {
         let word = key.pack();
-        for set in self.my_sets() {
-            if let Some(index) = hazard::publish(self.set(set), word, pages) {
-                return Ok(Entry { set, index });
+        if let Some(e) = self.publish_in_mine(word, pages) {
+            return Ok(e);
+        }
+        // Full: stale entries go first, so that a process that only reads (and so never runs
+        // `maintain`) recycles its entries instead of leasing set after set.
+        if self.drop_stale_touching(touch, &mut |_| {}) > 0 {
+            if let Some(e) = self.publish_in_mine(word, pages) {
+                return Ok(e);
+            }
+        }
+        if let Some(e) = self.publish_in_new_set(word, pages) {
+            return Ok(e);
+        }
+        // Every entry we could have names a live block this process maps. Unmapping one of
+        // them is safe where the block can be mapped again by name (the fault handler does it
+        // at the next touch); an anonymous heap's private mappings hold the only copy.
+        if self.dir_fd >= 0 {
+            for _ in 0..EVICT_TRIES {
+                if !self.evict_one() {
+                    break;
+                }
+                if let Some(e) = self.publish_in_mine(word, pages) {
+                    return Ok(e);
+                }
+            }
+        }
+        Err(Errno::EAGAIN)
+    }
+
+    /// Leases a free set and publishes in it, if this process may take one more: it leaves
+    /// other processes at least as many free sets as it holds (a process holding `k` sets
+    /// leases another only while more than `k` are free), so that a process mapping many live
+    /// blocks evicts its own mappings rather than starve the next process of sets. An
+    /// anonymous heap has one process and cannot evict: it takes every set.
+    fn publish_in_new_set(&self, word: u64, pages: u64) -> Option<Entry> {
+        if self.dir_fd >= 0 {
+            let held = self.my_sets().count();
+            // Relaxed: a count for the policy only; the claim below is the synchronizing step.
+            let free = (0..self.sets).filter(|&s| self.lease(s).load(Ordering::Relaxed) == 0).count();
+            if held > 0 && free <= held {
+                return None;
             }
         }
         for set in 0..self.sets {
@@ -342,12 +416,50 @@ impl HugeView {
             // set unleased after its own fence is one whose reclaim this publisher will see.
             if l.load(Ordering::Relaxed) == 0 && lease::try_claim(l, self.holder) {
                 self.mine_word(set).fetch_or(1 << (set % 64), Ordering::Relaxed);
-                if let Some(index) = hazard::publish(self.set(set), word, pages) {
-                    return Ok(Entry { set, index });
-                }
+                return hazard::publish(self.set(set), word, pages).map(|index| Entry { set, index });
             }
         }
-        Err(Errno::EAGAIN)
+        None
+    }
+
+    fn publish_in_mine(&self, word: u64, pages: u64) -> Option<Entry> {
+        self.my_sets().find_map(|set| hazard::publish(self.set(set), word, pages).map(|index| Entry { set, index }))
+    }
+
+    /// Evicts one Installed entry of this process, live block or not, going round the sets
+    /// from a process-wide hand so that repeated evictions spread over the entries: claims it
+    /// (Dropping), maps its range `PROT_NONE`, retracts it. Sound by the invariant of
+    /// docs/design.md §7.4: the thread owns an entry naming the block while it unmaps, so the
+    /// range cannot have been reused. False if no entry could be claimed. Async-signal-safe.
+    fn evict_one(&self) -> bool {
+        let total = self.sets as u64 * HAZARDS_PER_SET as u64;
+        // Relaxed: the hand only spreads evictions; any value is correct.
+        let start = self.hand().fetch_add(1, Ordering::Relaxed);
+        for step in 0..total {
+            let at = (start + step) % total;
+            let (set, index) = ((at / HAZARDS_PER_SET as u64) as u32, (at % HAZARDS_PER_SET as u64) as usize);
+            if !self.is_mine(set) {
+                continue;
+            }
+            let s = self.set(set);
+            let Some(word) = s.get(2 * index).map(|k| k.load(Ordering::Relaxed)).filter(|&w| w != 0) else {
+                continue;
+            };
+            let Some(pages) = hazard::claim(s, index, word) else { continue };
+            if let Some(key) = HazardKey::unpack(word) {
+                let _ = self.unmap(key.offset, pages as usize * self.page);
+            }
+            hazard::retract(s, index);
+            self.hand().store(at + 1, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
+    fn hand(&self) -> &AtomicU64 {
+        // SAFETY: the word after the bitmap's sets.div_ceil(64) words, allocated with it by the
+        // HeapMem that outlives the view (HugeView::new's contract).
+        unsafe { &*self.mine.add(self.sets.div_ceil(64) as usize) }
     }
 
     /// Marks the caller's Pending entry Installed: the block is mapped. Async-signal-safe.
@@ -371,19 +483,34 @@ impl HugeView {
     /// Drops this process's mappings (and hazards) of huge blocks that are no longer live, so
     /// their owners can reclaim them: each Installed entry of a stale block is claimed by one
     /// thread, which unmaps its range before it retracts it (docs/design.md §7.4). Returns how
-    /// many this call dropped. Async-signal-safe.
-    pub(crate) fn drop_stale(&self) -> usize {
-        self.drop_stale_touching(&|_| true)
+    /// many this call dropped, and hands each dropped block's key to `dropped` (after its
+    /// entry is retracted), so that the caller can release the blocks whose last mapping that
+    /// was. Async-signal-safe if `dropped` is.
+    pub(crate) fn drop_stale_into(&self, dropped: &mut dyn FnMut(HazardKey)) -> usize {
+        self.drop_stale_touching(&|_| true, dropped)
     }
 
-    fn drop_stale_touching(&self, touch: Touch<'_>) -> usize {
+    fn drop_stale_touching(&self, touch: Touch<'_>, dropped: &mut dyn FnMut(HazardKey)) -> usize {
         let dead = |word: u64| HazardKey::unpack(word).is_some_and(|key| self.is_stale_touching(key, touch));
-        let unmap = |word: u64, pages: u64| {
-            if let Some(key) = HazardKey::unpack(word) {
-                let _ = self.unmap(key.offset, pages as usize * self.page);
-            }
-        };
-        self.my_sets().map(|s| hazard::drop_stale(self.set(s), dead, unmap)).sum()
+        let mut keys = [0u64; HAZARDS_PER_SET];
+        let mut n = 0;
+        for s in self.my_sets() {
+            let mut k = 0;
+            let unmap = |word: u64, pages: u64| {
+                if let Some(key) = HazardKey::unpack(word) {
+                    let _ = self.unmap(key.offset, pages as usize * self.page);
+                }
+                if let Some(slot) = keys.get_mut(k) {
+                    *slot = word;
+                }
+                k += 1;
+            };
+            let m = hazard::drop_stale(self.set(s), dead, unmap);
+            // After the retracts: the scan of whoever releases a block must not see our entry.
+            keys.iter().take(m.min(HAZARDS_PER_SET)).filter_map(|&w| HazardKey::unpack(w)).for_each(&mut *dropped);
+            n += m;
+        }
+        n
     }
 
     /// Empties and gives back every hazard set this instance leased (its mappings are gone).
@@ -403,13 +530,13 @@ impl HugeView {
         lease::release(self.lease(s), holder);
     }
 
-    /// Maps `len` bytes of huge allocation `(off, generation)` from its backing object, opened
-    /// by name. Async-signal-safe.
-    pub(crate) fn map_named(&self, off: u64, len: usize, generation: u64) -> Result<(), Errno> {
+    /// Maps `len` bytes of the huge block at `off` from its backing object, opened by name
+    /// (`object`: the generation the object is named after). Async-signal-safe.
+    pub(crate) fn map_named(&self, off: u64, len: usize, object: u64) -> Result<(), Errno> {
         if self.dir_fd < 0 {
             return Err(Errno::ENOENT);
         }
-        let name = HugeName::new(off, generation);
+        let name = HugeName::new(off, object);
         // SAFETY: openat with a valid directory descriptor and a NUL-terminated name.
         let fd = unsafe { libc::openat(self.dir_fd, name.as_cstr().as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
         if fd < 0 {
@@ -475,20 +602,16 @@ impl HugeView {
         };
         let key = HazardKey::new(b.offset, b.generation);
         let pages = b.size / self.page as u64;
-        // Every set this process could lease is full: drop the stale entries (a process that
-        // only reads never drops them otherwise, as it never allocates) and try once more.
-        let published = self.publish(key, pages).or_else(|_| {
-            self.drop_stale_touching(touch);
-            self.publish(key, pages)
-        });
-        let Ok(entry) = published else {
+        // A full table is made room in (stale entries dropped, a live mapping evicted): a
+        // process that only reads never runs out of entries (docs/design.md §7.4).
+        let Ok(entry) = self.publish(key, pages, touch) else {
             return false;
         };
         // Rule 1's re-read (protocol::hazard): the block must still be live now that the hazard
         // is visible; otherwise its owner may already have reclaimed it. The same allocation:
         // its `next` link may have changed meanwhile (the owner unlinked a neighbour).
         let still = self.find_touching(off, touch).block().is_some_and(|now| now.same_allocation(&b));
-        if still && self.map_named(b.offset, b.size as usize, b.generation).is_ok() {
+        if still && self.map_named(b.offset, b.size as usize, b.object).is_ok() {
             self.confirm(entry);
             return true;
         }

@@ -9,8 +9,10 @@ use crate::sync::AtomicU64;
 /// field but `state` is written once by the owner before the descriptor is linked into the
 /// owner's list ([`crate::persist::record::HugeRecord`]), and read by any thread of any process;
 /// `status` goes Live → Freed with one CAS by whichever thread frees the block (a second free
-/// loses the CAS: a double free). Only the owner unlinks and frees a descriptor, inside the
-/// list's epoch (see [`crate::huge::view::HugeView::find`]).
+/// loses the CAS: a double free), and on through the states of [`HugeState`]. Only the owner
+/// unlinks and frees a descriptor, inside the list's epoch (see
+/// [`crate::huge::view::HugeView::find`]), and only once its status is Freed-and-reclaiming
+/// (its own), Released or Cached (owner-only states); never while another thread releases it.
 #[repr(C, align(64))]
 pub(crate) struct HugeDescriptor {
     /// Heap offset of the allocation (page-aligned, inside the huge span).
@@ -22,12 +24,25 @@ pub(crate) struct HugeDescriptor {
     pub status: AtomicU64,
     /// Heap offset of the next descriptor of the owner's list, 0 = end.
     pub next: AtomicU64,
-    _reserved: [u64; 4],
+    /// The generation the block's backing object is named after
+    /// ([`crate::backing::HugeName`]): the first allocation's, kept when the owner reuses a
+    /// cached object for a new allocation at the same offset (docs/design.md §7.6). Written by
+    /// the owner before the descriptor is linked, like `offset`.
+    pub object: AtomicU64,
+    _reserved: [u64; 3],
 }
 
 const _: () = assert!(std::mem::size_of::<HugeDescriptor>() == 64);
 
-/// Life cycle of a huge allocation.
+/// Life cycle of a huge allocation (docs/design.md §7.2, §7.6).
+///
+/// ```text
+/// Live ──free (any thread)──▶ Freed ──owner: Reclaiming, no hazard──▶ Cached ──reuse──▶ Live'
+///                               │                           │             └─trim─▶ (gone)
+///                               │                           └─cache full──────────▶ (gone)
+///                               └─another thread: Releasing, no hazard──▶ Released ─owner─▶ (gone)
+/// ```
+/// A hazard found on the way sends Reclaiming and Releasing back to Freed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u64)]
 pub(crate) enum HugeState {
@@ -36,8 +51,19 @@ pub(crate) enum HugeState {
     /// Freed; its range and backing object are reclaimed once no process maps it.
     Freed = 2,
     /// Its owner is checking the hazards before reclaiming it (back to Freed if some process
-    /// still maps it).
+    /// still maps it). Only threads of the owning slot set it, so the next holder of the slot
+    /// takes one it finds for the leftover of a dead holder.
     Reclaiming = 3,
+    /// A thread of another slot that freed it (or swept it) is checking the hazards before it
+    /// removes the backing object (back to Freed if some process still maps it). The owner
+    /// leaves it alone; recovery of that thread's slot finishes it.
+    Releasing = 4,
+    /// Hazard-free, its backing object kept (and unmapped everywhere) for the owner's next
+    /// allocation of a fitting size; only the owner moves it on.
+    Cached = 5,
+    /// Hazard-free and its backing object removed by the thread that released it: only the
+    /// descriptor and the range are left, for the owner (or a sweep) to take back.
+    Released = 6,
 }
 
 impl HugeState {
@@ -48,6 +74,9 @@ impl HugeState {
             1 => Some(HugeState::Live),
             2 => Some(HugeState::Freed),
             3 => Some(HugeState::Reclaiming),
+            4 => Some(HugeState::Releasing),
+            5 => Some(HugeState::Cached),
+            6 => Some(HugeState::Released),
             _ => None,
         }
     }
@@ -73,6 +102,8 @@ pub(crate) struct HugeBlock {
     pub state: Option<HugeState>,
     /// Heap offset of the next descriptor on the owner's list, 0 = end.
     pub next: u64,
+    /// The generation the backing object is named after.
+    pub object: u64,
 }
 
 impl HugeBlock {
@@ -84,8 +115,13 @@ impl HugeBlock {
     /// Whether `other` is a snapshot of the same allocation in the same state. The `next` link
     /// is not part of it: the owner rewrites it whenever it unlinks the block's successor.
     pub(crate) fn same_allocation(&self, other: &HugeBlock) -> bool {
-        (self.desc, self.offset, self.size, self.generation, self.state)
-            == (other.desc, other.offset, other.size, other.generation, other.state)
+        (self.desc, self.offset, self.size, self.generation, self.state, self.object)
+            == (other.desc, other.offset, other.size, other.generation, other.state, other.object)
+    }
+
+    /// The name of the block's backing object.
+    pub(crate) fn name(&self) -> crate::backing::HugeName {
+        crate::backing::HugeName::new(self.offset, self.object)
     }
 }
 
@@ -94,7 +130,15 @@ mod tests {
     use super::*;
 
     fn block(next: u64) -> HugeBlock {
-        HugeBlock { desc: 0x40, offset: 1 << 30, size: 1 << 20, generation: 7, state: Some(HugeState::Live), next }
+        HugeBlock {
+            desc: 0x40,
+            offset: 1 << 30,
+            size: 1 << 20,
+            generation: 7,
+            state: Some(HugeState::Live),
+            next,
+            object: 7,
+        }
     }
 
     #[test]

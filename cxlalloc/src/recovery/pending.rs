@@ -7,8 +7,7 @@
 //! pending word cannot have been allocated to anyone else meanwhile: until the record is
 //! settled it is either still free in this slot's own cache or held by this slot.
 
-use crate::backing::HugeName;
-use crate::huge::ops::{mark_freed, HugeThread};
+use crate::huge::ops::{finish_release, mark_freed, release, HugeThread};
 use crate::persist::huge::HugeState;
 use crate::persist::redo::{Pending, PendingKind};
 use crate::slab::ops::SlabThread;
@@ -98,7 +97,7 @@ pub(crate) fn resolve(t: &SlabThread<'_>, huge: Option<&HugeThread<'_>>, p: Pend
                 return PendingOutcome::NotTaken;
             }
             match h.list().into_iter().find(|b| b.desc == desc) {
-                Some(b) => h.discard(desc, &HugeName::new(b.offset, b.generation)),
+                Some(b) => h.discard(desc, &b.name()),
                 None => {
                     // `slab_allocated` above checked that `desc` is in slab data.
                     if let Some(ptr) = in_slab_data(t, desc) {
@@ -110,9 +109,21 @@ pub(crate) fn resolve(t: &SlabThread<'_>, huge: Option<&HugeThread<'_>>, p: Pend
         }
         PendingKind::HugeFree => {
             let Some(h) = huge else { return PendingOutcome::AlreadyFreed };
-            match h.view.read(desc) {
-                Some(b) if b.offset == block && p.names(b.generation) && mark_freed(h.view, &b) => {
+            // The free is finished, then the release that follows a free by a thread that is
+            // not the block's owner (or the owner's own, which the release leaves Released for
+            // the next holder): from Live, from Freed, or from the middle (Releasing).
+            match h.view.read(desc).filter(|b| b.offset == block && p.names(b.generation)) {
+                Some(b) if b.state == Some(HugeState::Live) && mark_freed(h.view, &b) => {
+                    let _ = release(t.mem, h.view, &b);
                     PendingOutcome::Finished
+                }
+                Some(b) if b.state == Some(HugeState::Freed) => {
+                    let _ = release(t.mem, h.view, &b);
+                    PendingOutcome::AlreadyFreed
+                }
+                Some(b) if b.state == Some(HugeState::Releasing) => {
+                    let _ = finish_release(t.mem, h.view, &b);
+                    PendingOutcome::AlreadyFreed
                 }
                 _ => PendingOutcome::AlreadyFreed,
             }
@@ -121,7 +132,7 @@ pub(crate) fn resolve(t: &SlabThread<'_>, huge: Option<&HugeThread<'_>>, p: Pend
             let Some(h) = huge else { return PendingOutcome::Finished };
             if slab_allocated(t, desc) {
                 if let Some(b) = h.view.read(desc).filter(|b| b.offset == block && p.names(b.generation)) {
-                    h.discard(desc, &HugeName::new(b.offset, b.generation));
+                    h.discard(desc, &b.name());
                 }
             }
             h.end_epoch();

@@ -166,7 +166,8 @@ enum Command {
         json: bool,
     },
     /// Adopt and repair every thread slot whose holder process died, then release it
-    /// (printing what each recovery did).
+    /// (printing what each recovery did); then give back the memory of freed huge blocks that
+    /// no process maps any more (`Heap::sweep_huge`).
     Recover {
         #[command(flatten)]
         heap: Target,
@@ -561,6 +562,10 @@ fn stats(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
                     ("live_blocks", h.live.into()),
                     ("live_bytes", h.live_bytes.into()),
                     ("freed_awaiting_reclaim", h.freed.into()),
+                    ("freed_objects_released", h.released.into()),
+                    ("cached_blocks", h.cached.into()),
+                    ("cached_bytes", h.cached_bytes.into()),
+                    ("descriptors", h.descriptors.into()),
                     ("hazards", h.hazards.into()),
                     ("mapped_here", s.huge_mapped_here.into()),
                 ]),
@@ -595,7 +600,9 @@ fn stats(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
     if h.slots > 0 {
         out.fact("huge slots claimed", format_args!("{} of {}", h.claimed_slots, h.slots))?;
         out.fact("huge live blocks", format_args!("{} ({})", h.live, human(h.live_bytes)))?;
-        out.fact("huge freed, unreclaimed", h.freed)?;
+        out.fact("huge freed, unreclaimed", format_args!("{} ({} objects released)", h.freed, h.released))?;
+        out.fact("huge cached objects", format_args!("{} ({})", h.cached, human(h.cached_bytes)))?;
+        out.fact("huge descriptors (small blocks)", h.descriptors)?;
         out.fact("huge hazards", h.hazards)?;
         out.fact("huge mapped here", s.huge_mapped_here)?;
     }
@@ -693,6 +700,9 @@ fn recover(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
     let h = heap.open()?;
     let reports = h.recover_dead();
     let still_dead = h.dead_slots().len();
+    // Freed huge blocks nobody maps any more but nobody reclaimed (their owners idle or
+    // gone) give their memory back too.
+    let released = h.sweep_huge();
     if json {
         let recovered = reports
             .iter()
@@ -705,7 +715,11 @@ fn recover(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
                 ])
             })
             .collect();
-        let doc = Json::object([("recovered", Json::Array(recovered)), ("still_dead", still_dead.into())]);
+        let doc = Json::object([
+            ("recovered", Json::Array(recovered)),
+            ("still_dead", still_dead.into()),
+            ("huge_objects_released", released.into()),
+        ]);
         return Ok(out.line(format_args!("{doc}"))?);
     }
     for r in &reports {
@@ -716,6 +730,7 @@ fn recover(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
     }
     out.fact("slots recovered", reports.len())?;
     out.fact("slots still dead", still_dead)?;
+    out.fact("huge objects released", released)?;
     Ok(())
 }
 
