@@ -1,0 +1,18 @@
+//! cxlkv: a memcached whose worker processes all serve one table in one cxlalloc heap, so that
+//! any worker can be killed at any instruction while the others go on serving every write it
+//! acknowledged (docs/design.md §16).
+//!
+//! Modules, lowest first (each uses only those above it): [`error`], [`crash`] (crash points),
+//! [`layout`] (what lives in the heap, and checked access to it), [`store`] (the table's
+//! operations, reclamation and recovery), [`protocol`] (the memcached text protocol),
+//! [`server`] (a worker's event loop), [`supervisor`] (starts and restarts the workers).
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
+
+pub mod crash;
+pub mod error;
+pub mod layout;
+pub mod protocol;
+pub mod server;
+pub mod store;
+pub mod supervisor;
