@@ -11,8 +11,9 @@ use crate::error::StoreError;
 use crate::layout::{MAX_KEY, MAX_VALUE};
 use crate::store::{self, Mode, Stored, Worker, STAT_NAMES};
 
-/// Longest command line before the connection is refused (memcached's limit is 2048).
-pub const MAX_LINE: usize = 2048;
+/// Longest command line before the connection is refused: long enough for a `get` of a few
+/// thousand keys (clients batch multi-gets on one line, as memcached accepts).
+pub const MAX_LINE: usize = 1 << 20;
 
 /// Exptimes above this many seconds are absolute unix times (memcached's rule).
 const RELATIVE_MAX: i64 = 60 * 60 * 24 * 30;
@@ -182,6 +183,11 @@ fn command(
             stats(w, info, &mut reply);
             0
         }
+        // cxlkv's own: the table's census (walks every bucket; for tests and tools).
+        b"stats" if raw_len == 2 && t[1] == b"cxlkv" => {
+            census(w, &mut reply);
+            0
+        }
         b"quit" if t.len() == 1 => {
             conn.close = true;
             0
@@ -285,6 +291,21 @@ fn server_error(reply: &mut Vec<u8>, e: &StoreError) {
         e => e.to_string().replace(['\r', '\n'], " "),
     };
     let _ = write!(reply, "SERVER_ERROR {msg}\r\n");
+}
+
+fn census(w: &Worker<'_>, reply: &mut Vec<u8>) {
+    let s = w.store();
+    match s.census().and_then(|c| Ok((c, s.owned_blocks()?))) {
+        Ok(((items, live, arrays, bytes), owned)) => {
+            let _ = write!(
+                reply,
+                "STAT table_items {items}\r\nSTAT table_live_items {live}\r\nSTAT table_arrays {arrays}\r\n\
+                 STAT table_bytes {bytes}\r\nSTAT retired_pending {}\r\nSTAT owned_blocks {owned}\r\nEND\r\n",
+                s.retired_pending()
+            );
+        }
+        Err(e) => server_error(reply, &e),
+    }
 }
 
 fn stats(w: &Worker<'_>, info: &ServerInfo, reply: &mut Vec<u8>) {

@@ -200,6 +200,30 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Retired blocks not yet freed, over every worker's ring.
+    pub fn retired_pending(&self) -> u64 {
+        let mut n = 0;
+        for k in 0..MAX_WORKERS {
+            let Ok(r) = self.record(k) else { continue };
+            // Relaxed: a count for `stats`, exact only while no worker writes.
+            let (head, tail) = (r.head.load(Ordering::Relaxed), r.tail.load(Ordering::Relaxed));
+            for i in head..tail.min(head + RING as u64) {
+                n += u64::from(r.ring[i as usize % RING].off.load(Ordering::Relaxed) != 0);
+            }
+        }
+        n
+    }
+
+    /// Blocks the table owns: its header, bucket words and records, every array and item, and
+    /// every retired block not yet freed. With no write in flight and no other user of the
+    /// heap this is the heap checker's live block count: a difference is a leak.
+    pub fn owned_blocks(&self) -> Result<u64, StoreError> {
+        let (items, _, arrays, _) = self.census()?;
+        Ok(2 + MAX_WORKERS as u64 + items + arrays + self.retired_pending())
+    }
+}
+
 /// Allocates and publishes a fresh table in `heap`; returns its offset (another process's, if
 /// it won the race).
 fn create(heap: &Heap, buckets_log2: u32) -> Result<u64, StoreError> {
