@@ -2,8 +2,10 @@
 //! itself (`CXLKV_CRASH_POINT=NAME[:N]`: `SIGKILL` at the `N`th pass, default the first), so
 //! that each recovery step is reached by a real crash (docs/design.md §16.4).
 //!
-//! Unarmed, a point costs one relaxed load. The supervisor passes the variable only to the
-//! first process of each worker index, so a replacement does not crash at the same place.
+//! Unarmed, a point costs one relaxed load. The supervisor gives the variable to the first
+//! process of each worker index only, so a replacement does not crash at the same place; with
+//! `A+B` the first process is armed with `A` and its replacement with `B` (recovery's own point
+//! is reached that way: `swapped:20+recover-marked`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

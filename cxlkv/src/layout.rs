@@ -227,7 +227,7 @@ pub struct Item {
     pub hash: u64,
     /// Unix time at which the item expires (0 = never). Any worker may store (touch).
     pub exptime: AtomicU64,
-    /// Unix time of the last access, for eviction. Any worker may store.
+    /// Unix time in milliseconds of the last access, for eviction. Any worker may store.
     pub atime: AtomicU64,
     /// The client's flags.
     pub flags: u32,

@@ -2,7 +2,6 @@
 //! protocol) whose N worker processes share one table in the cxlalloc heap NAME; runs in the
 //! foreground until SIGTERM/SIGINT, then exits 0 (docs/design.md §16).
 
-use std::os::fd::RawFd;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -25,8 +24,8 @@ struct Args {
     #[arg(long, default_value = "cxlkv")]
     heap: String,
     /// Memory limit for items and bucket arrays: bytes, or with a K/M/G suffix; 0 = none.
-    /// Above it a store evicts (sampled LRU: the least recently read of the items in 5 random
-    /// buckets, expired ones first).
+    /// Above it a store evicts (sampled LRU: of 5 items in the buckets from a random one on, an
+    /// expired one, else the least recently read).
     #[arg(long, default_value = "0", value_parser = parse_size)]
     memory_limit: u64,
     /// IPv4 address to listen on.
@@ -38,9 +37,6 @@ struct Args {
     /// Internal: run as worker K (started by the supervisor).
     #[arg(long, hide = true)]
     worker_index: Option<usize>,
-    /// Internal: the listening socket inherited from the supervisor.
-    #[arg(long, hide = true)]
-    listen_fd: Option<RawFd>,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -56,9 +52,9 @@ fn parse_size(s: &str) -> Result<u64, String> {
 fn main() -> ExitCode {
     let args = Args::parse();
     server::handle_stop_signals();
-    let result = match (args.worker_index, args.listen_fd) {
-        (Some(k), Some(fd)) => worker(&args, k, fd),
-        _ => supervise(&args),
+    let result = match args.worker_index {
+        Some(k) => worker(&args, k),
+        None => supervise(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -77,7 +73,8 @@ fn supervise(args: &Args) -> Result<(), String> {
     for r in store.heap().recover_dead() {
         eprintln!("cxlkv: recovered thread slot {} of a dead process", r.slot);
     }
-    let fd = supervisor::bind(&args.listen, args.port)?;
+    // Held, not listened on, for as long as the server runs (see `server::bind`).
+    let _port = server::bind(&args.listen, args.port, false)?;
     let o = supervisor::Options {
         listen: args.listen.clone(),
         port: args.port,
@@ -86,10 +83,10 @@ fn supervise(args: &Args) -> Result<(), String> {
         buckets_log2: args.buckets_log2,
     };
     eprintln!("cxlkv: serving {}:{} with {} workers on heap {}", args.listen, args.port, args.workers, args.heap);
-    supervisor::run(&o, &store, fd)
+    supervisor::run(&o, &store)
 }
 
-fn worker(args: &Args, k: usize, fd: RawFd) -> Result<(), String> {
+fn worker(args: &Args, k: usize) -> Result<(), String> {
     // The worker follows its supervisor: SIGTERM when it dies.
     // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number; no memory is involved.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) };
@@ -99,6 +96,7 @@ fn worker(args: &Args, k: usize, fd: RawFd) -> Result<(), String> {
     if rec != Default::default() {
         eprintln!("cxlkv: worker {k} recovered its index: {rec:?}");
     }
+    let fd = server::bind(&args.listen, args.port, true)?;
     let info = ServerInfo { started: store::now(), workers: args.workers as usize };
     server::serve(&mut w, fd, info)?;
     w.finish().map_err(|e| e.to_string())

@@ -120,7 +120,11 @@ fn command(
         b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => {
             return storage(w, cmd, &t, noreply, conn, data, out);
         }
-        b"delete" if (2..=3).contains(&t.len()) && (t.len() == 2 || t[2] == b"0") => {
+        b"delete" if t.len() > 2 && t.len() <= 4 && !(t.len() == 3 && t[2] == b"0") => {
+            reply.extend_from_slice(b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n");
+            0
+        }
+        b"delete" if (2..=3).contains(&t.len()) => {
             match w.delete(t[1]) {
                 Ok(true) => reply.extend_from_slice(b"DELETED\r\n"),
                 Ok(false) => reply.extend_from_slice(b"NOT_FOUND\r\n"),
@@ -157,7 +161,7 @@ fn command(
         }
         b"flush_all" if t.len() <= 2 => {
             match t.get(1).map(|d| number::<i64>(d)) {
-                Some(None) => reply.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n"),
+                Some(None) => reply.extend_from_slice(b"CLIENT_ERROR invalid exptime argument\r\n"),
                 delay => {
                     let d = delay.flatten().unwrap_or(0);
                     // A delay is relative seconds, or an absolute unix time above 30 days.
@@ -184,7 +188,7 @@ fn command(
             0
         }
         // cxlkv's own: the table's census (walks every bucket; for tests and tools).
-        b"stats" if raw_len == 2 && t[1] == b"cxlkv" => {
+        b"stats" if raw_len == 2 && t.get(1) == Some(&&b"cxlkv"[..]) => {
             census(w, &mut reply);
             0
         }
@@ -245,7 +249,9 @@ fn storage(
         return None;
     }
     if &data[bytes..bytes + 2] != b"\r\n" {
-        out.extend_from_slice(b"CLIENT_ERROR bad data chunk\r\n");
+        if !noreply {
+            out.extend_from_slice(b"CLIENT_ERROR bad data chunk\r\n");
+        }
         return Some(bytes + 2);
     }
     let mode = match cmd {

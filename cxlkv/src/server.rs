@@ -1,6 +1,5 @@
-//! A worker process's event loop (docs/design.md §16.5): one thread, one epoll set, the
-//! listening socket every worker shares (inherited from the supervisor) and the connections it
-//! accepted; each readable connection's complete commands run against the worker's table
+//! A worker process's event loop (docs/design.md §16.5): one thread, one epoll set, the worker's
+//! own listening socket on the server's port (SO_REUSEPORT) and the connections it accepted; each readable connection's complete commands run against the worker's table
 //! handle and the replies are written back, buffered while the socket is full.
 
 use std::collections::HashMap;
@@ -27,6 +26,53 @@ pub fn handle_stop_signals() {
     }
 }
 
+/// A non-blocking TCP socket bound to `addr:port` with SO_REUSEPORT, listening if `listen`.
+/// Each worker listens on its own (the kernel spreads connections over them, and a dead
+/// worker's socket leaves the group with it); the supervisor binds one without listening, to
+/// hold the port and to fail at start when another program has it.
+pub fn bind(addr: &str, port: u16, listen: bool) -> Result<RawFd, String> {
+    let ip: std::net::Ipv4Addr = addr.parse().map_err(|_| format!("--listen {addr}: not an IPv4 address"))?;
+    // SAFETY: socket has no memory-safety preconditions.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(format!("socket: {}", std::io::Error::last_os_error()));
+    }
+    let one: libc::c_int = 1;
+    let sa = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from(ip).to_be() },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: `one` and `sa` outlive the calls, with the sizes given.
+    let ok = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_REUSEADDR,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as u32,
+        ) == 0
+            && libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_REUSEPORT,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as u32,
+            ) == 0
+            && libc::bind(fd, (&sa as *const libc::sockaddr_in).cast(), std::mem::size_of::<libc::sockaddr_in>() as u32)
+                == 0
+            && (!listen || libc::listen(fd, 1024) == 0)
+    };
+    if !ok {
+        let e = std::io::Error::last_os_error();
+        // SAFETY: the socket created above.
+        unsafe { libc::close(fd) };
+        return Err(format!("listen on {addr}:{port}: {e}"));
+    }
+    Ok(fd)
+}
+
 /// Output above which a connection's input is not read until its output drains.
 const OUT_HIGH: usize = 4 << 20;
 
@@ -49,8 +95,7 @@ pub fn serve(w: &mut Worker<'_>, listen: RawFd, info: ServerInfo) -> Result<(), 
     if ep < 0 {
         return Err(os_error("epoll_create1"));
     }
-    // EPOLLEXCLUSIVE: one worker is woken per new connection, not all of them.
-    ctl(ep, libc::EPOLL_CTL_ADD, listen, (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32)?;
+    ctl(ep, libc::EPOLL_CTL_ADD, listen, libc::EPOLLIN as u32)?;
     let mut conns: HashMap<RawFd, Connection> = HashMap::new();
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
     let mut buf = vec![0u8; 64 << 10];
@@ -133,7 +178,7 @@ fn accept_all(ep: RawFd, listen: RawFd, w: &mut Worker<'_>, conns: &mut HashMap<
             libc::accept4(listen, std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
         };
         if fd < 0 {
-            // EAGAIN: another worker took it, or none left. Other errors (EMFILE…): try later.
+            // EAGAIN: none left. Other errors (EMFILE…): try at the next wake-up.
             return;
         }
         let one: libc::c_int = 1;

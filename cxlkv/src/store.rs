@@ -40,8 +40,11 @@ const ADVANCE_EVERY: u32 = 32;
 /// sum at most this many writes per worker old).
 const USAGE_EVERY: u32 = 16;
 
-/// Buckets an eviction samples; the least recently read live item among them goes.
+/// Items an eviction samples; the least recently read (or a dead one) goes.
 const EVICT_SAMPLE: usize = 5;
+
+/// Most buckets an eviction scans for its sample.
+const EVICT_SCAN: usize = 4096;
 
 /// A table opened in this process.
 #[derive(Debug)]
@@ -91,7 +94,12 @@ pub enum Body {
 
 /// Unix time, seconds.
 pub fn now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    now_ms() / 1000
+}
+
+/// Unix time, milliseconds.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 impl Store {
@@ -314,6 +322,8 @@ pub struct Worker<'s> {
     since_usage: u32,
     usage: i64,
     rng: u64,
+    /// Unix time in milliseconds at the last [`Worker::tick`] (item access times).
+    ms: u64,
 }
 
 impl<'s> Worker<'s> {
@@ -341,7 +351,8 @@ impl<'s> Worker<'s> {
         rec.alloc_slot.store(u64::from(thread.slot()) + 1, Ordering::Relaxed);
         rec.pid.store(u64::from(std::process::id()), Ordering::Relaxed);
         let rng = mix64(u64::from(std::process::id()) << 8 | k as u64) | 1;
-        let mut w = Self { store, thread, k, rec, since_advance: 0, since_usage: USAGE_EVERY, usage: 0, rng };
+        let mut w =
+            Self { store, thread, k, rec, since_advance: 0, since_usage: USAGE_EVERY, usage: 0, rng, ms: now_ms() };
         let mut report = w.recover()?;
         report.adopted_slot = adopted;
         Ok((w, report))
@@ -546,8 +557,8 @@ impl<'s> Worker<'s> {
         let r = self.find(hash, key, now).map(|(_, _, it)| {
             it.map(|it| {
                 // Relaxed: an eviction hint.
-                if it.item.atime.load(Ordering::Relaxed) != now {
-                    it.item.atime.store(now, Ordering::Relaxed);
+                if it.item.atime.load(Ordering::Relaxed) != self.ms {
+                    it.item.atime.store(self.ms, Ordering::Relaxed);
                 }
                 found(it)
             })
@@ -572,7 +583,7 @@ impl<'s> Worker<'s> {
                 // Relaxed: the expiry is the one mutable field of an item; a racing read sees
                 // the old or the new value, either being a valid order of the two commands.
                 it.item.exptime.store(exptime, Ordering::Relaxed);
-                it.item.atime.store(now, Ordering::Relaxed);
+                it.item.atime.store(self.ms, Ordering::Relaxed);
             })
             .is_some()
         });
@@ -599,8 +610,9 @@ impl<'s> Worker<'s> {
     }
 
     /// The time now, applying a delayed `flush_all` whose moment has come.
-    fn tick(&self) -> u64 {
-        let now = now();
+    fn tick(&mut self) -> u64 {
+        self.ms = now_ms();
+        let now = self.ms / 1000;
         let t = self.store.table();
         // Relaxed load: a delayed flush applied a moment late is still applied before any item
         // made after this read (the generation bump below precedes this worker's next write).
@@ -878,7 +890,8 @@ impl<'s> Worker<'s> {
             (Body::New, _) => (data, &[]),
             (Body::Append, Some(c)) => (c.data, data),
             (Body::Prepend, Some(c)) => (data, c.data),
-            (Body::Number(n), _) => (format_number(n, &mut num), &[]),
+            // Padded with spaces to the old length, as memcached rewrites a number in place.
+            (Body::Number(n), c) => (format_number(n, &mut num), &SPACES[..pad(n, c)]),
             (Body::Append | Body::Prepend, None) => (data, &[]),
         };
         let len = first.len() + second.len();
@@ -887,12 +900,11 @@ impl<'s> Worker<'s> {
         let seq = self.rec.cas_seq.load(Ordering::Relaxed) + 1;
         self.rec.cas_seq.store(seq, Ordering::Relaxed);
         let gen = self.store.table().flush_gen.load(Ordering::Relaxed);
-        let now = now();
         let header = Item {
             cas: seq << 6 | self.k as u64,
             hash,
             exptime: AtomicU64::new(exptime),
-            atime: AtomicU64::new(now),
+            atime: AtomicU64::new(self.ms),
             flags,
             key_len: key.len() as u32,
             data_len: len as u32,
@@ -933,8 +945,8 @@ impl<'s> Worker<'s> {
         Ok(())
     }
 
-    /// Evicts one item: among the live items of [`EVICT_SAMPLE`] random buckets, a dead one or
-    /// else the least recently read (sampled LRU). Returns whether anything went.
+    /// Evicts one item: among [`EVICT_SAMPLE`] items of consecutive buckets from a random one,
+    /// a dead one or else the least recently read (sampled LRU). Returns whether anything went.
     fn evict(&mut self, now: u64) -> Result<bool, StoreError> {
         self.usage = self.store.stat(Stat::Bytes);
         let gen = self.store.table().flush_gen.load(Ordering::Relaxed);
@@ -942,14 +954,22 @@ impl<'s> Worker<'s> {
             self.ring_room()?;
             self.pin();
             let mut victim: Option<(usize, u64, u64, u64)> = None; // bucket, array, item, atime
+            self.rng ^= self.rng << 13;
+            self.rng ^= self.rng >> 7;
+            self.rng ^= self.rng << 17;
+            let start = self.rng as usize;
             let r = (|| {
-                for _ in 0..EVICT_SAMPLE {
-                    self.rng ^= self.rng << 13;
-                    self.rng ^= self.rng >> 7;
-                    self.rng ^= self.rng << 17;
-                    let b = self.rng as usize & self.store.mask;
+                // From a random bucket on, until EVICT_SAMPLE items are seen (a sparse table
+                // has mostly empty buckets: sampling buckets would evict at random).
+                let mut seen = 0;
+                for i in 0..EVICT_SCAN.min(self.store.mask + 1) {
+                    if seen >= EVICT_SAMPLE {
+                        break;
+                    }
+                    let b = start.wrapping_add(i) & self.store.mask;
                     let a = self.store.buckets()[b].load(Ordering::Acquire);
                     let (_, items) = self.store.mem.array(a)?;
+                    seen += items.len();
                     for o in items {
                         let it = self.store.mem.item(o.load(Ordering::Relaxed))?;
                         let age = if it.dead(now, gen) { 0 } else { it.item.atime.load(Ordering::Relaxed) + 1 };
@@ -987,9 +1007,18 @@ fn body_len(body: Body, data: &[u8], cur: Option<ItemRef<'_>>) -> usize {
     match body {
         Body::New => data.len(),
         Body::Append | Body::Prepend => data.len() + cur.map_or(0, |c| c.data.len()),
-        Body::Number(n) => format_number(n, &mut [0; 20]).len(),
+        Body::Number(n) => format_number(n, &mut [0; 20]).len() + pad(n, cur),
     }
 }
+
+/// Spaces a rewritten number gets after it: up to the old value's length (at most 20, the
+/// longest number: a longer old value is replaced by a new, unpadded one, as in memcached).
+fn pad(n: u64, cur: Option<ItemRef<'_>>) -> usize {
+    let len = format_number(n, &mut [0; 20]).len();
+    cur.map_or(0, |c| c.data.len()).saturating_sub(len).min(SPACES.len())
+}
+
+const SPACES: [u8; 20] = [b' '; 20];
 
 /// `n` in decimal, in `buf`.
 fn format_number(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
@@ -1004,11 +1033,14 @@ fn format_number(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
     }
 }
 
-/// A stored value read as a number for incr/decr: decimal digits, optionally followed by
-/// spaces (memcached pads a shrunk number that way).
+/// A stored value read as a number for incr/decr, as memcached reads it (`strtoull`): optional
+/// leading whitespace, decimal digits that fit 64 bits, then the end or whitespace (anything
+/// after that is ignored; memcached pads a shrunk number with spaces).
 fn parse_number(data: &[u8]) -> Option<u64> {
+    let start = data.iter().take_while(|c| c.is_ascii_whitespace()).count();
+    let data = &data[start..];
     let digits = data.iter().take_while(|c| c.is_ascii_digit()).count();
-    if digits == 0 || digits > 20 || data[digits..].iter().any(|&c| c != b' ') {
+    if digits == 0 || data.get(digits).is_some_and(|c| !c.is_ascii_whitespace()) {
         return None;
     }
     std::str::from_utf8(&data[..digits]).ok()?.parse().ok()

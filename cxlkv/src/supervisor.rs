@@ -1,8 +1,7 @@
-//! The supervisor (docs/design.md §16.6): binds the port, starts one worker process per index
-//! (this binary again, with the listening socket inherited), restarts a worker that dies, and on
-//! SIGTERM/SIGINT stops them all and returns.
+//! The supervisor (docs/design.md §16.6): holds the port, starts one worker process per index
+//! (this binary again; each listens on the port with SO_REUSEPORT), restarts a worker that dies,
+//! and on SIGTERM/SIGINT stops them all and returns.
 
-use std::os::fd::RawFd;
 use std::process::{Child, Command};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -26,62 +25,34 @@ pub struct Options {
     pub buckets_log2: u32,
 }
 
-/// Binds and listens on `addr:port` (non-blocking, inherited by the workers).
-pub fn bind(addr: &str, port: u16) -> Result<RawFd, String> {
-    let ip: std::net::Ipv4Addr = addr.parse().map_err(|_| format!("--listen {addr}: not an IPv4 address"))?;
-    // SAFETY: socket has no memory-safety preconditions. No CLOEXEC: the workers inherit it.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0) };
-    if fd < 0 {
-        return Err(format!("socket: {}", std::io::Error::last_os_error()));
-    }
-    let one: libc::c_int = 1;
-    let sa = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: libc::in_addr { s_addr: u32::from(ip).to_be() },
-        sin_zero: [0; 8],
-    };
-    // SAFETY: `one` and `sa` outlive the calls, with the sizes given.
-    let ok = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_REUSEADDR,
-            (&one as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as u32,
-        ) == 0
-            && libc::bind(fd, (&sa as *const libc::sockaddr_in).cast(), std::mem::size_of::<libc::sockaddr_in>() as u32)
-                == 0
-            && libc::listen(fd, 1024) == 0
-    };
-    if !ok {
-        let e = std::io::Error::last_os_error();
-        // SAFETY: the socket created above.
-        unsafe { libc::close(fd) };
-        return Err(format!("listen on {addr}:{port}: {e}"));
-    }
-    Ok(fd)
+/// The crash point the `generation`th process of a worker index is armed with: the
+/// `+`-separated stages of [`crash::ENV`] in turn, then none.
+fn crash_stage(generation: usize) -> Option<String> {
+    let spec = std::env::var(crash::ENV).ok()?;
+    spec.split('+').nth(generation).map(str::to_string)
 }
 
-fn spawn(o: &Options, k: usize, fd: RawFd, first: bool) -> Result<Child, String> {
+fn spawn(o: &Options, k: usize, generation: usize) -> Result<Child, String> {
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     let mut cmd = Command::new(exe);
-    cmd.args(["--worker-index", &k.to_string(), "--listen-fd", &fd.to_string()])
+    cmd.args(["--worker-index", &k.to_string(), "--listen", &o.listen])
         .args(["--heap", &o.heap, "--workers", &o.workers.to_string()])
         .args(["--buckets-log2", &o.buckets_log2.to_string(), "--port", &o.port.to_string()]);
-    if !first {
-        // A crash point fires in the first process of an index only (see `crash`).
-        cmd.env_remove(crash::ENV);
-    }
+    // A crash point fires in one process of an index only (see `crash`).
+    match crash_stage(generation) {
+        Some(stage) => cmd.env(crash::ENV, stage),
+        None => cmd.env_remove(crash::ENV),
+    };
     cmd.spawn().map_err(|e| format!("starting worker {k}: {e}"))
 }
 
 /// Runs the server until SIGTERM/SIGINT: starts the workers, restarts any that dies, then
 /// stops them. Errors: the port or heap cannot be had, or a worker fails at start.
-pub fn run(o: &Options, store: &Store, fd: RawFd) -> Result<(), String> {
+pub fn run(o: &Options, store: &Store) -> Result<(), String> {
     let mut kids: Vec<Option<(Child, Instant)>> = Vec::new();
+    let mut generation = vec![0usize; o.workers];
     for k in 0..o.workers {
-        kids.push(Some((spawn(o, k, fd, true)?, Instant::now())));
+        kids.push(Some((spawn(o, k, 0)?, Instant::now())));
     }
     let mut failure = None;
     // Relaxed: set by the signal handler; polled every 20 ms.
@@ -103,7 +74,8 @@ pub fn run(o: &Options, store: &Store, fd: RawFd) -> Result<(), String> {
             }
             eprintln!("cxlkv: worker {k} (pid {}) ended ({status}); restarting it", child.id());
             store.count_restart();
-            kids[k] = Some((spawn(o, k, fd, false)?, Instant::now()));
+            generation[k] += 1;
+            kids[k] = Some((spawn(o, k, generation[k])?, Instant::now()));
         }
     }
     stop_all(&mut kids);
