@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use cxlalloc::{Coherence, Config, Heap, ThreadHandle};
 
 use crate::crash::{self, Point};
+use crate::detect;
 use crate::error::StoreError;
 use crate::layout::{
     array_size, hash_key, item_size, mix64, state, Array, Item, ItemRef, Mem, Record, Stat, Table, ITEM_HEADER, MAGIC,
@@ -393,9 +394,8 @@ impl<'s> Worker<'s> {
             // The new array is still allocated: it is either unpublished (ours) or published
             // and retired by a writer whose epoch tag cannot pass this index's announcement,
             // which stays until the end of recovery.
-            let published = a != 0
-                && (bucket.load(Ordering::SeqCst) == a
-                    || self.store.mem.at::<Array>(a, "staged array")?.seen.load(Ordering::SeqCst) != 0);
+            let published =
+                a != 0 && detect::was_published(bucket, a, &self.store.mem.at::<Array>(a, "staged array")?.seen);
             st = if published { state::PUBLISHED } else { state::IDLE };
             rec.state.store(st, Ordering::SeqCst);
             if published {
@@ -829,16 +829,9 @@ impl<'s> Worker<'s> {
         rec.dropped_len.store(dropped.len() as u64, Ordering::Relaxed);
         rec.state.store(state::PREPARED, Ordering::SeqCst);
         crash::hit(Point::Prepared);
-        if let Some(o) = old_arr {
-            // SeqCst, before the CAS: tells the recovery of the worker that published `old`
-            // that its CAS happened (it is being replaced, so it was in the bucket).
-            if o.seen.load(Ordering::Relaxed) == 0 {
-                o.seen.store(1, Ordering::SeqCst);
-            }
-        }
-        // SeqCst: Release publishes the array and item; the reclamation proof orders it
-        // against pins (§16.2).
-        let won = store.buckets()[b].compare_exchange(old, a, Ordering::SeqCst, Ordering::SeqCst).is_ok();
+        // Marks `old` seen, then CASes (SeqCst: Release publishes the array and item; the
+        // reclamation proof of §16.2 orders it against pins).
+        let won = detect::publish(&store.buckets()[b], old, old_arr.map(|o| &o.seen), a);
         if !won {
             rec.state.store(state::IDLE, Ordering::SeqCst);
             crash::hit(Point::Failed);
