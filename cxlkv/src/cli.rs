@@ -71,6 +71,18 @@ fn supervise(args: &Args) -> Result<(), String> {
     for r in store.heap().recover_dead() {
         eprintln!("cxlkv: recovered thread slot {} of a dead process", r.slot);
     }
+    // Worker indexes this run will not start, used by an earlier run: one that died in a write
+    // (or pinned) would hold the epoch back for good. Recover each here and let it go.
+    for k in args.workers as usize..cxlkv::layout::MAX_WORKERS {
+        let used = store.record(k).is_ok_and(|r| r.pid.load(std::sync::atomic::Ordering::Relaxed) != 0);
+        if used {
+            let (w, rec) = Worker::start(&store, k).map_err(|e| format!("recovering worker index {k}: {e}"))?;
+            if rec != Default::default() {
+                eprintln!("cxlkv: recovered unused worker index {k}: {rec:?}");
+            }
+            w.finish().map_err(|e| e.to_string())?;
+        }
+    }
     // Held, not listened on, for as long as the server runs (see `server::bind`).
     let _port = server::bind(&args.listen, args.port, false)?;
     let o = supervisor::Options {

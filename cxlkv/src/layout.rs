@@ -300,7 +300,7 @@ impl Mem {
         let start = self.heap.pointer(Offset::<u8>::from_raw(off)).map_err(|_| corrupt())?;
         let last = off.checked_add(len as u64 - 1).ok_or_else(corrupt)?;
         let end = self.heap.pointer(Offset::<u8>::from_raw(last)).map_err(|_| corrupt())?;
-        if end.as_ptr() as usize - start.as_ptr() as usize != len - 1 {
+        if (end.as_ptr() as usize).wrapping_sub(start.as_ptr() as usize) != len - 1 {
             return Err(corrupt());
         }
         // SAFETY: both ends lie in the heap's mapped data (checked above), which is one

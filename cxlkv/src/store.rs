@@ -351,6 +351,8 @@ impl<'s> Worker<'s> {
         };
         rec.alloc_slot.store(u64::from(thread.slot()) + 1, Ordering::Relaxed);
         rec.pid.store(u64::from(std::process::id()), Ordering::Relaxed);
+        // The previous holder's connections died with it.
+        rec.stats[Stat::CurrConnections as usize].store(0, Ordering::Relaxed);
         let rng = mix64(u64::from(std::process::id()) << 8 | k as u64) | 1;
         let mut w =
             Self { store, thread, k, rec, since_advance: 0, since_usage: USAGE_EVERY, usage: 0, rng, ms: now_ms() };

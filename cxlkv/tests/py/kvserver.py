@@ -48,26 +48,25 @@ def wait_port(port, proc, timeout=20.0):
 
 
 def command(port, line, timeout=5.0):
-    """Sends one text-protocol command and returns the reply up to END (or one line).
-    Connects through a moment with no worker listening (all being restarted)."""
+    """Sends one text-protocol command and returns the reply up to END (or one line). Retried
+    on a connection refused or reset (a worker being killed and restarted): use it only for
+    commands that may run twice (reads, stats)."""
     deadline = time.time() + timeout
     while True:
         try:
-            s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-            break
+            with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+                s.sendall(line.encode() + b"\r\n")
+                buf = b""
+                while not (buf.endswith(b"END\r\n") or (buf.endswith(b"\r\n") and not buf.startswith(b"STAT"))):
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        raise ConnectionResetError("closed before the reply ended")
+                    buf += chunk
+                return buf.decode()
         except OSError:
             if time.time() > deadline:
                 raise
             time.sleep(0.05)
-    with s:
-        s.sendall(line.encode() + b"\r\n")
-        buf = b""
-        while not (buf.endswith(b"END\r\n") or (buf.endswith(b"\r\n") and not buf.startswith(b"STAT"))):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-        return buf.decode()
 
 
 def stats(port, arg=""):
