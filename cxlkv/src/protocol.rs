@@ -337,3 +337,86 @@ fn stats(w: &Worker<'_>, info: &ServerInfo, reply: &mut Vec<u8>) {
     stat("evictions_policy", &"sampled-lru");
     reply.extend_from_slice(b"END\r\n");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+    use cxlalloc::{Config, Heap};
+
+    /// Runs `input` through a fresh table in an anonymous heap, feeding it in pieces of the
+    /// sizes in `chunks` (the rest at the end), and returns everything replied.
+    fn run(input: &[u8], chunks: &[usize]) -> String {
+        let heap = Heap::anonymous(&Config::default()).expect("anonymous heap");
+        let store = Store::on_heap(heap, 6).expect("table");
+        let (mut w, _) = Worker::start(&store, 0).expect("worker");
+        let info = ServerInfo { started: 0, workers: 1 };
+        let (mut conn, mut buf, mut out) = (Conn::default(), Vec::new(), Vec::new());
+        let mut fed = 0;
+        for &n in chunks.iter().chain(std::iter::once(&usize::MAX)) {
+            let end = fed + n.min(input.len() - fed);
+            buf.extend_from_slice(&input[fed..end]);
+            fed = end;
+            let used = process(&mut w, &info, &mut conn, &buf, &mut out);
+            buf.drain(..used);
+        }
+        String::from_utf8(out).expect("replies are text")
+    }
+
+    #[test]
+    fn a_command_split_across_reads_runs_once_it_is_complete() {
+        let input = b"set k 7 0 5\r\nhello\r\nget k\r\n";
+        let whole = run(input, &[]);
+        assert_eq!(whole, "STORED\r\nVALUE k 7 5\r\nhello\r\nEND\r\n");
+        for cut in 1..input.len() {
+            assert_eq!(run(input, &[cut]), whole, "split at byte {cut}");
+        }
+        assert_eq!(run(input, &[1; 40]), whole, "one byte at a time");
+    }
+
+    #[test]
+    fn pipelined_commands_are_answered_in_order() {
+        let out = run(b"add a 0 0 1\r\nx\r\nadd a 0 0 1\r\ny\r\nincr a 1\r\nappend a 0 0 1\r\nz\r\nget a b\r\n", &[]);
+        assert_eq!(
+            out,
+            "STORED\r\nNOT_STORED\r\nCLIENT_ERROR cannot increment or decrement non-numeric value\r\nSTORED\r\n\
+             VALUE a 0 2\r\nxz\r\nEND\r\n"
+        );
+    }
+
+    #[test]
+    fn noreply_silences_replies_but_not_errors() {
+        let out =
+            run(b"set a 0 0 1 noreply\r\n1\r\nincr a 5 noreply\r\nincr a x noreply\r\nbogus noreply\r\nget a\r\n", &[]);
+        assert_eq!(out, "CLIENT_ERROR invalid numeric delta argument\r\nERROR\r\nVALUE a 0 1\r\n6\r\nEND\r\n");
+    }
+
+    #[test]
+    fn a_decremented_number_keeps_its_length_padded_with_spaces() {
+        let out = run(b"set n 0 0 3\r\n100\r\ndecr n 95\r\nget n\r\nincr n 1000\r\nget n\r\n", &[]);
+        assert_eq!(out, "STORED\r\n5\r\nVALUE n 0 3\r\n5  \r\nEND\r\n1005\r\nVALUE n 0 4\r\n1005\r\nEND\r\n");
+    }
+
+    #[test]
+    fn a_value_above_the_item_limit_is_refused_and_its_data_skipped() {
+        let mut input = format!("set big 0 0 {}\r\n", MAX_VALUE + 1).into_bytes();
+        input.extend(std::iter::repeat_n(b'v', MAX_VALUE + 1));
+        input.extend_from_slice(b"\r\nget big\r\n");
+        assert_eq!(run(&input, &[100, 70_000]), "SERVER_ERROR object too large for cache\r\nEND\r\n");
+    }
+
+    #[test]
+    fn cas_stores_only_with_the_current_unique() {
+        let out = run(b"set c 0 0 1\r\na\r\ngets c\r\n", &[]);
+        let unique: u64 =
+            out.lines().nth(1).and_then(|l| l.rsplit(' ').next()).and_then(|u| u.parse().ok()).expect("unique");
+        // Each run has a fresh table, so its first item gets the same unique again.
+        let input = format!(
+            "set c 0 0 1\r\na\r\ncas c 0 0 1 {unique}\r\nb\r\ncas c 0 0 1 {unique}\r\nc\r\ncas d 0 0 1 1\r\nd\r\nget c\r\n"
+        );
+        assert_eq!(
+            run(input.as_bytes(), &[]),
+            "STORED\r\nSTORED\r\nEXISTS\r\nNOT_FOUND\r\nVALUE c 0 1\r\nb\r\nEND\r\n"
+        );
+    }
+}
