@@ -1,5 +1,6 @@
 //! The command line: the supervisor, or (with the hidden `--worker-index`) one worker.
 
+use std::os::fd::RawFd;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -33,8 +34,11 @@ struct Args {
     #[arg(long, default_value_t = 20)]
     buckets_log2: u32,
     /// Internal: run as worker K (started by the supervisor).
-    #[arg(long, hide = true)]
+    #[arg(long, hide = true, requires = "listen_fd")]
     worker_index: Option<usize>,
+    /// Internal: the listening socket inherited from the supervisor.
+    #[arg(long, hide = true)]
+    listen_fd: Option<RawFd>,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -50,9 +54,9 @@ fn parse_size(s: &str) -> Result<u64, String> {
 pub(crate) fn main() -> ExitCode {
     let args = Args::parse();
     server::handle_stop_signals();
-    let result = match args.worker_index {
-        Some(k) => worker(&args, k),
-        None => supervise(&args),
+    let result = match (args.worker_index, args.listen_fd) {
+        (Some(k), Some(fd)) => worker(&args, k, fd),
+        _ => supervise(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -83,8 +87,7 @@ fn supervise(args: &Args) -> Result<(), String> {
             w.finish().map_err(|e| e.to_string())?;
         }
     }
-    // Held, not listened on, for as long as the server runs (see `server::bind`).
-    let _port = server::bind(&args.listen, args.port, false)?;
+    let fd = server::bind(&args.listen, args.port)?;
     let o = supervisor::Options {
         listen: args.listen.clone(),
         port: args.port,
@@ -93,10 +96,10 @@ fn supervise(args: &Args) -> Result<(), String> {
         buckets_log2: args.buckets_log2,
     };
     eprintln!("cxlkv: serving {}:{} with {} workers on heap {}", args.listen, args.port, args.workers, args.heap);
-    supervisor::run(&o, &store)
+    supervisor::run(&o, &store, fd)
 }
 
-fn worker(args: &Args, k: usize) -> Result<(), String> {
+fn worker(args: &Args, k: usize, fd: RawFd) -> Result<(), String> {
     // The worker follows its supervisor: SIGTERM when it dies.
     // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number; no memory is involved.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) };
@@ -106,7 +109,6 @@ fn worker(args: &Args, k: usize) -> Result<(), String> {
     if rec != Default::default() {
         eprintln!("cxlkv: worker {k} recovered its index: {rec:?}");
     }
-    let fd = server::bind(&args.listen, args.port, true)?;
     let info = ServerInfo { started: store::now(), workers: args.workers as usize };
     server::serve(&mut w, fd, info)?;
     w.finish().map_err(|e| e.to_string())

@@ -1,10 +1,12 @@
-//! A worker process's event loop (docs/design.md §16.5): one thread, one epoll set, the worker's
-//! own listening socket on the server's port (SO_REUSEPORT) and the connections it accepted; each readable connection's complete commands run against the worker's table
-//! handle and the replies are written back, buffered while the socket is full.
+//! A worker process's event loop (docs/design.md §16.5): one thread, one epoll set, the
+//! listening socket every worker shares (inherited from the supervisor) and the connections it
+//! accepted; each readable connection's complete commands run against the worker's table handle
+//! and the replies are written back, buffered while the socket is full.
 
 use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::layout::Stat;
 use crate::protocol::{self, Conn, ServerInfo};
@@ -26,14 +28,12 @@ pub fn handle_stop_signals() {
     }
 }
 
-/// A non-blocking TCP socket bound to `addr:port` with SO_REUSEPORT, listening if `listen`.
-/// Each worker listens on its own (the kernel spreads connections over them, and a dead
-/// worker's socket leaves the group with it); the supervisor binds one without listening, to
-/// hold the port and to fail at start when another program has it.
-pub fn bind(addr: &str, port: u16, listen: bool) -> Result<RawFd, String> {
+/// A non-blocking TCP socket listening on `addr:port`, inherited by the workers (not
+/// close-on-exec). One socket for all: a worker that dies takes no queued connection with it.
+pub fn bind(addr: &str, port: u16) -> Result<RawFd, String> {
     let ip: std::net::Ipv4Addr = addr.parse().map_err(|_| format!("--listen {addr}: not an IPv4 address"))?;
     // SAFETY: socket has no memory-safety preconditions.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) };
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0) };
     if fd < 0 {
         return Err(format!("socket: {}", std::io::Error::last_os_error()));
     }
@@ -53,16 +53,9 @@ pub fn bind(addr: &str, port: u16, listen: bool) -> Result<RawFd, String> {
             (&one as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as u32,
         ) == 0
-            && libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_REUSEPORT,
-                (&one as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as u32,
-            ) == 0
             && libc::bind(fd, (&sa as *const libc::sockaddr_in).cast(), std::mem::size_of::<libc::sockaddr_in>() as u32)
                 == 0
-            && (!listen || libc::listen(fd, 1024) == 0)
+            && libc::listen(fd, 1024) == 0
     };
     if !ok {
         let e = std::io::Error::last_os_error();
@@ -88,6 +81,18 @@ fn os_error(what: &str) -> String {
     format!("{what}: {}", std::io::Error::last_os_error())
 }
 
+/// How long a worker that let a connection pass (it had more than the least loaded worker)
+/// stops watching the listening socket; a connection still waiting after that, it takes.
+const DEFER: Duration = Duration::from_millis(2);
+
+/// Whether this worker takes the next connection now: only if no worker has fewer connections
+/// (memcached hands connections to its threads in turn; the shared socket alone would give a
+/// burst of connections to whichever worker wakes first).
+fn least_loaded(w: &Worker<'_>, workers: usize) -> bool {
+    let mine = w.store().worker_stat(w.index(), Stat::CurrConnections);
+    (0..workers).all(|k| w.store().worker_stat(k, Stat::CurrConnections) >= mine)
+}
+
 /// Serves `listen` (non-blocking, listening) until [`STOP`] is set.
 pub fn serve(w: &mut Worker<'_>, listen: RawFd, info: ServerInfo) -> Result<(), String> {
     // SAFETY: epoll_create1 has no memory-safety preconditions.
@@ -99,9 +104,18 @@ pub fn serve(w: &mut Worker<'_>, listen: RawFd, info: ServerInfo) -> Result<(), 
     let mut conns: HashMap<RawFd, Connection> = HashMap::new();
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
     let mut buf = vec![0u8; 64 << 10];
+    // Set while the listening socket is unwatched after letting a connection pass.
+    let mut deferred: Option<Instant> = None;
+    let mut take_next = false;
     while !STOP.load(Ordering::Relaxed) {
+        let timeout = deferred.map_or(100, |t| t.saturating_duration_since(Instant::now()).as_millis().max(1) as i32);
         // SAFETY: `events` has room for its length of entries.
-        let n = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), events.len() as i32, 100) };
+        let n = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), events.len() as i32, timeout) };
+        if deferred.is_some_and(|t| Instant::now() >= t) {
+            deferred = None;
+            take_next = true;
+            ctl(ep, libc::EPOLL_CTL_MOD, listen, libc::EPOLLIN as u32)?;
+        }
         if n < 0 {
             if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
                 continue;
@@ -111,7 +125,13 @@ pub fn serve(w: &mut Worker<'_>, listen: RawFd, info: ServerInfo) -> Result<(), 
         for ev in &events[..n as usize] {
             let fd = ev.u64 as RawFd;
             if fd == listen {
-                accept_all(ep, listen, w, &mut conns);
+                if take_next || least_loaded(w, info.workers) {
+                    take_next = false;
+                    accept_one(ep, listen, w, &mut conns);
+                } else {
+                    ctl(ep, libc::EPOLL_CTL_MOD, listen, 0)?;
+                    deferred = Some(Instant::now() + DEFER);
+                }
                 continue;
             }
             let Some(c) = conns.get_mut(&fd) else { continue };
@@ -171,14 +191,16 @@ fn interest(c: &Connection) -> u32 {
     e
 }
 
-fn accept_all(ep: RawFd, listen: RawFd, w: &mut Worker<'_>, conns: &mut HashMap<RawFd, Connection>) {
-    loop {
+/// Accepts one connection (the listening socket stays readable while more wait, and the
+/// balance is judged again for each).
+fn accept_one(ep: RawFd, listen: RawFd, w: &mut Worker<'_>, conns: &mut HashMap<RawFd, Connection>) {
+    {
         // SAFETY: null address arguments are allowed; the flags make the socket non-blocking.
         let fd = unsafe {
             libc::accept4(listen, std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
         };
         if fd < 0 {
-            // EAGAIN: none left. Other errors (EMFILE…): try at the next wake-up.
+            // EAGAIN: another worker took it. Other errors (EMFILE…): try at the next wake-up.
             return;
         }
         let one: libc::c_int = 1;
@@ -196,7 +218,7 @@ fn accept_all(ep: RawFd, listen: RawFd, w: &mut Worker<'_>, conns: &mut HashMap<
         if ctl(ep, libc::EPOLL_CTL_ADD, fd, events).is_err() {
             // SAFETY: the fd just accepted, not registered anywhere.
             unsafe { libc::close(fd) };
-            continue;
+            return;
         }
         conns.insert(fd, Connection { input: Vec::new(), output: Vec::new(), state: Conn::default(), events });
         w.count(Stat::CurrConnections, 1);

@@ -163,6 +163,12 @@ impl Store {
         self.mem.at(off, "worker record")
     }
 
+    /// Statistic `s` of worker `k` (0 for an index out of range).
+    pub fn worker_stat(&self, k: usize, s: Stat) -> i64 {
+        // Relaxed: a statistic; a stale count is fine.
+        self.record(k).map_or(0, |r| r.stats[s as usize].load(Ordering::Relaxed) as i64)
+    }
+
     /// Statistic `s` summed over the worker records.
     pub fn stat(&self, s: Stat) -> i64 {
         (0..MAX_WORKERS)

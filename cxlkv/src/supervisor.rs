@@ -1,7 +1,8 @@
-//! The supervisor (docs/design.md §16.6): holds the port, starts one worker process per index
-//! (this binary again; each listens on the port with SO_REUSEPORT), restarts a worker that dies,
-//! and on SIGTERM/SIGINT stops them all and returns.
+//! The supervisor (docs/design.md §16.6): listens on the port, starts one worker process per
+//! index (this binary again, inheriting the listening socket), restarts a worker that dies, and
+//! on SIGTERM/SIGINT stops them all and returns.
 
+use std::os::fd::RawFd;
 use std::process::{Child, Command};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -32,10 +33,10 @@ fn crash_stage(generation: usize) -> Option<String> {
     spec.split('+').nth(generation).map(str::to_string)
 }
 
-fn spawn(o: &Options, k: usize, generation: usize) -> Result<Child, String> {
+fn spawn(o: &Options, k: usize, fd: RawFd, generation: usize) -> Result<Child, String> {
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     let mut cmd = Command::new(exe);
-    cmd.args(["--worker-index", &k.to_string(), "--listen", &o.listen])
+    cmd.args(["--worker-index", &k.to_string(), "--listen-fd", &fd.to_string()])
         .args(["--heap", &o.heap, "--workers", &o.workers.to_string()])
         .args(["--buckets-log2", &o.buckets_log2.to_string(), "--port", &o.port.to_string()]);
     // A crash point fires in one process of an index only (see `crash`).
@@ -48,11 +49,11 @@ fn spawn(o: &Options, k: usize, generation: usize) -> Result<Child, String> {
 
 /// Runs the server until SIGTERM/SIGINT: starts the workers, restarts any that dies, then
 /// stops them. Errors: the port or heap cannot be had, or a worker fails at start.
-pub fn run(o: &Options, store: &Store) -> Result<(), String> {
+pub fn run(o: &Options, store: &Store, fd: RawFd) -> Result<(), String> {
     let mut kids: Vec<Option<(Child, Instant)>> = Vec::new();
     let mut generation = vec![0usize; o.workers];
     for k in 0..o.workers {
-        kids.push(Some((spawn(o, k, 0)?, Instant::now())));
+        kids.push(Some((spawn(o, k, fd, 0)?, Instant::now())));
     }
     let mut failure = None;
     // Relaxed: set by the signal handler; polled every 20 ms.
@@ -75,7 +76,7 @@ pub fn run(o: &Options, store: &Store) -> Result<(), String> {
             eprintln!("cxlkv: worker {k} (pid {}) ended ({status}); restarting it", child.id());
             store.count_restart();
             generation[k] += 1;
-            kids[k] = Some((spawn(o, k, generation[k])?, Instant::now()));
+            kids[k] = Some((spawn(o, k, fd, generation[k])?, Instant::now()));
         }
     }
     stop_all(&mut kids);
