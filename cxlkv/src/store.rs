@@ -509,7 +509,8 @@ impl<'s> Worker<'s> {
         let need = (MAX_DROPPED + 2) as u64;
         let mut spins = 0u32;
         loop {
-            let used = self.rec.tail.load(Ordering::Relaxed) - self.rec.head.load(Ordering::Relaxed);
+            // Saturating: a corrupt pair must not panic (the head never passes the tail).
+            let used = self.rec.tail.load(Ordering::Relaxed).saturating_sub(self.rec.head.load(Ordering::Relaxed));
             if used + need <= RING as u64 {
                 return Ok(());
             }
