@@ -22,3 +22,6 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p cxlalloc --test loom --release -- --nocapture --test-threads 1 "$@"
+# cxlkv's detectable publish (docs/design.md §16.3): 1 model, 2 negative controls, < 0.1 s.
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+  cargo test -p cxlkv --test loom --release -- --nocapture --test-threads 1 "$@"

@@ -17,6 +17,10 @@ if [ $# -ne 1 ] || [ ! -f "$1" ]; then
   exit 2
 fi
 workload=$1
+# A [kvserver] workload is the cxlkv-vs-memcached comparison (script/kvserver.sh, docs/design.md §16).
+if grep -q '^\[kvserver\]' "$workload"; then
+  exec script/kvserver.sh load "$workload"
+fi
 name=$(basename "$workload" .toml)
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 out="results/$name-$stamp.ndjson"

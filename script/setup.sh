@@ -47,6 +47,8 @@ sysdep_files() {
     libpython3) echo "/usr/lib/*/$(sysdep_package libpython3).so.1.0" ;;
     nix-bin) echo "/usr/bin/nix-instantiate" ;;
     valgrind) echo "/usr/bin/valgrind /usr/libexec/valgrind/callgrind-*-linux" ;;
+    memcached) echo "/usr/bin/memcached" ;;
+    libmemcached-tools) echo "/usr/bin/memccapable /usr/bin/memcslap" ;;
     *)
       echo "setup: no files known for system dependency '$1'" >&2
       return 1
@@ -148,6 +150,29 @@ ensure_miri() {
   fi
   rustup +nightly component list --installed 2>/dev/null | grep -q '^rust-src' ||
     rustup +nightly component add rust-src >/dev/null 2>&1 || return 1
+}
+
+# A Python virtual environment at .venv-kv (repo root) with cxlkv/tests/py/requirements.txt
+# (pymemcache), for cxlkv's tests; kept apart from plot/'s .venv. Exports KV_PYTHON. pip runs only
+# when the requirements changed since the last install or the import fails.
+ensure_kv_venv() {
+  local root venv req
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  venv=$root/.venv-kv
+  req=$root/cxlkv/tests/py/requirements.txt
+  if [ ! -x "$venv/bin/python" ]; then
+    ensure_sysdeps python3 python3-venv || return 1
+    if ! python3 -m venv "$venv"; then
+      rm -rf "$venv"
+      return 1
+    fi
+  fi
+  export KV_PYTHON=$venv/bin/python
+  if ! cmp -s "$req" "$venv/requirements.installed" || ! "$KV_PYTHON" -c 'import pymemcache' >/dev/null 2>&1; then
+    echo "setup: installing cxlkv/tests/py/requirements.txt into .venv-kv"
+    "$KV_PYTHON" -m pip install -q --disable-pip-version-check -r "$req" || return 1
+    cp "$req" "$venv/requirements.installed"
+  fi
 }
 
 # A Python virtual environment at .venv (repo root) with plot/requirements.txt, for plot/.

@@ -3,7 +3,8 @@
 # and the crash-point enumeration of the `crash-points` feature),
 # the loom models, miri over the unsafe code, the Nix dev shell's syntax, the plot/ Python tests, the fpga/
 # RTL testbenches and co-simulation (script/fpga.sh), and the
-# main job end to end on workloads/mini.toml, and the crash test on workloads/crash.toml.
+# main job end to end on workloads/mini.toml, the crash test on workloads/crash.toml, and cxlkv
+# (the memcached on one heap) under memccapable, pymemcache and SIGKILLs (script/kvserver.sh).
 #
 # Usage: script/test.sh
 # Every step runs even when an earlier one fails; the summary at the end lists each step's
@@ -39,6 +40,7 @@ declare -A STEP_DEPS=(
   [fpga]="build-essential iverilog python3 python3-venv libpython3"
   [main-job]="build-essential libboost-dev libpmemobj-dev python3 python3-venv"
   [crash-job]="build-essential libboost-dev python3 python3-venv"
+  [kvserver]="build-essential memcached libmemcached-tools python3 python3-venv"
 )
 
 logs=target/test-logs
@@ -133,6 +135,10 @@ step main-job script/run.sh workloads/mini.toml
 # The black-box crash test: 50 SIGKILLs per run under load, cxlalloc with and without recovery
 # and Boost (about 25 s; cargo test runs a 10-kill version, crash-soak.toml the 1000-kill one).
 step crash-job script/run.sh workloads/crash.toml
+# cxlkv, the memcached on one heap: memccapable -a (all ASCII tests must pass), the pymemcache
+# functional and crash-point tests, and a 10-kill crash test (about 1.5 min; KV_CRASH_SOAK=1 adds
+# the minute-long one).
+step kvserver script/kvserver.sh test
 
 echo
 echo "==> summary"
