@@ -440,9 +440,9 @@ module mcas_unit #(
   end
 
   // Named for the counterexample waveforms (script/fpga.sh formal draws one).
-  wire [63:0] f_requester = req_spwr ? f_l_id : req_id;
-  wire f_rsp_success = rsp_line[64];
-  wire [63:0] f_rsp_prev = rsp_line[63:0];
+  (* keep *) wire [63:0] f_requester = req_spwr ? f_l_id : req_id;
+  (* keep *) wire f_rsp_success = rsp_line[64];
+  (* keep *) wire [63:0] f_rsp_prev = rsp_line[63:0];
 
   // ---- Properties ----
   always_comb begin
@@ -511,20 +511,22 @@ module mcas_unit #(
       if (f_busy && f_kind == F_LOST) i_lost : assert (ans_error == 2'd0 && !ans_success && ans_prev == f_clost);
       if (f_busy && f_kind > F_CAS) i_kind : assert (0);
       if (f_cas_busy)
-        i_cur : assert (cur_word == f_cword && cur_expected == f_cexp && cur_swap == f_cswp);
+        i_cur :
+        assert (cur_word == f_cword && cur_expected == f_cexp && cur_swap == f_cswp &&
+                ans_error == 2'd0);
       if (f_cas_busy && state == S_RD_REQ)
-        i_rd_req : assert (!f_rd_req && !f_mem_busy && f_age == f_mreq_wait && !f_stall);
+        i_rd_req : assert (!f_rd_req && !f_rd_done && !f_wr_req && !f_wr_done && !f_mem_busy && f_age == f_mreq_wait && !f_stall);
       if (f_cas_busy && state == S_RD_WAIT)
         i_rd_wait :
         assert (f_rd_req && !f_rd_done && f_mem_busy && !f_mem_wr && f_mem_addr == cur_word &&
-                f_age <= 8'(F_WAIT) + f_mem_age && !f_stall && !f_wr_req);
+                f_age <= 8'(F_WAIT) + f_mem_age && !f_stall && !f_wr_req && !f_wr_done);
       if (f_cas_busy && state == S_WR_REQ)
         i_wr_req :
-        assert (f_rd_done && f_rdata == f_cexp && !f_wr_req && !f_mem_busy && f_stall &&
+        assert (f_rd_req && f_rd_done && f_rdata == f_cexp && !f_wr_req && !f_wr_done && !f_mem_busy && f_stall &&
                 f_age <= 8'(F_WAIT + F_LAT + 1) + f_mreq_wait && ans_prev == f_rdata && ans_success);
       if (f_cas_busy && state == S_WR_WAIT)
         i_wr_wait :
-        assert (f_rd_done && f_rdata == f_cexp && f_wr_req && !f_wr_done && f_mem_busy && f_mem_wr &&
+        assert (f_rd_req && f_rd_done && f_rdata == f_cexp && f_wr_req && !f_wr_done && f_mem_busy && f_mem_wr &&
                 f_mem_addr == cur_word && f_wdata == cur_swap && f_stall &&
                 f_age <= 8'(2 * F_WAIT + F_LAT + 1) + f_mem_age && ans_prev == f_rdata && ans_success);
       if (f_cas_busy && state == S_ANSWER)
