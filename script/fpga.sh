@@ -415,14 +415,18 @@ stage_synth() {
   mkdir -p "$dir"
 
   echo "== Yosys generic synthesis, default parameters (64 requesters, 32-bit word addresses), 4-input LUTs"
+  # Memories are counted where Yosys infers them (before the generic flow, having no RAM cells,
+  # maps them to flip-flops).
   yosys -q -l "$dir/generic.log" -p "
     read_verilog -sv fpga/rtl/mcas_pkg.sv fpga/rtl/mcas_unit.sv
-    synth -top mcas_unit -flatten -lut 4
+    synth -top mcas_unit -flatten -run :fine
+    tee -q -o $dir/generic-mem.stat stat
+    synth -lut 4 -run fine:
     tee -q -o $dir/generic.stat stat" 2>&1 | { grep -v "Replacing memory" || true; }
   luts=$(stat_count "$dir/generic.stat" '$lut')
   ffs=$(awk '$1 ~ /^\$_(S?DFF|DLATCH)/ {n += $2} END {print n + 0}' "$dir/generic.stat")
-  mems=$(awk '/Number of memories:/ {print $4; exit}' "$dir/generic.stat")
-  echo "generic: $luts LUT4, $ffs flip-flops, $mems memories"
+  mems=$(awk '/Number of memories:/ {m = $4} /Number of memory bits:/ {b = $5} END {print m " memories (" b " bits)"}' "$dir/generic-mem.stat")
+  echo "generic: $luts LUT4, $ffs flip-flops, $mems"
 
   echo "== iCE40 ($ICE40_PART), $ICE40_REQUESTERS requesters, $ICE40_ADDR_W-bit word addresses"
   yosys -q -l "$dir/ice40.log" -p "

@@ -253,8 +253,9 @@ module mcas_unit #(
 `ifdef FORMAL
   // ---- Formal properties (script/fpga.sh formal; docs/design.md §9.2) -------------------------
   //
-  // Checked with Yosys and yosys-smtbmc on a small instance (3 requesters, 4 memory words: an id
-  // of 3 still fits the 2-bit index, so truncation would show). Three parts:
+  // Checked with Yosys, ABC and yosys-smtbmc on a small instance (3 requesters, 4 memory words: an
+  // id of 3 still fits the 2-bit index and 4 wraps to 0, so truncation would show); fpga/README.md,
+  // "Formal", states what is proven. Three parts:
   //   * assumptions on the environment: reset in the first cycle, a memory that accepts a request
   //     within F_WAIT cycles and answers it 1..F_LAT cycles after the transfer, and the contents of
   //     one memory word at a solver-chosen address (f_addr) that only the unit's writes change;
