@@ -30,7 +30,8 @@
 #
 # Every stage runs even when an earlier one fails. One summary line per stage, and a last line
 # "fpga: P passed, F failed, S skipped"; the exit status is 1 when any stage failed. Logs go to
-# fpga/build/logs/STAGE.log; builds to fpga/build/ (both git-ignored). About a minute on 2 cores.
+# fpga/build/logs/STAGE.log; builds to fpga/build/ (both git-ignored). About 3 minutes of CPU, half
+# of it the formal stage.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=script/setup.sh

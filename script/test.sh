@@ -127,7 +127,7 @@ fi
 
 # The mCAS unit's RTL: lint, Icarus and cocotb testbenches, the Figure 6 waveform, the
 # Verilator co-simulation behind a shared-memory window, the formal properties with their mutants,
-# and the synthesis report (about 3 minutes on a fresh machine).
+# and the synthesis report (about 4 minutes on a fresh machine).
 step fpga script/fpga.sh
 
 step main-job script/run.sh workloads/mini.toml
