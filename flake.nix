@@ -26,6 +26,10 @@
             (pkgs.python3.withPackages (ps: [ ps.matplotlib ps.pandas ]))
             pkgs.iverilog
             pkgs.verilator
+            # script/fpga.sh formal and synth: Yosys (with yosys-smtbmc and ABC), Z3, nextpnr.
+            pkgs.yosys
+            pkgs.z3
+            pkgs.nextpnr
           ];
           # rust-analyzer and friends find the standard library sources here.
           RUST_SRC_PATH = "${pkgs.rustPlatform.rustLibSrc}";

@@ -42,6 +42,11 @@ sysdep_files() {
     libpmemobj-dev) echo "/usr/include/libpmemobj.h /usr/lib/*/libpmemobj.so" ;;
     iverilog) echo "/usr/bin/iverilog /usr/bin/vvp" ;;
     verilator) echo "/usr/bin/verilator" ;;
+    # yosys-abc comes from berkeley-abc, a dependency of the yosys package; smtio.py is the module
+    # yosys-smtbmc imports.
+    yosys) echo "/usr/bin/yosys /usr/bin/yosys-smtbmc /usr/bin/yosys-abc /usr/share/yosys/smtio.py" ;;
+    z3) echo "/usr/bin/z3" ;;
+    nextpnr-ice40) echo "/usr/bin/nextpnr-ice40" ;;
     python3) echo "/usr/bin/python3" ;;
     python3-venv) echo "/usr/lib/python3*/ensurepip/__init__.py /usr/share/python-wheels/pip-*.whl" ;;
     libpython3) echo "/usr/lib/*/$(sysdep_package libpython3).so.1.0" ;;
