@@ -350,6 +350,12 @@ pub(crate) struct DeviceBacking {
 }
 
 impl DeviceBacking {
+    /// Bytes of the device at `path`.
+    pub(crate) fn capacity(path: &Path) -> Result<u64, OpenError> {
+        let file = OpenOptions::new().read(true).open(path).map_err(|e| sys_or_dir("open", path, e))?;
+        Ok(probe(&file, path)?.bytes)
+    }
+
     /// Bytes a device needs to hold a heap with `header`.
     pub(crate) fn bytes_needed(header: &Header) -> u64 {
         Carving::of(header).bytes
@@ -464,7 +470,7 @@ impl DeviceBacking {
     /// The header of the heap on the device at `path` and where region `r` lies in it, for the
     /// read-only survey (`crate::survey`), which maps only what it reads.
     pub(crate) fn survey(path: &Path) -> Result<(File, Header, Carving), OpenError> {
-        let file = OpenOptions::new().read(true).open(path).map_err(|e| sys("open", path, e))?;
+        let file = OpenOptions::new().read(true).open(path).map_err(|e| sys_or_dir("open", path, e))?;
         let (file, _, header, carving) = read_validated(path, file)?;
         Ok((file, header, carving))
     }

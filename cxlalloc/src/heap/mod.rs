@@ -231,6 +231,12 @@ impl Heap {
         Ok(DeviceBacking::bytes_needed(&Header::new(config, 0)))
     }
 
+    /// Bytes of the device at `path`: a plain file's or a BAR resource file's size, a DAX
+    /// device's as its sysfs directory gives it. [`OpenError::NotADevice`] for anything else.
+    pub fn device_capacity(path: &Path) -> Result<u64, OpenError> {
+        DeviceBacking::capacity(path)
+    }
+
     /// A private heap in anonymous memory, for one process (tests, tools).
     pub fn anonymous(config: &Config) -> Result<Self, OpenError> {
         config.validate()?;
