@@ -412,7 +412,8 @@ impl Heap {
             .collect();
         let meta = file.metadata().map_err(|source| OpenError::Io { op: "stat", path: path.to_path_buf(), source })?;
         let stored_bytes = if meta.is_file() && meta.blocks() > 0 { meta.blocks() * 512 } else { carving.bytes };
-        let read = |r: RegionId, at: u64, buf: &mut [u8]| read_mapped(&file, path, carving.regions[r as usize] + at, buf);
+        let read =
+            |r: RegionId, at: u64, buf: &mut [u8]| read_mapped(&file, path, carving.regions[r as usize] + at, buf);
         let mcas = (header.config().coherence == Coherence::NoHwcc).then(|| match DeviceBacking::window(path) {
             Ok(w) => McasInfo::Window { served_by: w.served_by(), path: path.to_path_buf() },
             Err(e) => McasInfo::WindowUnusable { path: path.to_path_buf(), reason: e.to_string() },

@@ -761,7 +761,10 @@ fn check(out: &mut Out, heap: &Target, json: bool) -> Result<ExitCode, Error> {
 }
 
 fn use_format(dev: &Path) -> OpenError {
-    OpenError::NotADevice { path: dev.to_path_buf(), what: "a heap is made on a device with `cxlalloc format PATH`".into() }
+    OpenError::NotADevice {
+        path: dev.to_path_buf(),
+        what: "a heap is made on a device with `cxlalloc format PATH`".into(),
+    }
 }
 
 /// `cxlalloc format DEVICE`: refuses a device that holds a heap unless `force`.
