@@ -117,11 +117,19 @@ fn blocks_of_every_size_written_by_several_processes_are_read_and_freed_by_anoth
     }
     // This process never wrote a block: huge ones are mapped here lazily, from the device.
     let t = heap.attach().unwrap();
+    let file = std::fs::File::open(dev.path()).unwrap();
     for root in 0..BLOCKS {
         let size = SIZES[root % SIZES.len()];
         let off = heap.root(root).unwrap().load(Ordering::Acquire);
         assert_ne!(off, 0, "root {root} empty");
         verify(&heap, off, size, 7).unwrap();
+        if size <= 512 << 10 {
+            // Slab data sits on the device at its heap offset (the carving keeps the
+            // reservation's offsets up to the end of the data region).
+            let mut word = [0u8; 8];
+            std::os::unix::fs::FileExt::read_exact_at(&file, &mut word, off).unwrap();
+            assert_eq!(u64::from_ne_bytes(word), common::pattern(off, 7), "block {off:#x} is not at its place");
+        }
         t.free(heap.pointer(Offset::<u8>::from_raw(off)).unwrap()).unwrap();
     }
     drop(t);
@@ -145,29 +153,37 @@ fn a_huge_block_lives_in_the_devices_huge_range_and_no_other_file_is_made() {
     let child = fork_child("huge writer", || {
         let heap = Heap::open_device(&path).ctx("open")?;
         let t = heap.attach().ctx("attach")?;
-        let b = t.alloc(5 << 20).ctx("alloc")?;
-        let off = heap.offset_of(b.as_ptr()).ctx("offset")?.raw();
-        fill(b, 5 << 20, off, 11);
-        heap.root(0).ctx("root")?.store(off, Ordering::Release);
-        ready.send_u64(off);
-        // Keep the block live while the parent reads it: wait for the parent to close the pipe.
-        std::thread::sleep(Duration::from_millis(200));
+        // Two blocks: the second sits past the first in the huge range.
+        for _ in 0..2 {
+            let b = t.alloc(5 << 20).ctx("alloc")?;
+            let off = heap.offset_of(b.as_ptr()).ctx("offset")?.raw();
+            fill(b, 5 << 20, off, 11);
+            ready.send_u64(off);
+        }
+        // The child leaves without closing the heap: its blocks stay live for the parent.
         Ok(())
     });
-    let off = ready.recv_u64(CHILD_DEADLINE).expect("child published a block");
-    verify(&heap, off, 5 << 20, 11).unwrap();
+    let first = ready.recv_u64(CHILD_DEADLINE).expect("child published a block");
+    let second = ready.recv_u64(CHILD_DEADLINE).expect("child published a block");
+    verify(&heap, first, 5 << 20, 11).unwrap();
+    verify(&heap, second, 5 << 20, 11).unwrap();
     wait_ok(child, "huge writer");
     // The first huge block of a fresh heap starts its huge range, which a full-coherence heap
-    // carves last: the block's bytes are the device file's there.
-    let at = Heap::device_bytes(&config()).unwrap() - config().huge_capacity;
-    let mut word = [0u8; 8];
-    std::os::unix::fs::FileExt::read_exact_at(&std::fs::File::open(dev.path()).unwrap(), &mut word, at + 8).unwrap();
-    assert_eq!(u64::from_ne_bytes(word), common::pattern(off + 8, 11), "the block is not at its place on the device");
+    // carves last: each block's bytes are the device file's at its place in that range.
+    let range = Heap::device_bytes(&config()).unwrap() - config().huge_capacity;
+    let file = std::fs::File::open(dev.path()).unwrap();
+    for off in [first, second] {
+        let mut word = [0u8; 8];
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut word, range + (off - first) + 8).unwrap();
+        assert_eq!(u64::from_ne_bytes(word), common::pattern(off + 8, 11), "block {off:#x} is not at its place");
+    }
     let after: Vec<_> = std::fs::read_dir("/dev/shm").unwrap().flatten().map(|e| e.file_name()).collect();
     let made: Vec<_> = after.iter().filter(|n| !before.contains(n)).collect();
     assert!(made.is_empty(), "a huge block made files: {made:?}");
     let t = heap.attach().unwrap();
-    t.free(heap.pointer(Offset::<u8>::from_raw(off)).unwrap()).unwrap();
+    for off in [first, second] {
+        t.free(heap.pointer(Offset::<u8>::from_raw(off)).unwrap()).unwrap();
+    }
     drop(t);
     assert!(heap.check().is_clean());
 }
