@@ -1,9 +1,11 @@
 //! A heap on a device (docs/design.md §2.4): one fixed-size object, here a plain file in
 //! `/dev/shm` of the size a pod's device would have, formatted once and opened by every process.
-//! The public API's shapes run on it: several processes × several threads (more threads than
-//! cores) allocating small, large and huge blocks whose bytes other processes check and free, a
-//! holder killed mid-workload and recovered, and devices that are not heaps (never formatted,
-//! too small, damaged, of another heap, not a device at all). Not a benchmark.
+//! The conformance shapes run on every shared backing (a heap directory and a device): several
+//! processes × several threads (more threads than cores) allocating small, large and huge
+//! blocks whose bytes another process checks and frees, a holder killed mid-workload and
+//! recovered. Then what only a device does: bytes at their carved places, and devices that are
+//! not heaps (never formatted, too small, damaged, of another heap, not a device at all). Not a
+//! benchmark.
 
 mod common;
 
@@ -75,11 +77,46 @@ fn verify(heap: &Heap, off: u64, size: usize, salt: u64) -> Result<(), String> {
     unsafe { common::verify(p.as_ptr(), size / 8 * 8, off, salt) }
 }
 
+/// Where the conformance shapes run: every backing a shared heap can have.
+enum Backing {
+    /// A heap directory in /dev/shm.
+    Directory(common::HeapName),
+    /// A device (a plain file standing in for one).
+    Device(DevFile),
+}
+
+impl Backing {
+    fn all(tag: &str) -> [Backing; 2] {
+        [Backing::Directory(common::HeapName::new(tag)), Backing::Device(DevFile::sized_for(tag, &config()))]
+    }
+
+    fn create(&self) -> Heap {
+        match self {
+            Backing::Directory(name) => Heap::create(name.as_str(), &config()).unwrap(),
+            Backing::Device(dev) => Heap::format_device(dev.path(), &config()).unwrap(),
+        }
+    }
+
+    fn open(&self) -> Result<Heap, OpenError> {
+        match self {
+            Backing::Directory(name) => Heap::open(name.as_str()),
+            Backing::Device(dev) => Heap::open_device(dev.path()),
+        }
+    }
+}
+
 #[test]
 fn blocks_of_every_size_written_by_several_processes_are_read_and_freed_by_another() {
     let _g = serial();
-    let dev = DevFile::sized_for("mp", &config());
-    let heap = Heap::format_device(dev.path(), &config()).unwrap();
+    for backing in Backing::all("mp") {
+        blocks_of_every_size_across_processes(&backing);
+    }
+}
+
+/// The conformance shape: several processes × threads write blocks of every size, another
+/// process checks every byte and frees them all, and the heap checks clean and empty.
+fn blocks_of_every_size_across_processes(backing: &Backing) {
+    let heap = backing.create();
     // 2 processes × 5 threads (more threads than this machine's cores), each thread one block
     // of every size, published in root `(process × threads + thread) × sizes + size index`.
     const PROCS: usize = 2;
@@ -88,9 +125,8 @@ fn blocks_of_every_size_written_by_several_processes_are_read_and_freed_by_anoth
     const _: () = assert!(BLOCKS <= Heap::ROOTS);
     let mut children = Vec::new();
     for p in 0..PROCS {
-        let path = dev.path().to_path_buf();
-        children.push(fork_child(&format!("writer {p}"), move || {
-            let heap = Heap::open_device(&path).ctx("open_device")?;
+        children.push(fork_child(&format!("writer {p}"), || {
+            let heap = backing.open().ctx("open")?;
             std::thread::scope(|s| {
                 let handles: Vec<_> = (0..THREADS)
                     .map(|t| {
@@ -115,18 +151,18 @@ fn blocks_of_every_size_written_by_several_processes_are_read_and_freed_by_anoth
     for (p, c) in children.into_iter().enumerate() {
         wait_ok(c, &format!("writer {p}"));
     }
-    // This process never wrote a block: huge ones are mapped here lazily, from the device.
+    // This process never wrote a block: huge ones are mapped here lazily.
     let t = heap.attach().unwrap();
-    let file = std::fs::File::open(dev.path()).unwrap();
     for root in 0..BLOCKS {
         let size = SIZES[root % SIZES.len()];
         let off = heap.root(root).unwrap().load(Ordering::Acquire);
         assert_ne!(off, 0, "root {root} empty");
         verify(&heap, off, size, 7).unwrap();
-        if size <= 512 << 10 {
+        if let (Backing::Device(dev), true) = (backing, size <= 512 << 10) {
             // Slab data sits on the device at its heap offset (the carving keeps the
             // reservation's offsets up to the end of the data region).
             let mut word = [0u8; 8];
+            let file = std::fs::File::open(dev.path()).unwrap();
             std::os::unix::fs::FileExt::read_exact_at(&file, &mut word, off).unwrap();
             assert_eq!(u64::from_ne_bytes(word), common::pattern(off, 7), "block {off:#x} is not at its place");
         }
@@ -210,12 +246,18 @@ fn a_freed_huge_range_is_reused_from_the_device_by_the_next_allocation() {
 #[test]
 fn a_holder_killed_mid_workload_is_recovered_and_the_heap_checks_clean() {
     let _g = serial();
-    let dev = DevFile::sized_for("crash", &config());
-    let heap = Heap::format_device(dev.path(), &config()).unwrap();
+    for backing in Backing::all("crash") {
+        killed_holder_recovered(&backing);
+    }
+}
+
+/// The conformance shape: a holder allocating and freeing blocks of every size is killed, and
+/// another process recovers its slot.
+fn killed_holder_recovered(backing: &Backing) {
+    let heap = backing.create();
     let ready = Pipe::new();
-    let path = dev.path().to_path_buf();
     let mut child = fork_child("victim", || {
-        let heap = Heap::open_device(&path).ctx("open")?;
+        let heap = backing.open().ctx("open")?;
         let t = heap.attach().ctx("attach")?;
         let mut live = Vec::new();
         let mut n = 0usize;

@@ -1,5 +1,6 @@
-//! `cxlalloc-mcasd` serving a no-HWcc heap (`--heap NAME`, `--heap-dir PATH`, `--device PATH`): threads attach
-//! only while it serves the heap's window, which it opens with the window's own geometry.
+//! `cxlalloc-mcasd` serving a no-HWcc heap (`--heap NAME`, `--heap-dir PATH`, `--device
+//! PATH`): threads attach only while it serves the heap's window, which it opens with the
+//! window's own geometry.
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
