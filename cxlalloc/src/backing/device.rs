@@ -492,6 +492,24 @@ impl DeviceBacking {
         let (file, _, header, carving) = read_validated(path, file)?;
         Ok((file, header, carving))
     }
+
+    /// Reads `buf.len()` bytes at byte `at` of a device through a read-only mapping of the pages
+    /// that hold them.
+    pub(crate) fn read_mapped(file: &File, path: &Path, at: u64, buf: &mut [u8]) -> Result<(), OpenError> {
+        let page = page_size() as u64;
+        let start = at / page * page;
+        let len = (at - start) as usize + buf.len();
+        let map = memmap2::MmapOptions::new()
+            .offset(start)
+            .len(len)
+            .map_raw_read_only(file)
+            .map_err(|source| OpenError::Io { op: "map", path: path.to_path_buf(), source })?;
+        // SAFETY: the mapping holds `len` readable bytes, of which `buf.len()` from `at - start`;
+        // `buf` is distinct memory. Words other processes write meanwhile may read torn, as any
+        // survey's `pread` would: the survey is a snapshot, advisory.
+        unsafe { std::ptr::copy_nonoverlapping(map.as_ptr().add((at - start) as usize), buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
 }
 
 impl Backing for DeviceBacking {
