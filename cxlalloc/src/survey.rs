@@ -14,14 +14,16 @@ use std::path::{Path, PathBuf};
 use crate::backing::files;
 use crate::coherence::{Site, DEVICE_FILE, WINDOW_FILE};
 use crate::error::OpenError;
-use crate::heap::Heap;
+use crate::heap::{Heap, HostInfo};
+use crate::host::{now_secs, HostTable};
 use crate::identity;
 use crate::layout::{Coherence, Config, Header, Layout, RegionId, HEADER_BYTES};
 use crate::mcas::{DeviceSpec, Window};
 use crate::persist::record::ThreadRecord;
 use crate::persist::redo::{Op, Pending, PendingKind, Redo};
+use crate::persist::shared::{HostEntry, MAX_HOSTS};
 use crate::recovery::{PendingOutcome, RecoveryReport, Resolution};
-use crate::sync::Ordering;
+use crate::sync::{AtomicU64, Ordering};
 use crate::word::Holder;
 
 /// A leased thread slot: its holder and what its records show in flight.
@@ -31,8 +33,14 @@ pub struct SlotInfo {
     pub slot: u32,
     /// Process id of the holder (on the host that leased the slot).
     pub pid: u32,
-    /// Whether the holder is still running, judged from this host's `/proc` (a pid reused by
-    /// another process counts as dead: the lease records the holder's start time too).
+    /// The holder's host: its id in the heap's host table (docs/design.md §8.5).
+    pub host: u16,
+    /// Whether the holder runs on the caller's own host (domain), so that `alive` was judged
+    /// from this host's `/proc`.
+    pub local: bool,
+    /// Whether the holder is still running. A local holder is judged from this host's `/proc`
+    /// (a pid reused by another process counts as dead: the lease records the holder's start
+    /// time too); a holder on another host is alive until that host is declared dead.
     pub alive: bool,
     /// The operations the slot's redo and pending records show interrupted or in progress,
     /// outermost last; empty when the slot is idle.
@@ -122,6 +130,8 @@ pub struct HeapInfo {
     /// The leased slots (`Err`: why the slot table could not be read, e.g. on device memory
     /// that only maps).
     pub holders: Result<Vec<SlotInfo>, String>,
+    /// The registered hosts (`Err`: why the host table could not be read).
+    pub hosts: Result<Vec<HostInfo>, String>,
     /// No-HWcc heaps: where their HWcc words are served from.
     pub mcas: Option<McasInfo>,
 }
@@ -223,10 +233,18 @@ fn in_flight_parts(w: &SlotWords) -> [Option<Interrupted>; 2] {
     [slab, outer]
 }
 
-fn slot_info(slot: u32, w: &SlotWords) -> Option<SlotInfo> {
+fn slot_info(slot: u32, w: &SlotWords, hosts: &HostTable<'_>) -> Option<SlotInfo> {
     let holder = Holder::unpack(w.holder)?;
     let in_flight = in_flight_parts(w).into_iter().flatten().collect();
-    Some(SlotInfo { slot, pid: holder.pid, alive: identity::is_alive(holder), in_flight })
+    let domain = identity::domain();
+    Some(SlotInfo {
+        slot,
+        pid: holder.pid,
+        host: holder.host,
+        local: hosts.is_local(holder, domain),
+        alive: hosts.holder_alive(holder, domain),
+        in_flight,
+    })
 }
 
 /// The plan for `slot`, whose holder `pid` died, from its words `w`; `hazard_sets` of its
@@ -317,7 +335,8 @@ impl Heap {
     /// The leased thread slots: holder pid, whether it is alive, and what each slot's records
     /// show in flight. Reads only; a snapshot, advisory while threads attach and detach.
     pub fn slots(&self) -> Vec<SlotInfo> {
-        (0..self.mem().layout.slots).filter_map(|s| slot_info(s, &self.slot_words(s))).collect()
+        let hosts = self.mem().hosts();
+        (0..self.mem().layout.slots).filter_map(|s| slot_info(s, &self.slot_words(s), &hosts)).collect()
     }
 
     /// What recovering each slot whose holder died would do, step by step (reads only; see
@@ -328,7 +347,7 @@ impl Heap {
         (0..mem.layout.slots)
             .filter_map(|slot| {
                 let w = self.slot_words(slot);
-                let holder = Holder::unpack(w.holder).filter(|&h| !identity::is_alive(h))?;
+                let holder = Holder::unpack(w.holder).filter(|&h| !mem.holder_alive(h))?;
                 let sets = mem.huge().map_or(0, |view| {
                     (0..view.sets()).filter(|&i| view.lease(i).load(Ordering::Acquire) == w.holder).count() as u32
                 });
@@ -392,16 +411,46 @@ impl Heap {
             reserved_bytes: layout.total as u64,
             stored_bytes,
             holders: read_slots(path, &header, &layout).map_err(|e| e.to_string()),
+            hosts: read_hosts(path, &header, &layout)
+                .map(|t| HostInfo::from_records(HostTable::new(&t, None).records(), identity::domain(), now_secs()))
+                .map_err(|e| e.to_string()),
             mcas: (header.config().coherence == Coherence::NoHwcc).then(|| mcas_info(path)),
         })
     }
 }
 
+fn io<'p>(op: &'static str, path: &'p Path) -> impl FnOnce(std::io::Error) -> OpenError + 'p {
+    move |source| OpenError::Io { op, path: path.to_path_buf(), source }
+}
+
+/// Reads the host table with `pread`, into a private copy.
+fn read_hosts(dir: &Path, header: &Header, layout: &Layout) -> Result<Vec<HostEntry>, OpenError> {
+    let (shared, at) = files::region_file(dir, header, RegionId::Shared)?;
+    let file = File::open(&shared).map_err(io("open", &shared))?;
+    let first = at + (layout.host_table - layout.region(RegionId::Shared).offset) as u64;
+    let size = std::mem::size_of::<HostEntry>();
+    let mut bytes = vec![0u8; MAX_HOSTS as usize * size];
+    file.read_exact_at(&mut bytes, first).map_err(io("read host table", &shared))?;
+    let word = |at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&bytes[at..at + 8]);
+        AtomicU64::new(u64::from_ne_bytes(w))
+    };
+    Ok((0..MAX_HOSTS as usize)
+        .map(|i| {
+            let e = i * size;
+            HostEntry::from_words(
+                word(e + std::mem::offset_of!(HostEntry, word)),
+                word(e + std::mem::offset_of!(HostEntry, heartbeat)),
+                word(e + std::mem::offset_of!(HostEntry, registered)),
+                std::array::from_fn(|n| word(e + std::mem::offset_of!(HostEntry, name) + n * 8)),
+            )
+        })
+        .collect())
+}
+
 /// Reads the slot table and the held slots' records with `pread`.
 fn read_slots(dir: &Path, header: &Header, layout: &Layout) -> Result<Vec<SlotInfo>, OpenError> {
-    fn io<'p>(op: &'static str, path: &'p Path) -> impl FnOnce(std::io::Error) -> OpenError + 'p {
-        move |source| OpenError::Io { op, path: path.to_path_buf(), source }
-    }
     let (shared, at) = files::region_file(dir, header, RegionId::Shared)?;
     let table = File::open(&shared).map_err(io("open", &shared))?;
     let stride = layout.lease_stride as u64;
@@ -417,6 +466,8 @@ fn read_slots(dir: &Path, header: &Header, layout: &Layout) -> Result<Vec<SlotIn
         }
         u64::from_ne_bytes(w)
     };
+    let host_entries = read_hosts(dir, header, layout)?;
+    let hosts = HostTable::new(&host_entries, None);
     let mut out = Vec::new();
     for slot in 0..layout.slots {
         let holder = word(&leases, slot as usize * stride as usize);
@@ -433,7 +484,7 @@ fn read_slots(dir: &Path, header: &Header, layout: &Layout) -> Result<Vec<SlotIn
             .read_exact_at(&mut pending, record + std::mem::offset_of!(ThreadRecord, pending) as u64)
             .map_err(io("read record", &owned))?;
         let w = SlotWords { holder, redo: word(&redo, 0), pending: std::array::from_fn(|i| word(&pending, i * 8)) };
-        out.extend(slot_info(slot, &w));
+        out.extend(slot_info(slot, &w, &hosts));
     }
     Ok(out)
 }
