@@ -199,9 +199,10 @@ impl HeapMem {
             .register(crate::identity::domain(), &crate::identity::host_name())
             .ok_or(OpenError::HostsExhausted(MAX_HOSTS))?;
         mem.host = host;
-        let holder = crate::identity::current(host).pack();
+        let holder = crate::identity::current(host);
         if let Some(view) = mem.huge.as_mut() {
-            view.holder = holder;
+            view.holder = holder.pack();
+            view.pid = holder.pid;
         }
         if let Some(lazy) = mem.lazy.as_mut() {
             lazy.huge = mem.huge;
