@@ -62,7 +62,7 @@ pub enum OpenError {
     #[error("mCAS window: {0}")]
     Mcas(String),
     /// Every entry of the heap's host table is taken by other hosts (domains); recovering a
-    /// dead host (`cxlalloc recover --host`) frees its entry (docs/design.md §8.5).
+    /// dead host (`cxlalloc recover --host`) frees its entry (docs/design.md §8.6).
     #[error("the heap's host table is full ({0} hosts registered); recover a dead host to free an entry")]
     HostsExhausted(u32),
     /// A heap name breaks the grammar of [`crate::Heap::check_name`], or a path given to a

@@ -1,4 +1,4 @@
-//! The host table (docs/design.md §8.5): which kernels ("domains") use a heap, whether an
+//! The host table (docs/design.md §8.6): which kernels ("domains") use a heap, whether an
 //! operator declared one dead, and when each last showed a sign of life.
 //!
 //! A holder's pid means something only to the kernel that issued it, so a process judges a

@@ -3,7 +3,7 @@
 //! A holder is `{pid, host, process start time}`; the start time (clock ticks since boot) tells
 //! a live holder from an unrelated process that reused its pid. This module judges only holders
 //! of the calling process's own domain ([`domain`]), from its `/proc`; which holders those are
-//! is the host table's business (docs/design.md §8.5).
+//! is the host table's business (docs/design.md §8.6).
 
 use std::sync::OnceLock;
 
@@ -57,7 +57,7 @@ pub(crate) fn fingerprint(boot_id: &str, machine_id: &str, pid_ns: &str) -> u64 
     })
 }
 
-/// The calling process's domain (docs/design.md §8.5): the set of processes whose liveness its
+/// The calling process's domain (docs/design.md §8.6): the set of processes whose liveness its
 /// `/proc` can judge. Two processes share it when they run on one kernel boot of one machine in
 /// one pid namespace; a container with a pid namespace of its own is a domain of its own, and so
 /// is each virtual host of a pod. Computed once per process (a process cannot change its pid

@@ -569,7 +569,7 @@ pub(crate) struct Layout {
     /// one per slot, see [`crate::protocol::detectable`].
     pub help_table: usize,
     /// Offset of the host table (in the shared region, after the help words): [`MAX_HOSTS`]
-    /// entries (docs/design.md §8.5).
+    /// entries (docs/design.md §8.6).
     pub host_table: usize,
     /// Bytes between consecutive slot leases.
     pub lease_stride: usize,

@@ -172,7 +172,7 @@ pub(crate) struct HeapMem {
     recent_huge_frees: [AtomicU64; RECENT_HUGE_FREES],
     /// Next entry of `recent_huge_frees` to overwrite (wraps).
     recent_huge_next: AtomicU32,
-    /// This process's entry in the heap's host table (docs/design.md §8.5).
+    /// This process's entry in the heap's host table (docs/design.md §8.6).
     host: u16,
     /// Wall-clock second of this process's last heartbeat for `host` (so a beat writes the
     /// HWcc word at most once a second).
@@ -471,7 +471,7 @@ impl HeapMem {
         unsafe { &*(self.addr(self.layout.slot_table + slot as usize * self.layout.lease_stride) as *const SlotLease) }
     }
 
-    /// The heap's host table (docs/design.md §8.5).
+    /// The heap's host table (docs/design.md §8.6).
     pub(crate) fn hosts(&self) -> HostTable<'_> {
         // SAFETY: the host table lies in the mapped shared region, 64-byte aligned (layout),
         // with MAX_HOSTS entries; HostEntry is all atomics, valid for any bit pattern.
@@ -491,7 +491,7 @@ impl HeapMem {
         crate::identity::current(self.host)
     }
 
-    /// Whether `holder` is alive, as this process can judge it (docs/design.md §8.5): from
+    /// Whether `holder` is alive, as this process can judge it (docs/design.md §8.6): from
     /// `/proc` for its own domain, by the host table's verdict for every other.
     pub(crate) fn holder_alive(&self, holder: crate::word::Holder) -> bool {
         self.hosts().holder_alive(holder, crate::identity::domain())

@@ -33,7 +33,7 @@ pub struct SlotInfo {
     pub slot: u32,
     /// Process id of the holder (on the host that leased the slot).
     pub pid: u32,
-    /// The holder's host: its id in the heap's host table (docs/design.md §8.5).
+    /// The holder's host: its id in the heap's host table (docs/design.md §8.6).
     pub host: u16,
     /// Whether the holder runs on the caller's own host (domain), so that `alive` was judged
     /// from this host's `/proc`.

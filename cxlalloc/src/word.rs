@@ -104,7 +104,7 @@ const HOST_MASK: u64 = (1 << HOST_BITS) - 1;
 /// +----------------------------------+---------------+--------------------+
 /// ```
 ///
-/// The host is the holder's entry in the heap's host table (docs/design.md §8.5): its pid and
+/// The host is the holder's entry in the heap's host table (docs/design.md §8.6): its pid and
 /// start time mean something only in that host's pid namespace. The start time (clock ticks
 /// since boot, `/proc/PID/stat` field 22) tells a live holder from an unrelated process that
 /// reused its pid. 0 means the slot is free.
@@ -152,7 +152,7 @@ pub(crate) const MAX_HOST_INDEX: u32 = 1 << HOST_BITS;
 /// ```
 ///
 /// A domain is one kernel's view of processes: boot id and machine id folded with a pid
-/// namespace (docs/design.md §8.5). `D` is set when an operator declares the host dead
+/// namespace (docs/design.md §8.6). `D` is set when an operator declares the host dead
 /// (`cxlalloc recover --host`). 0 means the entry is free.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct HostWord {

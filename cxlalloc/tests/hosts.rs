@@ -1,4 +1,4 @@
-//! Hosts and domains (docs/design.md §8.5): holders whose pids mean something only in another
+//! Hosts and domains (docs/design.md §8.6): holders whose pids mean something only in another
 //! pid namespace are never judged from this `/proc`. The foreign holders here run in fresh pid
 //! namespaces with their own `/proc` (`unshare --pid --fork --mount-proc`), as a container or
 //! another host of a pod would; each namespace is a domain of its own.

@@ -75,7 +75,7 @@ pub struct HostRecovery {
     pub released: Vec<u16>,
 }
 
-/// A host registered in a heap (docs/design.md §8.5), as [`Heap::hosts`] and
+/// A host registered in a heap (docs/design.md §8.6), as [`Heap::hosts`] and
 /// [`Heap::info_at`] show it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostInfo {
@@ -283,7 +283,7 @@ impl Heap {
     }
 
     /// This process's host in the heap: its entry in the heap's host table, the id that
-    /// [`Heap::recover_host`] and `cxlalloc recover --host` take (docs/design.md §8.5).
+    /// [`Heap::recover_host`] and `cxlalloc recover --host` take (docs/design.md §8.6).
     pub fn host_id(&self) -> u16 {
         self.mem().host()
     }
@@ -291,7 +291,7 @@ impl Heap {
     /// Declares host `host` dead and recovers everything it held, from this (another) host:
     /// every slot its processes held is adopted, repaired and released, the hazard sets of its
     /// processes are given back, and its host-table entry is freed once nothing names it
-    /// (docs/design.md §8.5).
+    /// (docs/design.md §8.6).
     ///
     /// Run it only once the host is known to be down (the operator's fencing): a process of a
     /// host declared dead that still runs would share its slots with their adopters. Declaring

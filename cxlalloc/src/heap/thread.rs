@@ -139,7 +139,7 @@ pub(crate) fn adopt(heap: &Heap, slot: u32) -> Result<(ThreadHandle, RecoveryRep
     let held = lease.load(Ordering::Acquire);
     let dead = Holder::unpack(held).ok_or(AdoptError::NotHeld(slot))?;
     // Only a holder this process can judge, or one of a host declared dead, is ever adopted
-    // (docs/design.md §8.5): a foreign pid names nothing in our /proc.
+    // (docs/design.md §8.6): a foreign pid names nothing in our /proc.
     if mem.holder_alive(dead) {
         return Err(if mem.hosts().is_local(dead, identity::domain()) {
             AdoptError::HolderAlive { slot, pid: dead.pid }

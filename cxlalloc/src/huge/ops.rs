@@ -401,7 +401,7 @@ pub(crate) fn drop_stale_mappings(view: &HugeView) {
 /// Whether any live process holds a hazard on `key` (after [`hazard::begin_reclaim`]). Sets
 /// read as unleased are skipped: a publisher leases its set before its fence (see
 /// [`crate::protocol::hazard`]). Sets of dead holders are cleared and given back on the way; a
-/// holder on another host counts as alive until that host is declared dead (docs/design.md §8.5).
+/// holder on another host counts as alive until that host is declared dead (docs/design.md §8.6).
 fn hazard_anywhere(mem: &HeapMem, view: &HugeView, key: HazardKey) -> bool {
     let word = key.pack();
     for s in 0..view.sets() {

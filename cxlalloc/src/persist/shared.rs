@@ -35,11 +35,11 @@ pub(crate) struct SlotLease {
 }
 
 /// Entries of the host table: hosts (kernels, or pid namespaces of one kernel) that may use a
-/// heap in its lifetime at once (docs/design.md §8.5). An entry is freed when its host is
+/// heap in its lifetime at once (docs/design.md §8.6). An entry is freed when its host is
 /// recovered, so a pod may see more hosts come and go.
 pub(crate) const MAX_HOSTS: u32 = 64;
 
-/// One entry of the host table (docs/design.md §8.5).
+/// One entry of the host table (docs/design.md §8.6).
 ///
 /// Region: shared (HWcc), one cache line per entry (only `word` is ever CASed: in the no-HWcc
 /// model the mCAS unit executes that CAS and the other words are plain advice).
