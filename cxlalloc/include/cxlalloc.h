@@ -206,6 +206,23 @@ cxl_heap_t* cxl_heap_open_or_create_at(const char* path, const cxl_config_t* cfg
 /** Removes the heap directory `path`. Returns CXL_OK or the error code. */
 int cxl_heap_unlink_at(const char* path);
 
+/** Formats the device `path` for a heap with `cfg` (NULL: defaults) and opens it: a DAX
+ *  device (/dev/daxX.Y), a PCI BAR's resource file (/sys/bus/pci/devices/.../resource2, e.g. a
+ *  QEMU ivshmem device in a guest), or a plain file at least cxl_device_bytes(cfg) long. Every
+ *  region and the huge range are carved at fixed offsets; every host then opens the same bytes
+ *  with cxl_heap_open_device(). Whatever the device held is lost. Returns NULL on failure
+ *  (CXL_EINVAL for a device too small or not a device, ...). */
+cxl_heap_t* cxl_heap_format_device(const char* path, const cxl_config_t* cfg);
+
+/** Opens the heap on the device `path`. Returns NULL on failure: CXL_ENOTFOUND for a device
+ *  never formatted, CXL_EBADHEAP for a damaged or foreign header or label or a device shorter
+ *  than its carving, CXL_EMISMATCH for a carving this build does not make. */
+cxl_heap_t* cxl_heap_open_device(const char* path);
+
+/** Bytes a device needs for a heap with `cfg` (NULL: defaults); 0 (error set) for an invalid
+ *  configuration. */
+uint64_t cxl_device_bytes(const cxl_config_t* cfg);
+
 /** A private heap in anonymous memory, usable by this process only (tests, tools). `cfg` NULL
  *  means the defaults. Returns NULL on failure. */
 cxl_heap_t* cxl_heap_anonymous(const cxl_config_t* cfg);

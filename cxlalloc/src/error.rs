@@ -102,6 +102,32 @@ pub enum OpenError {
         /// The header's identity.
         expected: u64,
     },
+    /// A device ([`crate::Heap::open_device`]) that was never formatted (its first bytes are
+    /// zero): run `cxlalloc format DEVICE` or [`crate::Heap::format_device`] first.
+    #[error("{0} holds no heap (never formatted: run `cxlalloc format` on it)")]
+    NotFormatted(PathBuf),
+    /// A device is too small for the heap: `format` was asked for a configuration that needs
+    /// more bytes than the device has (see [`crate::Heap::device_bytes`]).
+    #[error("device {path} has {actual} bytes, the heap needs {needed}")]
+    DeviceTooSmall {
+        /// The device.
+        path: PathBuf,
+        /// Bytes the heap needs.
+        needed: u64,
+        /// Bytes the device has.
+        actual: u64,
+    },
+    /// A path given as a device is not one: a directory (open it with
+    /// [`crate::Heap::open_at`]), a file type that cannot be mapped, a device whose mapping
+    /// alignment the layout cannot meet, or a heap directory's header file (it has no device
+    /// label).
+    #[error("{path} is not a usable heap device: {what}")]
+    NotADevice {
+        /// The path.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
 }
 
 /// Why a thread could not attach ([`crate::Heap::attach`]).
@@ -366,6 +392,8 @@ impl From<&OpenError> for ErrorCode {
             OpenError::InvalidName { .. } => ErrorCode::InvalidArgument,
             OpenError::PermissionDenied { .. } | OpenError::MixedPermissions { .. } => ErrorCode::PermissionDenied,
             OpenError::ForeignRegion { .. } => ErrorCode::BadHeap,
+            OpenError::NotFormatted(_) => ErrorCode::NotFound,
+            OpenError::DeviceTooSmall { .. } | OpenError::NotADevice { .. } => ErrorCode::InvalidArgument,
         }
     }
 }

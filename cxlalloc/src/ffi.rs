@@ -604,6 +604,68 @@ pub unsafe extern "C" fn cxl_heap_unlink_at(path: *const c_char) -> c_int {
     unit_result(F, Heap::unlink_at(path))
 }
 
+/// `cxl_heap_t* cxl_heap_format_device(const char* path, const cxl_config_t* cfg)`: formats the
+/// device `path` (a DAX device, a PCI BAR's resource file, or a plain file) for a heap and
+/// opens it ([`Heap::format_device`]); whatever the device held is lost.
+///
+/// # Safety
+///
+/// `path` is null or a NUL-terminated string; `cfg` is null or points to a `cxl_config_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_heap_format_device(path: *const c_char, cfg: *const CxlConfig) -> *mut CxlHeap {
+    const F: &str = "cxl_heap_format_device";
+    // SAFETY: forwarded from this function's contract.
+    let Some(path) = (unsafe { path_arg(path, F) }) else {
+        return ptr::null_mut();
+    };
+    // SAFETY: forwarded from this function's contract.
+    let Some(config) = (unsafe { config_arg(cfg, F) }) else {
+        return ptr::null_mut();
+    };
+    heap_result(F, Heap::format_device(path, &config))
+}
+
+/// `cxl_heap_t* cxl_heap_open_device(const char* path)`: opens the heap on the device `path`
+/// ([`Heap::open_device`]).
+///
+/// # Safety
+///
+/// `path` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_heap_open_device(path: *const c_char) -> *mut CxlHeap {
+    const F: &str = "cxl_heap_open_device";
+    // SAFETY: forwarded from this function's contract.
+    let Some(path) = (unsafe { path_arg(path, F) }) else {
+        return ptr::null_mut();
+    };
+    heap_result(F, Heap::open_device(path))
+}
+
+/// `uint64_t cxl_device_bytes(const cxl_config_t* cfg)`: bytes a device needs for a heap with
+/// `cfg` ([`Heap::device_bytes`]); 0 with the error set for an invalid configuration.
+///
+/// # Safety
+///
+/// `cfg` is null or points to a `cxl_config_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_device_bytes(cfg: *const CxlConfig) -> u64 {
+    const F: &str = "cxl_device_bytes";
+    // SAFETY: forwarded from this function's contract.
+    let Some(config) = (unsafe { config_arg(cfg, F) }) else {
+        return 0;
+    };
+    match Heap::device_bytes(&config) {
+        Ok(n) => {
+            succeed();
+            n
+        }
+        Err(e) => {
+            open_failed(F, &e);
+            0
+        }
+    }
+}
+
 /// `cxl_heap_t* cxl_heap_anonymous(const cxl_config_t* cfg)`: a private heap in anonymous
 /// memory, for this process only.
 ///

@@ -65,6 +65,12 @@ mod not_loom {
             };
         }
 
+        /// The mCAS window carved in the no-HWcc heap device at `path` (what
+        /// `cxlalloc-mcasd --device PATH` serves).
+        pub fn device_window(path: &std::path::Path) -> Result<Window, crate::OpenError> {
+            crate::backing::device::DeviceBacking::window(path)
+        }
+
         /// Hardware device descriptions.
         pub mod spec {
             pub use crate::mcas::spec::STAND_IN;

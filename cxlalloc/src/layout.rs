@@ -292,7 +292,7 @@ const _: () = assert!(std::mem::size_of::<Header>() % 8 == 0);
 const FLAG_COMMIT: u32 = 1;
 const FLAG_RECOVERY: u32 = 2;
 
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
 }
 

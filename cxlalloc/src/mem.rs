@@ -231,8 +231,9 @@ impl HeapMem {
         let hazard_sets: Box<[AtomicU64]> = (0..layout.hazard_sets.div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
         let huge = (layout.huge.size > 0).then(|| {
             let dir_fd = backing.huge_dir().unwrap_or(-1);
-            let page = header.page_size as usize;
-            HugeView::new(&layout, base.as_ptr() as usize, page, hazard_sets.as_ptr(), holder, dir_fd)
+            let page = (header.page_size as usize).max(backing.map_align());
+            let device = backing.huge_device();
+            HugeView::new(&layout, base.as_ptr() as usize, page, hazard_sets.as_ptr(), holder, dir_fd, device)
         });
         let mut mem = HeapMem {
             base,
@@ -291,9 +292,13 @@ impl HeapMem {
         let span = self.layout.region(r);
         let fd = self.backing.fd(r).ok_or(OpenError::Map(Errno::EBADF))?;
         let len = if r == RegionId::Header { HEADER_BYTES } else { span.size };
+        // A DAX device maps whole units: the rounding stays inside the region's 2 MiB-aligned
+        // slot of the reservation (and of the device).
+        let len = len.next_multiple_of(self.backing.map_align().max(1));
         let at = self.backing.region_offset(r) as usize;
         // SAFETY: the span lies inside our reservation and is page-aligned (layout invariant);
-        // the file offset is page-aligned (a region's place in its file).
+        // the file offset is page-aligned (a region's place in its file); rounded up to the
+        // mapping unit, the length stays below the next region's 2 MiB-aligned offset.
         unsafe { map::map_shared_fixed(self.addr(span.offset), len, fd, at, r != RegionId::Header) }
             .map_err(OpenError::Map)
     }
@@ -355,7 +360,9 @@ impl HeapMem {
             total: self.layout.total,
             fd: self.backing.fd(RegionId::Data).unwrap_or(-1),
             data: spans,
-            file_offset: spans.map(|s| s.offset - data_region.offset),
+            // The data region's place in its file (a heap device holds every region).
+            file_offset: spans
+                .map(|s| s.offset - data_region.offset + self.backing.region_offset(RegionId::Data) as usize),
             chunk_bytes: Bracket::ALL.map(|b| (b.spec().chunk_slabs as usize) << b.slab_shift()),
             chunk_slabs: Bracket::ALL.map(|b| b.spec().chunk_slabs),
             slab_shift: Bracket::ALL.map(|b| b.slab_shift()),

@@ -11,6 +11,7 @@ use std::io::Read;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use crate::backing::device::DeviceBacking;
 use crate::backing::files;
 use crate::coherence::{Site, DEVICE_FILE, WINDOW_FILE};
 use crate::error::OpenError;
@@ -114,7 +115,7 @@ pub enum McasInfo {
 /// mCAS window, to read whether it is served).
 #[derive(Clone, Debug)]
 pub struct HeapInfo {
-    /// The heap directory.
+    /// The heap directory, or the heap device ([`Heap::info_device`]).
     pub path: PathBuf,
     /// The configuration its header records.
     pub config: Config,
@@ -125,7 +126,8 @@ pub struct HeapInfo {
     /// Address space the heap reserves in each process that opens it (regions and huge span).
     pub reserved_bytes: u64,
     /// Memory the heap directory's files occupy now (allocated blocks, not their sparse
-    /// length).
+    /// length); for a heap device, the bytes it carves (a plain file standing in for one: the
+    /// blocks it occupies).
     pub stored_bytes: u64,
     /// The leased slots (`Err`: why the slot table could not be read, e.g. on device memory
     /// that only maps).
@@ -410,27 +412,80 @@ impl Heap {
             regions,
             reserved_bytes: layout.total as u64,
             stored_bytes,
-            holders: read_slots(path, &header, &layout).map_err(|e| e.to_string()),
-            hosts: read_hosts(path, &header, &layout)
-                .map(|t| HostInfo::from_records(HostTable::new(&t, None).records(), identity::domain(), now_secs()))
+            holders: read_slots(&header, &layout, &|r, at, buf| read_region(path, &header, r, at, buf))
                 .map_err(|e| e.to_string()),
+            hosts: host_infos(&layout, &|r, at, buf| read_region(path, &header, r, at, buf)),
             mcas: (header.config().coherence == Coherence::NoHwcc).then(|| mcas_info(path)),
+        })
+    }
+
+    /// A read-only look at the heap on the device at `path` (docs/design.md §2.4), as
+    /// [`Heap::info_at`] gives for a directory: the header and label are validated as
+    /// [`Heap::open_device`] does, and the slot table and records are read through read-only
+    /// mappings of just those pages (a PCI BAR's resource file cannot be `pread`).
+    pub fn info_device(path: &Path) -> Result<HeapInfo, OpenError> {
+        let (file, header, carving) = DeviceBacking::survey(path)?;
+        let layout = Layout::from_header(&header);
+        let regions = RegionId::ALL
+            .iter()
+            .map(|&r| RegionInfo { name: r.file_name(), bytes: header.region_bytes[r as usize], hwcc: r.is_hwcc() })
+            .collect();
+        let meta = file.metadata().map_err(|source| OpenError::Io { op: "stat", path: path.to_path_buf(), source })?;
+        let stored_bytes = if meta.is_file() && meta.blocks() > 0 { meta.blocks() * 512 } else { carving.bytes };
+        let read =
+            |r: RegionId, at: u64, buf: &mut [u8]| read_mapped(&file, path, carving.regions[r as usize] + at, buf);
+        let mcas = (header.config().coherence == Coherence::NoHwcc).then(|| match DeviceBacking::window(path) {
+            Ok(w) => McasInfo::Window { served_by: w.served_by(), path: path.to_path_buf() },
+            Err(e) => McasInfo::WindowUnusable { path: path.to_path_buf(), reason: e.to_string() },
+        });
+        Ok(HeapInfo {
+            path: path.to_path_buf(),
+            config: header.config(),
+            layout_version: header.layout_version,
+            regions,
+            reserved_bytes: layout.total as u64,
+            stored_bytes,
+            holders: read_slots(&header, &layout, &read).map_err(|e| e.to_string()),
+            hosts: host_infos(&layout, &read),
+            mcas,
         })
     }
 }
 
-fn io<'p>(op: &'static str, path: &'p Path) -> impl FnOnce(std::io::Error) -> OpenError + 'p {
-    move |source| OpenError::Io { op, path: path.to_path_buf(), source }
+/// Reads `buf.len()` bytes at byte `at` of region `r` of the heap directory `dir` with `pread`.
+fn read_region(dir: &Path, header: &Header, r: RegionId, at: u64, buf: &mut [u8]) -> Result<(), OpenError> {
+    let (path, base) = files::region_file(dir, header, r)?;
+    let file = File::open(&path).map_err(|source| OpenError::Io { op: "open", path: path.clone(), source })?;
+    file.read_exact_at(buf, base + at).map_err(|source| OpenError::Io { op: "read", path, source })
 }
 
-/// Reads the host table with `pread`, into a private copy.
-fn read_hosts(dir: &Path, header: &Header, layout: &Layout) -> Result<Vec<HostEntry>, OpenError> {
-    let (shared, at) = files::region_file(dir, header, RegionId::Shared)?;
-    let file = File::open(&shared).map_err(io("open", &shared))?;
-    let first = at + (layout.host_table - layout.region(RegionId::Shared).offset) as u64;
+/// Reads `buf.len()` bytes at byte `at` of a device through a read-only mapping of the pages
+/// that hold them.
+fn read_mapped(file: &File, path: &Path, at: u64, buf: &mut [u8]) -> Result<(), OpenError> {
+    let page = crate::layout::page_size() as u64;
+    let start = at / page * page;
+    let len = (at - start) as usize + buf.len();
+    let map = memmap2::MmapOptions::new()
+        .offset(start)
+        .len(len)
+        .map_raw_read_only(file)
+        .map_err(|source| OpenError::Io { op: "map", path: path.to_path_buf(), source })?;
+    // SAFETY: the mapping holds `len` readable bytes, of which `buf.len()` from `at - start`;
+    // `buf` is distinct memory. Words other processes write meanwhile may read torn, as any
+    // survey's `pread` would: the survey is a snapshot, advisory.
+    unsafe { std::ptr::copy_nonoverlapping(map.as_ptr().add((at - start) as usize), buf.as_mut_ptr(), buf.len()) };
+    Ok(())
+}
+
+/// How the survey reads a heap: `buf.len()` bytes at byte `at` of a region.
+type ReadRegion<'a> = dyn Fn(RegionId, u64, &mut [u8]) -> Result<(), OpenError> + 'a;
+
+/// Reads the host table through `read`, into a private copy.
+fn read_hosts(layout: &Layout, read: &ReadRegion<'_>) -> Result<Vec<HostEntry>, OpenError> {
+    let first = (layout.host_table - layout.region(RegionId::Shared).offset) as u64;
     let size = std::mem::size_of::<HostEntry>();
     let mut bytes = vec![0u8; MAX_HOSTS as usize * size];
-    file.read_exact_at(&mut bytes, first).map_err(io("read host table", &shared))?;
+    read(RegionId::Shared, first, &mut bytes)?;
     let word = |at: usize| {
         let mut w = [0u8; 8];
         w.copy_from_slice(&bytes[at..at + 8]);
@@ -449,16 +504,19 @@ fn read_hosts(dir: &Path, header: &Header, layout: &Layout) -> Result<Vec<HostEn
         .collect())
 }
 
-/// Reads the slot table and the held slots' records with `pread`.
-fn read_slots(dir: &Path, header: &Header, layout: &Layout) -> Result<Vec<SlotInfo>, OpenError> {
-    let (shared, at) = files::region_file(dir, header, RegionId::Shared)?;
-    let table = File::open(&shared).map_err(io("open", &shared))?;
+/// The registered hosts, as the survey shows them.
+fn host_infos(layout: &Layout, read: &ReadRegion<'_>) -> Result<Vec<HostInfo>, String> {
+    read_hosts(layout, read)
+        .map(|t| HostInfo::from_records(HostTable::new(&t, None).records(), identity::domain(), now_secs()))
+        .map_err(|e| e.to_string())
+}
+
+/// Reads the slot table and the held slots' records through `read`.
+fn read_slots(header: &Header, layout: &Layout, read: &ReadRegion<'_>) -> Result<Vec<SlotInfo>, OpenError> {
     let stride = layout.lease_stride as u64;
-    let first = at + (layout.slot_table - layout.region(RegionId::Shared).offset) as u64;
+    let first = (layout.slot_table - layout.region(RegionId::Shared).offset) as u64;
     let mut leases = vec![0u8; layout.slots as usize * stride as usize];
-    table.read_exact_at(&mut leases, first).map_err(io("read slot table", &shared))?;
-    let owned = dir.join(RegionId::Owned.file_name());
-    let records = File::open(&owned).map_err(io("open", &owned))?;
+    read(RegionId::Shared, first, &mut leases)?;
     let word = |bytes: &[u8], at: usize| {
         let mut w = [0u8; 8];
         if let Some(b) = bytes.get(at..at + 8) {
@@ -466,7 +524,7 @@ fn read_slots(dir: &Path, header: &Header, layout: &Layout) -> Result<Vec<SlotIn
         }
         u64::from_ne_bytes(w)
     };
-    let host_entries = read_hosts(dir, header, layout)?;
+    let host_entries = read_hosts(layout, read)?;
     let hosts = HostTable::new(&host_entries, None);
     let mut out = Vec::new();
     for slot in 0..layout.slots {
@@ -476,13 +534,9 @@ fn read_slots(dir: &Path, header: &Header, layout: &Layout) -> Result<Vec<SlotIn
         }
         let record = u64::from(slot) * u64::from(header.record_bytes);
         let mut redo = [0u8; 8];
-        records
-            .read_exact_at(&mut redo, record + std::mem::offset_of!(ThreadRecord, redo) as u64)
-            .map_err(io("read record", &owned))?;
+        read(RegionId::Owned, record + std::mem::offset_of!(ThreadRecord, redo) as u64, &mut redo)?;
         let mut pending = [0u8; 32];
-        records
-            .read_exact_at(&mut pending, record + std::mem::offset_of!(ThreadRecord, pending) as u64)
-            .map_err(io("read record", &owned))?;
+        read(RegionId::Owned, record + std::mem::offset_of!(ThreadRecord, pending) as u64, &mut pending)?;
         let w = SlotWords { holder, redo: word(&redo, 0), pending: std::array::from_fn(|i| word(&pending, i * 8)) };
         out.extend(slot_info(slot, &w, &hosts));
     }

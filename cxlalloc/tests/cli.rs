@@ -382,3 +382,65 @@ fn errors_write_control_characters_in_a_path_escaped() -> TestResult {
     assert!(err.contains("evil\\u{1b}[2J"), "{err:?}");
     Ok(())
 }
+
+/// A plain file standing in for a device, removed when dropped.
+struct DevFile(PathBuf);
+
+impl DevFile {
+    fn new(tag: &str, bytes: u64) -> Self {
+        let path = PathBuf::from(format!("/dev/shm/cxlalloc-cli-dev-{}-{tag}", std::process::id()));
+        let f = std::fs::File::create(&path).expect("create device file");
+        f.set_len(bytes).expect("size device file");
+        DevFile(path)
+    }
+
+    fn arg(&self) -> &str {
+        self.0.to_str().expect("utf-8 path")
+    }
+}
+
+impl Drop for DevFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn format_carves_a_heap_that_every_read_command_opens_with_device() -> TestResult {
+    let dev = DevFile::new("fmt", 3 << 30);
+    let o = cxlalloc(&["format", dev.arg(), "--slots", "8"]);
+    assert!(o.status.success(), "{o:?}");
+    // With no sizes given, the brackets take a quarter of the device each, the huge range the
+    // whole GiB left.
+    assert!(stdout(&o).contains("huge 1 GiB"), "{}", stdout(&o));
+    let heap = Heap::open_device(&dev.0)?;
+    assert_eq!(heap.config().thread_slots, 8);
+    let t = heap.attach()?;
+    let _block = t.alloc(100)?;
+    let info = json(&cxlalloc(&["inspect", "--device", dev.arg(), "--json"]));
+    assert_eq!(info["holders"].as_array().map(Vec::len), Some(1), "{info}");
+    assert_eq!(cxlalloc(&["check", "--device", dev.arg()]).status.code(), Some(0));
+    assert!(cxlalloc(&["stats", "--device", dev.arg()]).status.success());
+    // A device that holds a heap is formatted again only with --force.
+    let again = cxlalloc(&["format", dev.arg()]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"), "{again:?}");
+    drop(t);
+    drop(heap);
+    assert!(cxlalloc(&["format", dev.arg(), "--force", "--slots", "4"]).status.success());
+    assert_eq!(Heap::open_device(&dev.0)?.config().thread_slots, 4);
+    Ok(())
+}
+
+#[test]
+fn format_refuses_a_device_too_small_and_unlink_refuses_a_device() {
+    let dev = DevFile::new("tiny", 1 << 20);
+    let o = cxlalloc(&["format", dev.arg()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("the heap needs"), "{o:?}");
+    let dev = DevFile::new("unlink", 1 << 30);
+    assert!(cxlalloc(&["format", dev.arg(), "--slots", "4"]).status.success());
+    let o = cxlalloc(&["unlink", "--device", dev.arg()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(Heap::open_device(&dev.0).is_ok(), "unlink touched the device");
+}

@@ -3,9 +3,13 @@
 //! - [`files`]: one file per region in a heap directory — in `/dev/shm` by default (the
 //!   recommended backing on a machine without a CXL device), or any directory given by path
 //!   (a DAX-mounted filesystem, for instance).
+//! - [`device`]: one fixed-size mappable object (a DAX device, a PCI BAR's resource file, or a
+//!   plain file of that size) holding every region at fixed offsets, and the huge range: the
+//!   backing of a CXL pod, whose hosts share the device but no file system (docs/design.md §2.4).
 //! - [`anon`]: private anonymous memory for single-process use (tests, miri).
 
 pub(crate) mod anon;
+pub(crate) mod device;
 pub(crate) mod files;
 
 use std::ffi::CStr;
@@ -107,6 +111,19 @@ pub(crate) trait Backing: Send + Sync + std::fmt::Debug {
     /// The mCAS window or device holding the HWcc regions of a no-HWcc heap.
     fn mcas_home(&self) -> Option<crate::coherence::McasHome> {
         None
+    }
+
+    /// A heap device (docs/design.md §2.4): its descriptor and the device offset of the huge
+    /// span, from which every huge block is mapped at its place (there are no objects). `None`
+    /// for the other backings.
+    fn huge_device(&self) -> Option<(RawFd, u64)> {
+        None
+    }
+
+    /// The granule in which the backing can be mapped, if larger than a page (a DAX device maps
+    /// whole 2 MiB units): region mappings and huge blocks are rounded up to it.
+    fn map_align(&self) -> usize {
+        0
     }
 }
 

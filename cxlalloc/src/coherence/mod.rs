@@ -198,6 +198,16 @@ pub(crate) enum McasHome {
     /// The target area of an mCAS window file in the heap directory, served by the software
     /// device (`cxlalloc-mcasd`) or the RTL co-simulation.
     Window(PathBuf),
+    /// The mCAS window a heap device carves for a no-HWcc heap: `len` bytes at byte `offset`
+    /// of the device file `path` (docs/design.md §2.4), served like a window file.
+    DeviceWindow {
+        /// The heap device.
+        path: PathBuf,
+        /// Byte offset of the window in the device.
+        offset: u64,
+        /// Bytes of the window.
+        len: u64,
+    },
     /// A hardware device's memory, CASed through its registers. `description` is the heap
     /// directory's copy of the device description ([`DEVICE_FILE`]), whose bytes lease the
     /// process requesters.
@@ -213,7 +223,7 @@ impl McasHome {
     /// The file whose bytes lease the process requesters.
     fn lock_file(&self) -> &Path {
         match self {
-            McasHome::Window(path) => path,
+            McasHome::Window(path) | McasHome::DeviceWindow { path, .. } => path,
             McasHome::Device { description, .. } => description,
         }
     }
@@ -254,6 +264,23 @@ impl McasHub {
                 if window.geometry() != geometry {
                     return Err(HubError::Window(format!(
                         "{}: geometry {:?}, the heap needs {geometry:?}",
+                        path.display(),
+                        window.geometry()
+                    )));
+                }
+                Link::Window(Arc::new(window))
+            }
+            McasHome::DeviceWindow { path, offset, len } => {
+                let file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(path)
+                    .map_err(|e| HubError::Window(format!("{}: {e}", path.display())))?;
+                let window =
+                    Window::open_in(&file, path, *offset, *len).map_err(|e| HubError::Window(e.to_string()))?;
+                if window.geometry() != geometry {
+                    return Err(HubError::Window(format!(
+                        "{} at {offset:#x}: geometry {:?}, the heap needs {geometry:?}",
                         path.display(),
                         window.geometry()
                     )));

@@ -5,7 +5,9 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use crate::backing::anon::AnonBacking;
+use crate::backing::device::DeviceBacking;
 use crate::backing::files::{self, FileBacking};
+use crate::class::Bracket;
 use crate::error::{AdoptError, AttachError, OffsetError, OpenError, RecoverHostError};
 use crate::host::DeclareError;
 use crate::huge;
@@ -52,6 +54,13 @@ impl Drop for HeapInner {
         let _ = view.unmap(view.span.offset as u64, view.span.size);
         view.release_sets();
         if used_huge {
+            // The registration is gone, so a descriptor in a small-heap chunk this process never
+            // mapped would fault with no handler to map it: map every chunk below the small
+            // heap's length first (docs/design.md §7.5).
+            let len = self.mem.refresh_length(Bracket::Small);
+            if self.mem.ensure_mapped(Bracket::Small, len).is_err() {
+                return;
+            }
             huge::ops::sweep_unheld(&self.mem, &view);
         }
     }
@@ -228,6 +237,56 @@ impl Heap {
     /// Removes the heap directory at `path`.
     pub fn unlink_at(path: &Path) -> Result<(), OpenError> {
         FileBacking::unlink(path)
+    }
+
+    /// Formats the device at `path` for a heap with `config` and opens it (docs/design.md
+    /// §2.4): a DAX device (`/dev/daxX.Y`), a PCI BAR's resource file
+    /// (`/sys/bus/pci/devices/…/resource2`, an `ivshmem` device in a QEMU guest), or a plain
+    /// file at least [`Heap::device_bytes`] long. Every region and the huge range are carved at
+    /// fixed offsets; nothing is ever created, resized or removed on the device, so every host
+    /// that maps it (its own kernel, no shared file system) opens the same bytes with
+    /// [`Heap::open_device`].
+    ///
+    /// Whatever the device held is lost, and nobody may use it while it is formatted. Errors:
+    /// [`OpenError::DeviceTooSmall`], [`OpenError::NotADevice`] (a directory, a character
+    /// device that is not DAX), and those of opening. [`Config::mode`] is recorded but not
+    /// applied (the device's own permissions decide who opens it); [`Config::mcas_device`] is
+    /// refused: a no-HWcc heap on a device has its mCAS window carved in the device, served by
+    /// `cxlalloc-mcasd --device PATH`.
+    pub fn format_device(path: &Path, config: &Config) -> Result<Self, OpenError> {
+        config.validate()?;
+        if config.mcas_device.is_some() {
+            return Err(OpenError::InvalidConfig(
+                "a heap device carves its own mCAS window; mcas_device is for heap directories".into(),
+            ));
+        }
+        let header = Header::new(config, random_secret()).with_heap_id(random_secret() | 1);
+        DeviceBacking::format(path, &header)?;
+        Self::open_device(path)
+    }
+
+    /// Opens the heap on the device at `path` (see [`Heap::format_device`]). The header is
+    /// validated as [`Heap::open_at`] does; then the device label: [`OpenError::NotFormatted`]
+    /// for a device that holds no heap, [`OpenError::Checksum`] for a damaged label,
+    /// [`OpenError::ForeignRegion`] for a label of another heap, [`OpenError::Mismatch`] for a
+    /// carving this build does not make, [`OpenError::Truncated`] for a device shorter than
+    /// the carving.
+    pub fn open_device(path: &Path) -> Result<Self, OpenError> {
+        let (backing, header) = DeviceBacking::open(path)?;
+        Self::from_mem(HeapMem::map(header, Box::new(backing))?)
+    }
+
+    /// Bytes a device must have to hold a heap with `config` (what [`Heap::format_device`]
+    /// carves: the regions, the huge range, and a no-HWcc heap's mCAS window).
+    pub fn device_bytes(config: &Config) -> Result<u64, OpenError> {
+        config.validate()?;
+        Ok(DeviceBacking::bytes_needed(&Header::new(config, 0)))
+    }
+
+    /// Bytes of the device at `path`: a plain file's or a BAR resource file's size, a DAX
+    /// device's as its sysfs directory gives it. [`OpenError::NotADevice`] for anything else.
+    pub fn device_capacity(path: &Path) -> Result<u64, OpenError> {
+        DeviceBacking::capacity(path)
     }
 
     /// A private heap in anonymous memory, for one process (tests, tools).

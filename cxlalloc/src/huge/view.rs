@@ -67,7 +67,8 @@ pub(crate) struct HugeView {
     pub base: usize,
     /// The huge span (offsets).
     pub span: Span,
-    /// System page size.
+    /// Granule of huge offsets and lengths: the system page size, or a heap device's mapping
+    /// alignment if larger (a DAX device maps only whole 2 MiB units).
     pub page: usize,
     claims: *const AtomicU64,
     records: usize,
@@ -86,8 +87,13 @@ pub(crate) struct HugeView {
     pub holder: u64,
     /// This process's id: a forked child must open the heap itself (its hazards are its own).
     pub pid: u32,
-    /// Directory to open backing objects in, or -1 (anonymous heap: nothing is shared).
+    /// Directory to open backing objects in, or -1 (anonymous heap, or a heap device).
     dir_fd: i32,
+    /// A heap device (docs/design.md §2.4): its descriptor, or -1 (blocks have objects of their
+    /// own); a block at heap offset `o` is the device's bytes at `device_offset + o - span.offset`.
+    device_fd: i32,
+    /// Device offset of the huge span's first byte (when `device_fd` is one).
+    device_offset: u64,
 }
 
 impl HugeView {
@@ -101,6 +107,7 @@ impl HugeView {
         mine: *const AtomicU64,
         holder: u64,
         dir_fd: i32,
+        device: Option<(i32, u64)>,
     ) -> Self {
         let shared = base + layout.region(RegionId::Shared).offset;
         Self {
@@ -122,6 +129,8 @@ impl HugeView {
             holder,
             pid: crate::word::Holder::unpack(holder).map_or(0, |h| h.pid),
             dir_fd,
+            device_fd: device.map_or(-1, |(fd, _)| fd),
+            device_offset: device.map_or(0, |(_, at)| at),
         }
     }
 
@@ -406,6 +415,10 @@ impl HugeView {
     /// Maps `len` bytes of huge allocation `(off, generation)` from its backing object, opened
     /// by name. Async-signal-safe.
     pub(crate) fn map_named(&self, off: u64, len: usize, generation: u64) -> Result<(), Errno> {
+        if self.device_fd >= 0 {
+            // A heap device: the block is a range of the device, no object to open.
+            return self.map_fd(off, len, self.device_fd);
+        }
         if self.dir_fd < 0 {
             return Err(Errno::ENOENT);
         }
@@ -429,12 +442,16 @@ impl HugeView {
         Ok((self.base + off as usize) as *mut u8)
     }
 
-    /// Maps `len` bytes of `fd` at huge offset `off`. Async-signal-safe.
+    /// Maps `len` bytes of `fd` at huge offset `off`: the block's own object from its start,
+    /// or, on a heap device, the device at the block's place in its huge range.
+    /// Async-signal-safe.
     pub(crate) fn map_fd(&self, off: u64, len: usize, fd: i32) -> Result<(), Errno> {
         let addr = self.range(off, len)?;
+        let at = if self.device_fd >= 0 { self.device_offset as usize + (off as usize - self.span.offset) } else { 0 };
         // SAFETY: `range` checked that the page-aligned range lies in the huge span of our own
-        // reservation.
-        unsafe { map::map_shared_fixed(addr, len.next_multiple_of(self.page), fd, 0, true) }
+        // reservation; the device offset is the span's (2 MiB-aligned) plus the block's
+        // page-aligned place in it.
+        unsafe { map::map_shared_fixed(addr, len.next_multiple_of(self.page), fd, at, true) }
     }
 
     /// Maps private zeroed memory at huge offset `off` (anonymous heaps: one process).

@@ -136,6 +136,13 @@ impl Window {
         MmapRaw::map_raw(file).map_err(io(path))
     }
 
+    /// Maps `len` bytes at byte `offset` (page-aligned) of `file`, without asking the file its
+    /// size (a PCI BAR's resource file or a DAX device cannot be resized, and a character
+    /// device reports none).
+    fn map_range(file: &File, path: &Path, offset: u64, len: u64) -> Result<MmapRaw, WindowError> {
+        memmap2::MmapOptions::new().offset(offset).len(len as usize).map_raw(file).map_err(io(path))
+    }
+
     /// Opens an existing window: waits up to [`HEADER_WAIT`] for its magic while it is still
     /// zero (a creator mid-way), refuses any other magic at once, then validates the version,
     /// the geometry and the file size. Never writes to it.
@@ -147,12 +154,25 @@ impl Window {
     /// As [`Window::open`], for a file already open for reading and writing (`path` names it
     /// in errors): a heap opener reaches its window relative to the heap directory it opened.
     pub fn open_file(file: &File, path: &Path) -> Result<Self, WindowError> {
-        let invalid = |what: String| WindowError::Invalid { path: path.to_path_buf(), what };
         let len = file.metadata().map_err(io(path))?.len();
+        if len < HEADER_BYTES {
+            return Err(WindowError::Invalid {
+                path: path.to_path_buf(),
+                what: format!("{len} bytes, shorter than the header"),
+            });
+        }
+        Self::open_in(file, path, 0, len)
+    }
+
+    /// As [`Window::open_file`], for a window that fills the `len` bytes at byte `offset`
+    /// (page-aligned) of `file`: the window a heap device carves for a no-HWcc heap
+    /// (docs/design.md §2.4).
+    pub fn open_in(file: &File, path: &Path, offset: u64, len: u64) -> Result<Self, WindowError> {
+        let invalid = |what: String| WindowError::Invalid { path: path.to_path_buf(), what };
         if len < HEADER_BYTES {
             return Err(invalid(format!("{len} bytes, shorter than the header")));
         }
-        let map = Self::map_file(file, path)?;
+        let map = Self::map_range(file, path, offset, len)?;
         let w = Window { map, geometry: Geometry { slots: 1, target_bytes: 8 }, path: path.to_path_buf() };
         let started = Instant::now();
         loop {
@@ -204,12 +224,25 @@ impl Window {
         };
         file.set_len(geometry.file_bytes()).map_err(io(path))?;
         let map = Self::map_file(&file, path)?;
-        let w = Window { map, geometry, path: path.to_path_buf() };
-        w.word(H_VERSION).store(u64::from(VERSION) | u64::from(geometry.slots) << 32, Ordering::Relaxed);
-        w.word(H_TARGET_BYTES).store(geometry.target_bytes, Ordering::Relaxed);
+        Ok(Self::publish(Window { map, geometry, path: path.to_path_buf() }))
+    }
+
+    /// Writes a new window's header into `geometry.file_bytes()` bytes at byte `offset`
+    /// (page-aligned) of `file`, which the caller has zeroed and nobody else uses yet (a heap
+    /// device being formatted, docs/design.md §2.4).
+    pub(crate) fn format_in(file: &File, path: &Path, offset: u64, geometry: Geometry) -> Result<Self, WindowError> {
+        geometry.check().map_err(|what| WindowError::Invalid { path: path.to_path_buf(), what })?;
+        let map = Self::map_range(file, path, offset, geometry.file_bytes())?;
+        Ok(Self::publish(Window { map, geometry, path: path.to_path_buf() }))
+    }
+
+    /// Fills in the header of the fresh, zeroed window `w`, the magic last.
+    fn publish(w: Window) -> Window {
+        w.word(H_VERSION).store(u64::from(VERSION) | u64::from(w.geometry.slots) << 32, Ordering::Relaxed);
+        w.word(H_TARGET_BYTES).store(w.geometry.target_bytes, Ordering::Relaxed);
         // Release: an opener that reads the magic (Acquire) sees the fields above.
         w.word(0).store(u64::from_le_bytes(MAGIC), Ordering::Release);
-        Ok(w)
+        w
     }
 
     /// The identity of the heap whose HWcc regions the window holds (0: none).

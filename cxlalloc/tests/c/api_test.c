@@ -38,8 +38,10 @@ static int checks;
 static char heap_name[64];
 static char at_dir[64];
 static char at_path[96];
+static char dev_path[96];
 
 static void cleanup(void) {
+    if (dev_path[0] != '\0') (void)unlink(dev_path);
     if (heap_name[0] != '\0') (void)cxl_heap_unlink(heap_name);
     if (at_path[0] != '\0') (void)cxl_heap_unlink_at(at_path);
     if (at_dir[0] != '\0') (void)rmdir(at_dir);
@@ -685,6 +687,58 @@ static void test_coherence_models(const char* name) {
     CHECK(cxl_heap_unlink(name) == CXL_OK);
 }
 
+/* A heap on a device: a plain file in /dev/shm of the size cxl_device_bytes() gives. */
+static void test_device(void) {
+    snprintf(dev_path, sizeof dev_path, "/dev/shm/capi-dev-%ld", (long)getpid());
+    cxl_config_t cfg;
+    cxl_config_default(&cfg);
+    cfg.small_capacity = (uint64_t)64 << 20;
+    cfg.large_capacity = (uint64_t)64 << 20;
+    cfg.thread_slots = 16;
+    cfg.huge_capacity = (uint64_t)1 << 30;
+    uint64_t bytes = cxl_device_bytes(&cfg);
+    CHECK(bytes > cfg.huge_capacity && cxl_last_error() == CXL_OK);
+    FILE* f = fopen(dev_path, "w");
+    CHECK(f != NULL);
+    CHECK(fclose(f) == 0);
+    /* Too small for the heap, then never formatted. */
+    CHECK(truncate(dev_path, (off_t)(bytes / 2)) == 0);
+    CHECK_ERR(cxl_heap_format_device(dev_path, &cfg), CXL_EINVAL, EINVAL);
+    CHECK(truncate(dev_path, (off_t)bytes) == 0);
+    CHECK_ERR(cxl_heap_open_device(dev_path), CXL_ENOTFOUND, ENOENT);
+    CHECK_ERR(cxl_heap_open_device(NULL), CXL_EINVAL, EINVAL);
+    cfg.thread_slots = 0;
+    CHECK(cxl_device_bytes(&cfg) == 0 && cxl_last_error() == CXL_EINVAL);
+    cfg.thread_slots = 16;
+
+    cxl_heap_t* heap = cxl_heap_format_device(dev_path, &cfg);
+    CHECK(heap != NULL);
+    cxl_thread_t* t = cxl_thread_attach(heap);
+    CHECK(t != NULL);
+    void* small = cxl_malloc(t, 100);
+    void* huge = cxl_malloc(t, (size_t)3 << 20);
+    CHECK(small != NULL && huge != NULL);
+    fill(small, 100, 7);
+    fill(huge, (size_t)3 << 20, 9);
+    /* A second handle maps the same bytes of the device. */
+    cxl_heap_t* again = cxl_heap_open_device(dev_path);
+    CHECK(again != NULL);
+    uint64_t off = cxl_offset_of(heap, huge);
+    CHECK(off != 0);
+    void* seen = cxl_pointer(again, off);
+    CHECK(seen != NULL && seen != huge);
+    CHECK(holds(seen, (size_t)3 << 20, 9));
+    cxl_heap_close(again);
+    CHECK(cxl_free(t, huge) == CXL_OK);
+    CHECK(cxl_free(t, small) == CXL_OK);
+    size_t problems = 99;
+    CHECK(cxl_heap_check(heap, &problems) == CXL_OK && problems == 0);
+    cxl_thread_detach(t);
+    cxl_heap_close(heap);
+    CHECK(unlink(dev_path) == 0);
+    dev_path[0] = '\0';
+}
+
 int main(void) {
     char* name = heap_name;
     snprintf(name, sizeof heap_name, "capi-test-%ld", (long)getpid());
@@ -736,6 +790,7 @@ int main(void) {
     test_heap_exhausted();
     test_heap_at();
     test_coherence_models(name);
+    test_device();
 
     printf("api_test: %d checks passed\n", checks);
     return 0;

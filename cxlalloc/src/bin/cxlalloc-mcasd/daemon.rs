@@ -17,11 +17,11 @@ const DEFAULT_SLOTS: u32 = 64;
 /// Target bytes of a window created without `--target-bytes`.
 const DEFAULT_TARGET_BYTES: u64 = 1 << 20;
 
-/// Serve an mCAS window from shared memory: a no-HWcc heap's (`--heap`, `--heap-dir`) or any
-/// window file (`--window`).
+/// Serve an mCAS window from shared memory: a no-HWcc heap's (`--heap`, `--heap-dir`, or the
+/// window carved in a heap device, `--device`) or any window file (`--window`).
 #[derive(Parser)]
 #[command(version)]
-#[command(group(ArgGroup::new("what").required(true).args(["window", "heap", "heap_dir"])))]
+#[command(group(ArgGroup::new("what").required(true).args(["window", "heap", "heap_dir", "device"])))]
 struct Args {
     /// The window file (e.g. /dev/shm/my-heap.mcas); created if absent.
     #[arg(long)]
@@ -33,6 +33,10 @@ struct Args {
     /// A no-HWcc heap by directory: serves `PATH/mcas-window`.
     #[arg(long, value_name = "PATH")]
     heap_dir: Option<PathBuf>,
+    /// A no-HWcc heap on a device (`cxlalloc format PATH --coherence none`): serves the window
+    /// carved in the device. On a pod, one host serves it for all.
+    #[arg(long, value_name = "PATH")]
+    device: Option<PathBuf>,
     /// Requester slots of a window created by `--window` (default 64). An existing window is
     /// served with its own; if given, it must match.
     #[arg(long)]
@@ -111,6 +115,15 @@ extern "C" fn on_signal(_: i32) {
 /// Parses the command line and serves the window.
 pub fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(dev) = &args.device {
+        return match cxlalloc::internal::mcas::device_window(dev) {
+            Ok(window) => serve(&window, dev, args.latency_ns),
+            Err(e) => {
+                eprintln!("cxlalloc-mcasd: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let (path, must_exist) = match args.target() {
         Ok(t) => t,
         Err(e) => {
@@ -129,6 +142,11 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    serve(&window, &path, args.latency_ns)
+}
+
+/// Serves `window` (at `path`) until SIGTERM or SIGINT.
+fn serve(window: &Window, path: &Path, latency_ns: u64) -> ExitCode {
     for s in [Signal::SIGTERM, Signal::SIGINT] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
         if let Err(e) = unsafe { signal(s, SigHandler::Handler(on_signal)) } {
@@ -138,7 +156,7 @@ pub fn main() -> ExitCode {
     }
     let g = window.geometry();
     eprintln!("cxlalloc-mcasd: serving {} ({} slots, {} target bytes)", path.display(), g.slots, g.target_bytes);
-    match device::serve(&window, Duration::from_nanos(args.latency_ns), &STOP) {
+    match device::serve(window, Duration::from_nanos(latency_ns), &STOP) {
         Ok(s) => {
             eprintln!(
                 "cxlalloc-mcasd: {} requests, {} swapped, {} conflicts, {} errors",

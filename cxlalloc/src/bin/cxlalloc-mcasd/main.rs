@@ -7,6 +7,8 @@
 //!   (`/dev/shm/cxlalloc.NAME/mcas-window`, made when the heap was created with coherence
 //!   `none`); threads of such a heap cannot attach while no device serves it.
 //! - `--heap-dir PATH`: the same for a heap directory anywhere.
+//! - `--device PATH`: the window carved in the no-HWcc heap device `PATH` (`cxlalloc format PATH
+//!   --coherence none`).
 //! - `--window FILE`: any window file; created if absent (`--slots`, `--target-bytes`, or 64
 //!   slots and 1 MiB), never reshaped or zeroed if present.
 //!

@@ -43,92 +43,157 @@ struct Cli {
     command: Command,
 }
 
-/// Which heap: a name (in /dev/shm), or a directory given with `--at`. A name is never read
-/// as a path, so `cxlalloc create ../x` is refused rather than made relative to the current
-/// directory.
+/// Which heap: a name (in /dev/shm), a directory given with `--at`, or a device given with
+/// `--device`. A name is never read as a path, so `cxlalloc create ../x` is refused rather than
+/// made relative to the current directory.
 #[derive(Args)]
 struct Target {
     /// Heap name: 1 to 246 characters of [A-Za-z0-9._-], the first not '.' or '-'; the heap
     /// lives in /dev/shm/cxlalloc.NAME.
-    #[arg(required_unless_present = "at", conflicts_with = "at")]
+    #[arg(required_unless_present_any = ["at", "device"], conflicts_with_all = ["at", "device"])]
     name: Option<String>,
     /// The heap in directory DIR (any path) instead of a named heap.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "device")]
     at: Option<PathBuf>,
+    /// The heap on device PATH (a DAX device, a PCI BAR's resource file, or a plain file),
+    /// formatted with `cxlalloc format PATH`.
+    #[arg(long, value_name = "PATH")]
+    device: Option<PathBuf>,
 }
 
 impl Target {
     fn open(&self) -> Result<Heap, Error> {
-        match (&self.at, &self.name) {
-            (Some(dir), _) => Heap::open_at(dir),
-            (None, Some(name)) => Heap::open(name),
-            // clap requires one of the two.
-            (None, None) => Err(no_target()),
+        match (&self.device, &self.at, &self.name) {
+            (Some(dev), _, _) => Heap::open_device(dev),
+            (None, Some(dir), _) => Heap::open_at(dir),
+            (None, None, Some(name)) => Heap::open(name),
+            // clap requires one of the three.
+            (None, None, None) => Err(no_target()),
         }
         .map_err(Error::Open)
     }
 
     fn info(&self) -> Result<HeapInfo, Error> {
-        match (&self.at, &self.name) {
-            (Some(dir), _) => Heap::info_at(dir),
-            (None, Some(name)) => Heap::info(name),
-            (None, None) => Err(no_target()),
+        match (&self.device, &self.at, &self.name) {
+            (Some(dev), _, _) => Heap::info_device(dev),
+            (None, Some(dir), _) => Heap::info_at(dir),
+            (None, None, Some(name)) => Heap::info(name),
+            (None, None, None) => Err(no_target()),
         }
         .map_err(Error::Open)
     }
 }
 
-/// As the command line names it: `NAME` or `--at DIR`.
+/// As the command line names it: `NAME`, `--at DIR` or `--device PATH`.
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match (&self.at, &self.name) {
-            (Some(dir), _) => write!(f, "--at {}", dir.display()),
-            (None, Some(name)) => write!(f, "{name}"),
-            (None, None) => Ok(()),
+        match (&self.device, &self.at, &self.name) {
+            (Some(dev), _, _) => write!(f, "--device {}", dev.display()),
+            (None, Some(dir), _) => write!(f, "--at {}", dir.display()),
+            (None, None, Some(name)) => write!(f, "{name}"),
+            (None, None, None) => Ok(()),
         }
     }
 }
 
 fn no_target() -> OpenError {
-    OpenError::InvalidName { name: String::new(), reason: "give a heap name or --at DIR".into() }
+    OpenError::InvalidName { name: String::new(), reason: "give a heap name, --at DIR or --device PATH".into() }
+}
+
+/// The shape of a new heap, for `create` and `format`.
+#[derive(Args)]
+struct Shape {
+    /// Permission bits of the heap's files, in octal: 0600 (the default) for this user
+    /// only, 0660 to share with this user's group, 0666 with every local user. The heap
+    /// directory gets the matching search bits. (On a device: recorded, not applied; the
+    /// device's own permissions decide.)
+    #[arg(long, value_parser = parse_mode)]
+    mode: Option<u32>,
+    /// Bound on small-bracket data (e.g. 16G, 512M).
+    #[arg(long, value_parser = parse_bytes)]
+    small_capacity: Option<u64>,
+    /// Bound on large-bracket data.
+    #[arg(long, value_parser = parse_bytes)]
+    large_capacity: Option<u64>,
+    /// Thread slots (most threads attached at once over all processes).
+    #[arg(long)]
+    slots: Option<u32>,
+    /// Huge address space for blocks above 512 KiB (a multiple of 1G; 0 = none). Default
+    /// 1T with coherence full (`format`: what the device has left, up to 1T), 0 otherwise (the
+    /// huge heap needs full coherence).
+    #[arg(long, value_parser = parse_bytes)]
+    huge_capacity: Option<u64>,
+    /// Coherence model of the device: full (hardware-coherent), limited (only the HWcc
+    /// regions are coherent; the rest is flushed) or none (HWcc words through mCAS: serve
+    /// the heap's window with `cxlalloc-mcasd` before attaching threads).
+    #[arg(long, value_parser = parse_coherence, default_value = "full")]
+    coherence: Coherence,
+    /// Create without crash recovery (only to measure what recovery costs).
+    #[arg(long)]
+    no_recovery: bool,
+}
+
+impl Shape {
+    /// The configuration asked for; unset sizes from `Config::default()`.
+    fn config(&self) -> Config {
+        let d = Config::default();
+        Config {
+            small_capacity: self.small_capacity.unwrap_or(d.small_capacity),
+            large_capacity: self.large_capacity.unwrap_or(d.large_capacity),
+            thread_slots: self.slots.unwrap_or(d.thread_slots),
+            huge_capacity: huge_capacity_for(self.coherence, self.huge_capacity),
+            coherence: self.coherence,
+            recovery: !self.no_recovery,
+            mode: self.mode.unwrap_or(d.mode),
+            ..d
+        }
+    }
+
+    /// The configuration for a device of `bytes` bytes: unset bracket capacities are at most a
+    /// quarter of the device each, and an unset huge capacity (coherence full) is the whole
+    /// GiB the device has left, up to the default.
+    fn config_for_device(&self, path: &Path, bytes: u64) -> Result<Config, OpenError> {
+        let mut c = self.config();
+        // The smallest heap the defaults can make: one slab of each bracket.
+        let smallest = Heap::device_bytes(&Config { small_capacity: 1 << 20, large_capacity: 1 << 20, ..c.clone() });
+        if self.small_capacity.is_none() && self.large_capacity.is_none() && bytes / 4 < 1 << 20 {
+            return Err(OpenError::DeviceTooSmall { path: path.to_path_buf(), needed: smallest?, actual: bytes });
+        }
+        c.small_capacity = self.small_capacity.unwrap_or(c.small_capacity.min(bytes / 4));
+        c.large_capacity = self.large_capacity.unwrap_or(c.large_capacity.min(bytes / 4));
+        if self.huge_capacity.is_none() && self.coherence == Coherence::Full {
+            let rest = bytes.saturating_sub(Heap::device_bytes(&Config { huge_capacity: 0, ..c.clone() })?);
+            c.huge_capacity = (rest >> 30 << 30).min(c.huge_capacity);
+        }
+        Ok(c)
+    }
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Create a heap.
+    /// Create a heap in a directory (use `format` for a device).
     Create {
         #[command(flatten)]
         heap: Target,
-        /// Permission bits of the heap's files, in octal: 0600 (the default) for this user
-        /// only, 0660 to share with this user's group, 0666 with every local user. The heap
-        /// directory gets the matching search bits.
-        #[arg(long, value_parser = parse_mode)]
-        mode: Option<u32>,
-        /// Bound on small-bracket data (e.g. 16G, 512M).
-        #[arg(long, value_parser = parse_bytes)]
-        small_capacity: Option<u64>,
-        /// Bound on large-bracket data.
-        #[arg(long, value_parser = parse_bytes)]
-        large_capacity: Option<u64>,
-        /// Thread slots (most threads attached at once over all processes).
-        #[arg(long)]
-        slots: Option<u32>,
-        /// Huge address space for blocks above 512 KiB (a multiple of 1G; 0 = none). Default
-        /// 1T with coherence full, 0 otherwise (the huge heap needs full coherence).
-        #[arg(long, value_parser = parse_bytes)]
-        huge_capacity: Option<u64>,
-        /// Coherence model of the device: full (hardware-coherent), limited (only the HWcc
-        /// regions are coherent; the rest is flushed) or none (HWcc words through mCAS: serve
-        /// the heap's window with `cxlalloc-mcasd --heap NAME` before attaching threads).
-        #[arg(long, value_parser = parse_coherence, default_value = "full")]
-        coherence: Coherence,
+        #[command(flatten)]
+        shape: Shape,
         /// With coherence none: put the HWcc words on the hardware mCAS device this TOML file
         /// describes (registers, memory; see the README, "A hardware mCAS device") instead of a window.
         #[arg(long)]
         mcas_device: Option<std::path::PathBuf>,
-        /// Create without crash recovery (only to measure what recovery costs).
+    },
+    /// Format a device for a heap: a DAX device (/dev/daxX.Y), a PCI BAR's resource file
+    /// (/sys/bus/pci/devices/.../resource2, e.g. a QEMU ivshmem device in a guest), or a plain
+    /// file of the device's size. Every host then opens it with `--device PATH`. Whatever the
+    /// device held is lost; a device that holds a heap needs --force.
+    Format {
+        /// The device.
+        device: PathBuf,
+        #[command(flatten)]
+        shape: Shape,
+        /// Format a device that holds a heap (no process may have it open).
         #[arg(long)]
-        no_recovery: bool,
+        force: bool,
     },
     /// List the heaps in a directory (default: the named heaps in /dev/shm) with size, coherence
     /// model, slot holders (alive or dead) and whether a check is advised. Reads the heaps'
@@ -181,7 +246,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Remove a heap (processes that have it open keep using it).
+    /// Remove a heap (processes that have it open keep using it). A heap on a device is not
+    /// removed: format the device again.
     Unlink {
         #[command(flatten)]
         heap: Target,
@@ -230,6 +296,8 @@ enum Error {
     List(PathBuf, std::io::Error),
     /// `recover --host` refused.
     RecoverHost(RecoverHostError),
+    /// `format` without `--force` found a heap (or a damaged one) on the device.
+    HoldsHeap(PathBuf),
     /// Standard output failed (other than a closed pipe, which ends output quietly).
     Output(std::io::Error),
 }
@@ -240,6 +308,9 @@ impl std::fmt::Display for Error {
             Error::Open(e) => write!(f, "{e}"),
             Error::List(dir, e) => write!(f, "cannot list {}: {e}", dir.display()),
             Error::RecoverHost(e) => write!(f, "{e}"),
+            Error::HoldsHeap(dev) => {
+                write!(f, "{} holds a heap (or a damaged one); to lose it and format anyway: --force", dev.display())
+            }
             Error::Output(e) => write!(f, "cannot write output: {e}"),
         }
     }
@@ -777,6 +848,50 @@ fn check(out: &mut Out, heap: &Target, json: bool) -> Result<ExitCode, Error> {
     Ok(ExitCode::from(code))
 }
 
+fn use_format(dev: &Path) -> OpenError {
+    OpenError::NotADevice {
+        path: dev.to_path_buf(),
+        what: "a heap is made on a device with `cxlalloc format PATH`".into(),
+    }
+}
+
+/// `cxlalloc format DEVICE`: refuses a device that holds a heap unless `force`.
+fn format(out: &mut Out, device: &Path, shape: &Shape, force: bool) -> Result<(), Error> {
+    if !force {
+        match Heap::info_device(device) {
+            Err(OpenError::NotFormatted(_)) => {}
+            Ok(_) => return Err(Error::HoldsHeap(device.to_path_buf())),
+            // A damaged or foreign header is still something a user may want kept.
+            Err(e @ (OpenError::NotFound(_) | OpenError::PermissionDenied { .. } | OpenError::NotADevice { .. })) => {
+                return Err(Error::Open(e))
+            }
+            Err(_) => return Err(Error::HoldsHeap(device.to_path_buf())),
+        }
+    }
+    let bytes = Heap::device_capacity(device).map_err(Error::Open)?;
+    let config = shape.config_for_device(device, bytes).map_err(Error::Open)?;
+    let h = Heap::format_device(device, &config).map_err(Error::Open)?;
+    let used = Heap::device_bytes(&config).map_err(Error::Open)?;
+    out.line(format_args!(
+        "formatted {}: {} of {} (coherence {}, small {}, large {}, huge {}, {} slots)",
+        h.location(),
+        human(used),
+        human(bytes),
+        config.coherence.name(),
+        human(config.small_capacity),
+        human(config.large_capacity),
+        human(config.huge_capacity),
+        config.thread_slots
+    ))?;
+    if config.coherence == Coherence::NoHwcc {
+        out.line(format_args!(
+            "serve its mCAS window before attaching threads: cxlalloc-mcasd --device {}",
+            device.display()
+        ))?;
+    }
+    Ok(())
+}
+
 fn recover(out: &mut Out, heap: &Target, host: Option<u16>, json: bool) -> Result<(), Error> {
     let h = heap.open()?;
     let (reports, of_host) = match host {
@@ -832,35 +947,18 @@ fn recover(out: &mut Out, heap: &Target, host: Option<u16>, json: bool) -> Resul
 
 fn run(cli: Cli, out: &mut Out) -> Result<ExitCode, Error> {
     match cli.command {
-        Command::Create {
-            heap,
-            small_capacity,
-            large_capacity,
-            slots,
-            huge_capacity,
-            mode,
-            coherence,
-            mcas_device,
-            no_recovery,
-        } => {
-            let d = Config::default();
-            let config = Config {
-                small_capacity: small_capacity.unwrap_or(d.small_capacity),
-                large_capacity: large_capacity.unwrap_or(d.large_capacity),
-                thread_slots: slots.unwrap_or(d.thread_slots),
-                huge_capacity: huge_capacity_for(coherence, huge_capacity),
-                coherence,
-                recovery: !no_recovery,
-                mcas_device: mcas_device.clone(),
-                mode: mode.unwrap_or(d.mode),
-                ..d
-            };
-            let (h, which) = match (&heap.at, &heap.name) {
-                (Some(dir), _) => {
+        Command::Create { heap, shape, mcas_device } => {
+            let coherence = shape.coherence;
+            let config = Config { mcas_device: mcas_device.clone(), ..shape.config() };
+            let (h, which) = match (&heap.device, &heap.at, &heap.name) {
+                (Some(dev), _, _) => return Err(Error::Open(use_format(dev))),
+                (None, Some(dir), _) => {
                     (Heap::create_at(dir, &config).map_err(Error::Open)?, format!("--heap-dir {}", dir.display()))
                 }
-                (None, Some(name)) => (Heap::create(name, &config).map_err(Error::Open)?, format!("--heap {name}")),
-                (None, None) => return Err(Error::Open(no_target())),
+                (None, None, Some(name)) => {
+                    (Heap::create(name, &config).map_err(Error::Open)?, format!("--heap {name}"))
+                }
+                (None, None, None) => return Err(Error::Open(no_target())),
             };
             out.line(format_args!(
                 "created {} (coherence {}, mode {:#o})",
@@ -872,15 +970,23 @@ fn run(cli: Cli, out: &mut Out) -> Result<ExitCode, Error> {
                 out.line(format_args!("serve its mCAS window before attaching threads: cxlalloc-mcasd {which}"))?;
             }
         }
+        Command::Format { device, shape, force } => format(out, &device, &shape, force)?,
         Command::List { dir, json } => list(out, dir, json)?,
         Command::Inspect { heap, json } => inspect(out, &heap, json)?,
         Command::Check { heap, json } => return check(out, &heap, json),
         Command::Stats { heap, json } => stats(out, &heap, json)?,
         Command::Recover { heap, host, json } => recover(out, &heap, host, json)?,
-        Command::Unlink { heap } => match (&heap.at, &heap.name) {
-            (Some(dir), _) => Heap::unlink_at(dir).map_err(Error::Open)?,
-            (None, Some(name)) => Heap::unlink(name).map_err(Error::Open)?,
-            (None, None) => return Err(Error::Open(no_target())),
+        Command::Unlink { heap } => match (&heap.device, &heap.at, &heap.name) {
+            (Some(dev), _, _) => {
+                return Err(Error::Open(OpenError::NotADevice {
+                    path: dev.clone(),
+                    what: "a heap on a device is not unlinked: format the device again (`cxlalloc format --force`)"
+                        .into(),
+                }))
+            }
+            (None, Some(dir), _) => Heap::unlink_at(dir).map_err(Error::Open)?,
+            (None, None, Some(name)) => Heap::unlink(name).map_err(Error::Open)?,
+            (None, None, None) => return Err(Error::Open(no_target())),
         },
     }
     Ok(ExitCode::SUCCESS)

@@ -1,0 +1,368 @@
+//! A heap on a device (docs/design.md §2.4): one fixed-size object, here a plain file in
+//! `/dev/shm` of the size a pod's device would have, formatted once and opened by every process.
+//! The public API's shapes run on it: several processes × several threads (more threads than
+//! cores) allocating small, large and huge blocks whose bytes other processes check and free, a
+//! holder killed mid-workload and recovered, and devices that are not heaps (never formatted,
+//! too small, damaged, of another heap, not a device at all). Not a benchmark.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::{fork_child, serial, Ctx, Pipe, CHILD_DEADLINE};
+use cxlalloc::{Bracket, Coherence, Config, Heap, Offset, OpenError};
+use nix::sys::wait::WaitStatus;
+
+/// A plain file standing in for a device; removed when dropped.
+struct DevFile(PathBuf);
+
+impl DevFile {
+    /// A fresh file of `bytes` bytes (sparse: only what the heap touches takes memory).
+    fn new(tag: &str, bytes: u64) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = PathBuf::from(format!("/dev/shm/cxlalloc-dev-{}-{n}-{tag}", std::process::id()));
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_len(bytes).unwrap();
+        DevFile(path)
+    }
+
+    /// A file exactly as big as a heap with `config` needs.
+    fn sized_for(tag: &str, config: &Config) -> Self {
+        Self::new(tag, Heap::device_bytes(config).unwrap())
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for DevFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A small heap with a huge range: 16 GiB of huge address space (each thread that allocates a
+/// huge block claims a 1 GiB slot of it) in a sparse file.
+fn config() -> Config {
+    Config { thread_slots: 64, huge_capacity: 16 << 30, ..Config::with_capacity(256 << 20) }
+}
+
+fn wait_ok(mut child: common::Child, what: &str) {
+    match child.wait(CHILD_DEADLINE) {
+        WaitStatus::Exited(_, 0) => {}
+        other => panic!("{what}: {other:?}"),
+    }
+}
+
+/// The sizes every process allocates: small, large and huge (above 512 KiB).
+const SIZES: [usize; 6] = [24, 200, 4096, 64 << 10, 700 << 10, 3 << 20];
+
+/// Fills a block with words derived from its offset and `salt`; the first and last words are
+/// enough to tell bytes apart, the whole block is written so every page is touched.
+fn fill(p: NonNull<u8>, size: usize, off: u64, salt: u64) {
+    // SAFETY: a fresh block of at least `size` bytes, 8-aligned.
+    unsafe { common::fill(p.as_ptr(), size / 8 * 8, off, salt) };
+}
+
+fn verify(heap: &Heap, off: u64, size: usize, salt: u64) -> Result<(), String> {
+    let p = heap.pointer(Offset::<u8>::from_raw(off)).ctx("pointer")?;
+    // SAFETY: a live block of `size` bytes published by its writer.
+    unsafe { common::verify(p.as_ptr(), size / 8 * 8, off, salt) }
+}
+
+#[test]
+fn blocks_of_every_size_written_by_several_processes_are_read_and_freed_by_another() {
+    let _g = serial();
+    let dev = DevFile::sized_for("mp", &config());
+    let heap = Heap::format_device(dev.path(), &config()).unwrap();
+    // 2 processes × 5 threads (more threads than this machine's cores), each thread one block
+    // of every size, published in root `(process × threads + thread) × sizes + size index`.
+    const PROCS: usize = 2;
+    const THREADS: usize = 5;
+    const BLOCKS: usize = PROCS * THREADS * SIZES.len();
+    const _: () = assert!(BLOCKS <= Heap::ROOTS);
+    let mut children = Vec::new();
+    for p in 0..PROCS {
+        let path = dev.path().to_path_buf();
+        children.push(fork_child(&format!("writer {p}"), move || {
+            let heap = Heap::open_device(&path).ctx("open_device")?;
+            std::thread::scope(|s| {
+                let handles: Vec<_> = (0..THREADS)
+                    .map(|t| {
+                        let heap = heap.clone();
+                        s.spawn(move || -> Result<(), String> {
+                            let th = heap.attach().ctx("attach")?;
+                            for (k, &size) in SIZES.iter().enumerate() {
+                                let b = th.alloc(size).ctx("alloc")?;
+                                let off = heap.offset_of(b.as_ptr()).ctx("offset_of")?.raw();
+                                fill(b, size, off, 7);
+                                let root = (p * THREADS + t) * SIZES.len() + k;
+                                heap.root(root).ctx("root")?.store(off, Ordering::Release);
+                            }
+                            Ok(())
+                        })
+                    })
+                    .collect();
+                handles.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
+            })
+        }));
+    }
+    for (p, c) in children.into_iter().enumerate() {
+        wait_ok(c, &format!("writer {p}"));
+    }
+    // This process never wrote a block: huge ones are mapped here lazily, from the device.
+    let t = heap.attach().unwrap();
+    for root in 0..BLOCKS {
+        let size = SIZES[root % SIZES.len()];
+        let off = heap.root(root).unwrap().load(Ordering::Acquire);
+        assert_ne!(off, 0, "root {root} empty");
+        verify(&heap, off, size, 7).unwrap();
+        t.free(heap.pointer(Offset::<u8>::from_raw(off)).unwrap()).unwrap();
+    }
+    drop(t);
+    // The writers' slots are unheld now: their freed huge blocks (and descriptors) are
+    // reclaimed by a sweep.
+    heap.sweep_huge();
+    let report = heap.check();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(Bracket::ALL.iter().map(|&b| report.bracket(b).live_blocks()).sum::<u64>(), 0);
+    assert_eq!(report.huge.live, 0);
+}
+
+#[test]
+fn a_huge_block_lives_in_the_devices_huge_range_and_no_other_file_is_made() {
+    let _g = serial();
+    let dev = DevFile::sized_for("huge", &config());
+    let heap = Heap::format_device(dev.path(), &config()).unwrap();
+    let before: Vec<_> = std::fs::read_dir("/dev/shm").unwrap().flatten().map(|e| e.file_name()).collect();
+    let ready = Pipe::new();
+    let path = dev.path().to_path_buf();
+    let child = fork_child("huge writer", || {
+        let heap = Heap::open_device(&path).ctx("open")?;
+        let t = heap.attach().ctx("attach")?;
+        let b = t.alloc(5 << 20).ctx("alloc")?;
+        let off = heap.offset_of(b.as_ptr()).ctx("offset")?.raw();
+        fill(b, 5 << 20, off, 11);
+        heap.root(0).ctx("root")?.store(off, Ordering::Release);
+        ready.send_u64(off);
+        // Keep the block live while the parent reads it: wait for the parent to close the pipe.
+        std::thread::sleep(Duration::from_millis(200));
+        Ok(())
+    });
+    let off = ready.recv_u64(CHILD_DEADLINE).expect("child published a block");
+    verify(&heap, off, 5 << 20, 11).unwrap();
+    wait_ok(child, "huge writer");
+    // The block's bytes are the device file's, at the huge range's place for its offset.
+    let after: Vec<_> = std::fs::read_dir("/dev/shm").unwrap().flatten().map(|e| e.file_name()).collect();
+    let made: Vec<_> = after.iter().filter(|n| !before.contains(n)).collect();
+    assert!(made.is_empty(), "a huge block made files: {made:?}");
+    let t = heap.attach().unwrap();
+    t.free(heap.pointer(Offset::<u8>::from_raw(off)).unwrap()).unwrap();
+    drop(t);
+    assert!(heap.check().is_clean());
+}
+
+#[test]
+fn a_freed_huge_range_is_reused_from_the_device_by_the_next_allocation() {
+    let dev = DevFile::sized_for("reuse", &config());
+    let heap = Heap::format_device(dev.path(), &config()).unwrap();
+    let t = heap.attach().unwrap();
+    let a = t.alloc(4 << 20).unwrap();
+    let off = heap.offset_of(a.as_ptr()).unwrap().raw();
+    fill(a, 4 << 20, off, 3);
+    t.free(a).unwrap();
+    let b = t.alloc(4 << 20).unwrap();
+    assert_eq!(heap.offset_of(b.as_ptr()).unwrap().raw(), off, "the range was not reused");
+    fill(b, 4 << 20, off, 4);
+    verify(&heap, off, 4 << 20, 4).unwrap();
+    t.free(b).unwrap();
+    drop(t);
+    let r = heap.check();
+    assert!(r.is_clean(), "{r}");
+}
+
+#[test]
+fn a_holder_killed_mid_workload_is_recovered_and_the_heap_checks_clean() {
+    let _g = serial();
+    let dev = DevFile::sized_for("crash", &config());
+    let heap = Heap::format_device(dev.path(), &config()).unwrap();
+    let ready = Pipe::new();
+    let path = dev.path().to_path_buf();
+    let mut child = fork_child("victim", || {
+        let heap = Heap::open_device(&path).ctx("open")?;
+        let t = heap.attach().ctx("attach")?;
+        let mut live = Vec::new();
+        let mut n = 0usize;
+        loop {
+            let size = SIZES[n % SIZES.len()];
+            live.push(t.alloc(size).ctx("alloc")?);
+            if live.len() > 40 {
+                t.free(live.remove(n % 40)).ctx("free")?;
+            }
+            n += 1;
+            if n == 200 {
+                ready.send_u64(1);
+            }
+        }
+    });
+    assert_eq!(ready.recv_u64(CHILD_DEADLINE), Some(1));
+    nix::sys::signal::kill(child.pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    assert!(matches!(child.wait(CHILD_DEADLINE), WaitStatus::Signaled(..)));
+    assert_eq!(heap.dead_slots().len(), 1);
+    let reports = heap.recover_dead();
+    assert_eq!(reports.len(), 1);
+    let r = heap.check();
+    assert!(r.is_clean(), "{r}");
+    assert!(heap.dead_slots().is_empty());
+    // The dead holder's blocks are still live (nobody freed them) and the heap goes on.
+    let t = heap.attach().unwrap();
+    let b = t.alloc(3 << 20).unwrap();
+    t.free(b).unwrap();
+}
+
+#[test]
+fn a_limited_coherence_heap_on_a_device_is_shared_by_processes() {
+    let _g = serial();
+    let config = Config { coherence: Coherence::Limited, huge_capacity: 0, ..config() };
+    let dev = DevFile::sized_for("limited", &config);
+    let heap = Heap::format_device(dev.path(), &config).unwrap();
+    let path = dev.path().to_path_buf();
+    let child = fork_child("limited writer", || {
+        let heap = Heap::open_device(&path).ctx("open")?;
+        let t = heap.attach().ctx("attach")?;
+        for i in 0..Heap::ROOTS {
+            let size = SIZES[i % 4];
+            let b = t.alloc(size).ctx("alloc")?;
+            let off = heap.offset_of(b.as_ptr()).ctx("offset")?.raw();
+            fill(b, size, off, 5);
+            heap.root(i).ctx("root")?.store(off, Ordering::Release);
+        }
+        Ok(())
+    });
+    wait_ok(child, "limited writer");
+    let t = heap.attach().unwrap();
+    for i in 0..Heap::ROOTS {
+        let off = heap.root(i).unwrap().load(Ordering::Acquire);
+        verify(&heap, off, SIZES[i % 4], 5).unwrap();
+        t.free(heap.pointer(Offset::<u8>::from_raw(off)).unwrap()).unwrap();
+    }
+    drop(t);
+    let r = heap.check();
+    assert!(r.is_clean(), "{r}");
+}
+
+#[test]
+fn a_no_hwcc_heap_on_a_device_runs_through_the_window_carved_in_it() {
+    let config = Config { coherence: Coherence::NoHwcc, huge_capacity: 0, thread_slots: 8, ..config() };
+    let dev = DevFile::sized_for("nohwcc", &config);
+    let heap = Heap::format_device(dev.path(), &config).unwrap();
+    let window = cxlalloc::internal::mcas::device_window(dev.path()).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = stop.clone();
+    let server = std::thread::spawn(move || {
+        cxlalloc::internal::mcas::device::serve(&window, Duration::ZERO, &s).map(|r| r.requests).unwrap_or(0)
+    });
+    common::remote_free_ring(&heap, 3, 200);
+    let r = heap.check();
+    stop.store(true, Ordering::Relaxed);
+    let requests = server.join().unwrap();
+    assert!(r.is_clean(), "{r}");
+    assert!(requests > 0, "no CAS went through the device's window");
+}
+
+#[test]
+fn a_device_that_was_never_formatted_holds_no_heap() {
+    let dev = DevFile::new("blank", 64 << 20);
+    assert!(matches!(Heap::open_device(dev.path()), Err(OpenError::NotFormatted(_))));
+}
+
+#[test]
+fn format_refuses_a_device_smaller_than_the_heap_and_names_both_sizes() {
+    let need = Heap::device_bytes(&config()).unwrap();
+    let dev = DevFile::new("small", need - (2 << 20));
+    match Heap::format_device(dev.path(), &config()) {
+        Err(OpenError::DeviceTooSmall { needed, actual, .. }) => {
+            assert_eq!((needed, actual), (need, need - (2 << 20)));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Nothing was written: the device is still unformatted.
+    assert!(matches!(Heap::open_device(dev.path()), Err(OpenError::NotFormatted(_))));
+}
+
+#[test]
+fn a_device_cut_shorter_than_its_carving_is_truncated() {
+    let dev = DevFile::sized_for("cut", &config());
+    drop(Heap::format_device(dev.path(), &config()).unwrap());
+    let f = std::fs::OpenOptions::new().write(true).open(dev.path()).unwrap();
+    f.set_len(Heap::device_bytes(&config()).unwrap() - (2 << 20)).unwrap();
+    assert!(matches!(Heap::open_device(dev.path()), Err(OpenError::Truncated { .. })));
+}
+
+/// Flips one bit of the byte at `at` of the device.
+fn flip(path: &Path, at: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, at).unwrap();
+    b[0] ^= 0x10;
+    f.write_all_at(&b, at).unwrap();
+}
+
+#[test]
+fn a_damaged_header_or_label_is_refused() {
+    let dev = DevFile::sized_for("damaged", &config());
+    drop(Heap::format_device(dev.path(), &config()).unwrap());
+    flip(dev.path(), 100);
+    assert!(matches!(Heap::open_device(dev.path()), Err(OpenError::Checksum(_))));
+    flip(dev.path(), 100);
+    Heap::open_device(dev.path()).unwrap();
+    // The label, past the header in the first page.
+    flip(dev.path(), 2048 + 40);
+    assert!(matches!(Heap::open_device(dev.path()), Err(OpenError::Checksum(_))));
+}
+
+#[test]
+fn a_label_of_another_heap_is_foreign() {
+    use std::os::unix::fs::FileExt;
+    let a = DevFile::sized_for("a", &config());
+    let b = DevFile::sized_for("b", &config());
+    drop(Heap::format_device(a.path(), &config()).unwrap());
+    drop(Heap::format_device(b.path(), &config()).unwrap());
+    let mut label = vec![0u8; 2048];
+    std::fs::File::open(b.path()).unwrap().read_exact_at(&mut label, 2048).unwrap();
+    std::fs::OpenOptions::new().write(true).open(a.path()).unwrap().write_all_at(&label, 2048).unwrap();
+    assert!(matches!(Heap::open_device(a.path()), Err(OpenError::ForeignRegion { .. })));
+}
+
+#[test]
+fn a_directory_a_heap_directorys_header_and_a_non_dax_device_are_not_devices() {
+    let name = common::HeapName::new("dir");
+    drop(Heap::create(name.as_str(), &Config::with_capacity(16 << 20)).unwrap());
+    let dir = Heap::path_of(name.as_str()).unwrap();
+    assert!(matches!(Heap::open_device(&dir), Err(OpenError::NotADevice { .. })));
+    assert!(matches!(Heap::open_device(&dir.join("header")), Err(OpenError::NotADevice { .. })));
+    assert!(matches!(Heap::format_device(Path::new("/dev/null"), &config()), Err(OpenError::NotADevice { .. })));
+    assert!(matches!(Heap::open_device(Path::new("/nonexistent/dax9.9")), Err(OpenError::NotFound(_))));
+}
+
+#[test]
+fn formatting_again_gives_a_fresh_heap() {
+    let dev = DevFile::sized_for("again", &config());
+    let heap = Heap::format_device(dev.path(), &config()).unwrap();
+    let t = heap.attach().unwrap();
+    let b = t.alloc(100).unwrap();
+    heap.root(0).unwrap().store(heap.offset_of(b.as_ptr()).unwrap().raw(), Ordering::Release);
+    drop(t);
+    drop(heap);
+    let heap = Heap::format_device(dev.path(), &config()).unwrap();
+    assert_eq!(heap.root(0).unwrap().load(Ordering::Acquire), 0);
+    let r = heap.check();
+    assert!(r.is_clean(), "{r}");
+    assert_eq!(r.bracket(Bracket::Small).live_blocks(), 0);
+}
