@@ -157,7 +157,12 @@ fn a_huge_block_lives_in_the_devices_huge_range_and_no_other_file_is_made() {
     let off = ready.recv_u64(CHILD_DEADLINE).expect("child published a block");
     verify(&heap, off, 5 << 20, 11).unwrap();
     wait_ok(child, "huge writer");
-    // The block's bytes are the device file's, at the huge range's place for its offset.
+    // The first huge block of a fresh heap starts its huge range, which a full-coherence heap
+    // carves last: the block's bytes are the device file's there.
+    let at = Heap::device_bytes(&config()).unwrap() - config().huge_capacity;
+    let mut word = [0u8; 8];
+    std::os::unix::fs::FileExt::read_exact_at(&std::fs::File::open(dev.path()).unwrap(), &mut word, at + 8).unwrap();
+    assert_eq!(u64::from_ne_bytes(word), common::pattern(off + 8, 11), "the block is not at its place on the device");
     let after: Vec<_> = std::fs::read_dir("/dev/shm").unwrap().flatten().map(|e| e.file_name()).collect();
     let made: Vec<_> = after.iter().filter(|n| !before.contains(n)).collect();
     assert!(made.is_empty(), "a huge block made files: {made:?}");
@@ -267,6 +272,9 @@ fn a_no_hwcc_heap_on_a_device_runs_through_the_window_carved_in_it() {
     let server = std::thread::spawn(move || {
         cxlalloc::internal::mcas::device::serve(&window, Duration::ZERO, &s).map(|r| r.requests).unwrap_or(0)
     });
+    while cxlalloc::internal::mcas::device_window(dev.path()).ok().and_then(|w| w.served_by()).is_none() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     common::remote_free_ring(&heap, 3, 200);
     let r = heap.check();
     stop.store(true, Ordering::Relaxed);
