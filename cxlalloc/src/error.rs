@@ -61,6 +61,10 @@ pub enum OpenError {
     /// A no-HWcc heap's mCAS window could not be used.
     #[error("mCAS window: {0}")]
     Mcas(String),
+    /// Every entry of the heap's host table is taken by other hosts (domains); recovering a
+    /// dead host (`cxlalloc recover --host`) frees its entry (docs/design.md §8.6).
+    #[error("the heap's host table is full ({0} hosts registered); recover a dead host to free an entry")]
+    HostsExhausted(u32),
     /// A heap name breaks the grammar of [`crate::Heap::check_name`], or a path given to a
     /// `*_at` function has no usable final component.
     #[error("invalid heap name {name:?}: {reason}")]
@@ -168,6 +172,18 @@ pub enum AdoptError {
         /// Its holder.
         pid: u32,
     },
+    /// The slot's holder runs on another host (another kernel or pid namespace), whose
+    /// processes this one cannot see: it counts as alive until that host is declared dead
+    /// ([`crate::Heap::recover_host`]).
+    #[error("slot {slot} is held by pid {pid} of host {host}, which is not declared dead")]
+    ForeignHost {
+        /// The slot.
+        slot: u32,
+        /// Its holder's pid, on its own host.
+        pid: u32,
+        /// The holder's host id.
+        host: u16,
+    },
     /// Another process adopted the slot first.
     #[error("slot {0} was adopted by another thread first")]
     Raced(u32),
@@ -186,13 +202,37 @@ pub enum AdoptError {
 impl From<&AdoptError> for ErrorCode {
     fn from(e: &AdoptError) -> Self {
         match e {
-            AdoptError::NoSuchSlot { .. } | AdoptError::NotHeld(_) | AdoptError::HolderAlive { .. } => {
-                ErrorCode::InvalidArgument
-            }
+            AdoptError::NoSuchSlot { .. }
+            | AdoptError::NotHeld(_)
+            | AdoptError::HolderAlive { .. }
+            | AdoptError::ForeignHost { .. } => ErrorCode::InvalidArgument,
             AdoptError::Raced(_) => ErrorCode::SlotsExhausted,
             AdoptError::RecoveryDisabled => ErrorCode::Unsupported,
             AdoptError::OutOfMemory(_) => ErrorCode::OutOfMemory,
             AdoptError::DeviceUnserved(_) => ErrorCode::Io,
+        }
+    }
+}
+
+/// Why a host could not be declared dead and recovered ([`crate::Heap::recover_host`]).
+#[derive(Debug, thiserror::Error, PartialEq, Eq, Clone, Copy)]
+pub enum RecoverHostError {
+    /// The host table has no such host (the id is out of range, or its entry is free).
+    #[error("no host {0} in the heap's host table")]
+    NoSuchHost(u16),
+    /// The host is the caller's own: a process cannot declare its own host dead.
+    #[error("host {0} is this process's own host; recover it from another host")]
+    OwnHost(u16),
+    /// The heap was created with recovery off: a dead host's slots cannot be adopted.
+    #[error("the heap was created without recovery; dead slots cannot be adopted")]
+    RecoveryDisabled,
+}
+
+impl From<&RecoverHostError> for ErrorCode {
+    fn from(e: &RecoverHostError) -> Self {
+        match e {
+            RecoverHostError::NoSuchHost(_) | RecoverHostError::OwnHost(_) => ErrorCode::InvalidArgument,
+            RecoverHostError::RecoveryDisabled => ErrorCode::Unsupported,
         }
     }
 }
@@ -348,6 +388,7 @@ impl From<&OpenError> for ErrorCode {
             OpenError::InvalidConfig(_) => ErrorCode::InvalidArgument,
             OpenError::Map(_) | OpenError::TooManyHeaps(_) => ErrorCode::OutOfMemory,
             OpenError::Mcas(_) => ErrorCode::Io,
+            OpenError::HostsExhausted(_) => ErrorCode::SlotsExhausted,
             OpenError::InvalidName { .. } => ErrorCode::InvalidArgument,
             OpenError::PermissionDenied { .. } | OpenError::MixedPermissions { .. } => ErrorCode::PermissionDenied,
             OpenError::ForeignRegion { .. } => ErrorCode::BadHeap,

@@ -1,7 +1,11 @@
 //! Who holds a thread slot, and whether that holder is still alive.
 //!
-//! A holder is `{pid, process start time}`; the start time (clock ticks since boot) tells a live
-//! holder from an unrelated process that reused its pid.
+//! A holder is `{pid, host, process start time}`; the start time (clock ticks since boot) tells
+//! a live holder from an unrelated process that reused its pid. This module judges only holders
+//! of the calling process's own domain ([`domain`]), from its `/proc`; which holders those are
+//! is the host table's business (docs/design.md §8.6).
+
+use std::sync::OnceLock;
 
 use crate::word::Holder;
 
@@ -27,11 +31,53 @@ fn start_low(start: u64) -> u32 {
     (start as u32).max(1)
 }
 
-/// The identity of the calling process.
-pub(crate) fn current() -> Holder {
+/// The identity of the calling process, on host `host` (its entry in the heap's host table).
+pub(crate) fn current(host: u16) -> Holder {
     let pid = std::process::id();
     let start = proc_stat(pid).map_or(1, |p| start_low(p.start));
-    Holder { pid, start }
+    Holder { pid, host, start }
+}
+
+/// FNV-1a, 64-bit: a fingerprint that every build computes the same way (unlike std's
+/// `DefaultHasher`), so that processes built apart agree on a domain.
+fn fnv1a(bytes: &[u8], mut hash: u64) -> u64 {
+    for &b in bytes {
+        hash = (hash ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+    }
+    hash
+}
+
+/// The fingerprint of a domain from its parts: the kernel's boot id, the machine id and the
+/// pid namespace (as `readlink /proc/self/ns/pid` shows it). Each part is length-prefixed so
+/// that no two different triples run together into the same bytes.
+pub(crate) fn fingerprint(boot_id: &str, machine_id: &str, pid_ns: &str) -> u64 {
+    [boot_id, machine_id, pid_ns].iter().fold(0xcbf2_9ce4_8422_2325, |h, part| {
+        let h = fnv1a(&(part.len() as u64).to_le_bytes(), h);
+        fnv1a(part.as_bytes(), h)
+    })
+}
+
+/// The calling process's domain (docs/design.md §8.6): the set of processes whose liveness its
+/// `/proc` can judge. Two processes share it when they run on one kernel boot of one machine in
+/// one pid namespace; a container with a pid namespace of its own is a domain of its own, and so
+/// is each virtual host of a pod. Computed once per process (a process cannot change its pid
+/// namespace; `unshare(CLONE_NEWPID)` changes only its children's).
+pub(crate) fn domain() -> u64 {
+    static DOMAIN: OnceLock<u64> = OnceLock::new();
+    *DOMAIN.get_or_init(|| {
+        let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default();
+        let pid_ns = std::fs::read_link("/proc/self/ns/pid").map(|p| p.display().to_string()).unwrap_or_default();
+        let machine = match read("/etc/machine-id") {
+            m if m.is_empty() => read("/var/lib/dbus/machine-id"),
+            m => m,
+        };
+        fingerprint(&read("/proc/sys/kernel/random/boot_id"), &machine, &pid_ns)
+    })
+}
+
+/// This machine's name (`uname -n`), for the host table's advice.
+pub(crate) fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
 /// The kernel thread id of the calling thread.
@@ -39,9 +85,11 @@ pub(crate) fn current_tid() -> u64 {
     nix::unistd::gettid().as_raw() as u64
 }
 
-/// Whether `holder` still names a live process (the one that took the lease). A zombie — killed
-/// but not yet reaped by its parent — is dead: it will never touch the heap again.
-pub(crate) fn is_alive(holder: Holder) -> bool {
+/// Whether `holder`, a holder of the calling process's own domain, still names a live process
+/// (the one that took the lease). A zombie — killed but not yet reaped by its parent — is dead:
+/// it will never touch the heap again. Meaningless for a holder of another domain: its pid
+/// names nothing in this `/proc`.
+pub(crate) fn is_alive_here(holder: Holder) -> bool {
     proc_stat(holder.pid).is_some_and(|p| {
         start_low(p.start) == holder.start && (!matches!(p.state, 'Z' | 'X' | 'x') || other_threads_run(holder.pid))
     })
@@ -60,19 +108,32 @@ mod tests {
     type TestResult = Result<(), Box<dyn std::error::Error>>;
 
     fn holder_of(pid: u32) -> Holder {
-        Holder { pid, start: proc_stat(pid).map_or(1, |p| start_low(p.start)) }
+        Holder { pid, host: 0, start: proc_stat(pid).map_or(1, |p| start_low(p.start)) }
     }
 
     #[test]
     fn this_process_is_alive() {
-        assert!(is_alive(current()));
+        assert!(is_alive_here(current(0)));
     }
 
     #[test]
     fn a_reused_pid_with_another_start_time_is_dead() {
-        let mut me = current();
+        let mut me = current(0);
         me.start = me.start.wrapping_add(12345).max(1);
-        assert!(!is_alive(me));
+        assert!(!is_alive_here(me));
+    }
+
+    #[test]
+    fn domain_parts_do_not_run_together() {
+        assert_ne!(fingerprint("ab", "c", "d"), fingerprint("a", "bc", "d"));
+        assert_ne!(fingerprint("b", "m", "pid:[1]"), fingerprint("b", "m", "pid:[2]"));
+        assert_eq!(fingerprint("b", "m", "pid:[1]"), fingerprint("b", "m", "pid:[1]"));
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "miri cannot read /proc")]
+    fn the_domain_is_stable_within_a_process() {
+        assert_eq!(domain(), domain());
     }
 
     #[test]
@@ -81,7 +142,7 @@ mod tests {
         let mut child = std::process::Command::new("true").spawn()?;
         let holder = holder_of(child.id());
         child.wait()?;
-        assert!(!is_alive(holder));
+        assert!(!is_alive_here(holder));
         Ok(())
     }
 
@@ -95,7 +156,7 @@ mod tests {
         while proc_stat(pid).is_some_and(|p| p.state != 'Z') {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        assert!(!is_alive(holder));
+        assert!(!is_alive_here(holder));
         child.wait()?;
         Ok(())
     }

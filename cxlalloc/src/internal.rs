@@ -13,7 +13,7 @@
 //! // a heap and read a thread record at an unchecked index, far outside the mapping.
 //! use cxlalloc::{backing::anon::AnonBacking, layout::Header, mem::HeapMem, Config};
 //! let header = Header::new(&Config::with_capacity(32 << 20), 1);
-//! let mem = HeapMem::map(header, Box::new(AnonBacking), 0).unwrap();
+//! let mem = HeapMem::map(header, Box::new(AnonBacking)).unwrap();
 //! let _dangling = mem.record(u32::MAX / 4);
 //! ```
 //!

@@ -27,7 +27,7 @@
 use crate::class::{Bracket, LARGE_CLASSES, SMALL_CLASSES};
 use crate::error::OpenError;
 use crate::persist::record::ThreadRecord;
-use crate::persist::shared::{SharedHeader, SlotLease, ROOTS};
+use crate::persist::shared::{HostEntry, SharedHeader, SlotLease, MAX_HOSTS, ROOTS};
 use crate::word::MAX_SLOTS;
 
 /// Alignment of every region and of the reservation base.
@@ -568,6 +568,9 @@ pub(crate) struct Layout {
     /// Offset of the detectable-CAS help words (in the shared region, after the slot table):
     /// one per slot, see [`crate::protocol::detectable`].
     pub help_table: usize,
+    /// Offset of the host table (in the shared region, after the help words): [`MAX_HOSTS`]
+    /// entries (docs/design.md §8.6).
+    pub host_table: usize,
     /// Bytes between consecutive slot leases.
     pub lease_stride: usize,
     /// Bytes between consecutive remote counters and between help words
@@ -615,7 +618,8 @@ impl Layout {
         let lease_stride = std::mem::size_of::<SlotLease>().max(stride);
         let slot_table = std::mem::size_of::<SharedHeader>();
         let help_table = slot_table + h.slots as usize * lease_stride;
-        let shared = help_table + h.slots as usize * stride;
+        let host_table = align_up(help_table + h.slots as usize * stride, std::mem::align_of::<HostEntry>());
+        let shared = host_table + MAX_HOSTS as usize * std::mem::size_of::<HostEntry>();
         let shared_off = place(RegionId::Shared, shared, &mut regions);
         let hazard_sets = h.slots;
         let claims = h.huge_slots as usize * 8;
@@ -647,6 +651,7 @@ impl Layout {
             brackets,
             slot_table: shared_off + slot_table,
             help_table: shared_off + help_table,
+            host_table: shared_off + host_table,
             lease_stride,
             hwcc_stride: stride,
             slots: h.slots,

@@ -34,7 +34,7 @@
 //!    words, slot leases, globals, huge descriptors)
 //! 4. `layout` (header and offsets) → `map` (mmap) → `mcas` (the mCAS window, client and
 //!    software device) → `coherence` (the coherence models: SWcc flushes, HWcc words through
-//!    mCAS) → `backing` (region storage)
+//!    mCAS) → `backing` (region storage) → `host` (the host table: domains and their liveness)
 //! 5. `mem` — a mapped heap and its checked accessors (the raw-memory boundary)
 //! 6. `slab` (the state machine) and `huge` (its `huge::view` sits at layer 5: the fault
 //!    handler reaches it through `mem`); `crash` marks their crash points
@@ -90,6 +90,8 @@ mod ffi;
 #[cfg(not(loom))]
 mod heap;
 #[cfg(not(loom))]
+mod host;
+#[cfg(not(loom))]
 mod huge;
 #[cfg(not(loom))]
 mod identity;
@@ -121,8 +123,8 @@ mod survey;
 pub use crate::{
     check::{huge::HugeCensus, BracketCensus, ClassCensus, InFlight, Problem, Report, SlabState},
     class::Bracket,
-    error::{AdoptError, AllocError, AttachError, ErrorCode, FreeError, OffsetError, OpenError},
-    heap::{Heap, ReallocError, ThreadHandle, MAX_ALIGN},
+    error::{AdoptError, AllocError, AttachError, ErrorCode, FreeError, OffsetError, OpenError, RecoverHostError},
+    heap::{Heap, HostInfo, HostRecovery, ReallocError, ThreadHandle, MAX_ALIGN},
     layout::{Coherence, Config},
     offset::Offset,
     persist::redo::{Op as RedoOp, Pending, PendingKind, Redo},

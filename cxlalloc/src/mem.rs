@@ -11,13 +11,14 @@ use crate::class::Bracket;
 use crate::coherence::hwcc::{Hw, Targets};
 use crate::coherence::{window_geometry, McasHub, Site, Swcc};
 use crate::error::OpenError;
+use crate::host::HostTable;
 use crate::huge::view::HugeView;
 use crate::layout::{Coherence, Header, Layout, RegionId, Span, HEADER_BYTES};
 use crate::map;
 use crate::persist::descriptor::{Descriptor, DescriptorHead};
 use crate::persist::huge::HugeState;
 use crate::persist::record::ThreadRecord;
-use crate::persist::shared::{BracketGlobals, SharedHeader, SlotLease};
+use crate::persist::shared::{BracketGlobals, HostEntry, SharedHeader, SlotLease, MAX_HOSTS};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::word::Tagged;
 
@@ -171,6 +172,11 @@ pub(crate) struct HeapMem {
     recent_huge_frees: [AtomicU64; RECENT_HUGE_FREES],
     /// Next entry of `recent_huge_frees` to overwrite (wraps).
     recent_huge_next: AtomicU32,
+    /// This process's entry in the heap's host table (docs/design.md §8.6).
+    host: u16,
+    /// Wall-clock second of this process's last heartbeat for `host` (so a beat writes the
+    /// HWcc word at most once a second).
+    last_beat: AtomicU64,
 }
 
 /// Huge frees this process remembers per heap, to tell a double free from a never-allocated
@@ -184,9 +190,30 @@ unsafe impl Send for HeapMem {}
 unsafe impl Sync for HeapMem {}
 
 impl HeapMem {
-    /// Maps a heap described by `header` from `backing`, for the process `holder` (a packed
-    /// [`crate::word::Holder`]). For a fresh anonymous heap, writes the header into the mapping.
-    pub(crate) fn map(header: Header, backing: Box<dyn Backing>, holder: u64) -> Result<Self, OpenError> {
+    /// Maps a heap described by `header` from `backing` and registers the calling process's
+    /// host in its host table. For a fresh anonymous heap, writes the header into the mapping.
+    pub(crate) fn map(header: Header, backing: Box<dyn Backing>) -> Result<Self, OpenError> {
+        let mut mem = Self::map_regions(header, backing)?;
+        let host = mem
+            .hosts()
+            .register(crate::identity::domain(), &crate::identity::host_name())
+            .ok_or(OpenError::HostsExhausted(MAX_HOSTS))?;
+        mem.host = host;
+        let holder = crate::identity::current(host);
+        if let Some(view) = mem.huge.as_mut() {
+            view.holder = holder.pack();
+            view.pid = holder.pid;
+        }
+        if let Some(lazy) = mem.lazy.as_mut() {
+            lazy.huge = mem.huge;
+        }
+        mem.last_beat.store(crate::host::now_secs(), Ordering::Relaxed);
+        Ok(mem)
+    }
+
+    fn map_regions(header: Header, backing: Box<dyn Backing>) -> Result<Self, OpenError> {
+        // The holder is known once the host table is mapped (see `map`).
+        let holder = 0;
         let layout = Layout::from_header(&header);
         let base = map::reserve(layout.total, layout.base_align()).map_err(OpenError::Map)?;
         let arrays = Bracket::ALL.map(|b| {
@@ -227,6 +254,8 @@ impl HeapMem {
             mcas: None,
             recent_huge_frees: [const { AtomicU64::new(0) }; RECENT_HUGE_FREES],
             recent_huge_next: AtomicU32::new(0),
+            host: 0,
+            last_beat: AtomicU64::new(0),
         };
         // If anything below fails, dropping `mem` releases the reservation.
         if mem.backing.fd(RegionId::Header).is_none() {
@@ -449,6 +478,42 @@ impl HeapMem {
         // SAFETY: the slot table lies in the mapped shared region, 8-byte aligned, with
         // `slots` entries; SlotLease is all atomics.
         unsafe { &*(self.addr(self.layout.slot_table + slot as usize * self.layout.lease_stride) as *const SlotLease) }
+    }
+
+    /// The heap's host table (docs/design.md §8.6).
+    pub(crate) fn hosts(&self) -> HostTable<'_> {
+        // SAFETY: the host table lies in the mapped shared region, 64-byte aligned (layout),
+        // with MAX_HOSTS entries; HostEntry is all atomics, valid for any bit pattern.
+        let entries = unsafe {
+            std::slice::from_raw_parts(self.addr(self.layout.host_table) as *const HostEntry, MAX_HOSTS as usize)
+        };
+        HostTable::new(entries, self.mcas.as_ref().map(McasHub::process_port))
+    }
+
+    /// This process's host: its entry in the host table.
+    pub(crate) fn host(&self) -> u16 {
+        self.host
+    }
+
+    /// This process's holder identity in this heap (its host's index included).
+    pub(crate) fn holder(&self) -> crate::word::Holder {
+        crate::identity::current(self.host)
+    }
+
+    /// Whether `holder` is alive, as this process can judge it (docs/design.md §8.6): from
+    /// `/proc` for its own domain, by the host table's verdict for every other.
+    pub(crate) fn holder_alive(&self, holder: crate::word::Holder) -> bool {
+        self.hosts().holder_alive(holder, crate::identity::domain())
+    }
+
+    /// Records a sign of life of this process's host, at most once a second (cold paths only:
+    /// it reads the clock).
+    pub(crate) fn beat(&self) {
+        let now = crate::host::now_secs();
+        // Relaxed: a process-local rate limit; two threads racing both write the same second.
+        if self.last_beat.swap(now, Ordering::Relaxed) != now {
+            self.hosts().beat(self.host, now);
+        }
     }
 
     /// The detectable-CAS help word of slot `slot`; `None` for an index a corrupt word could

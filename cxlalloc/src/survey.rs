@@ -15,14 +15,16 @@ use crate::backing::device::DeviceBacking;
 use crate::backing::files;
 use crate::coherence::{Site, DEVICE_FILE, WINDOW_FILE};
 use crate::error::OpenError;
-use crate::heap::Heap;
+use crate::heap::{Heap, HostInfo};
+use crate::host::{now_secs, HostTable};
 use crate::identity;
 use crate::layout::{Coherence, Config, Header, Layout, RegionId, HEADER_BYTES};
 use crate::mcas::{DeviceSpec, Window};
 use crate::persist::record::ThreadRecord;
 use crate::persist::redo::{Op, Pending, PendingKind, Redo};
+use crate::persist::shared::{HostEntry, MAX_HOSTS};
 use crate::recovery::{PendingOutcome, RecoveryReport, Resolution};
-use crate::sync::Ordering;
+use crate::sync::{AtomicU64, Ordering};
 use crate::word::Holder;
 
 /// A leased thread slot: its holder and what its records show in flight.
@@ -32,8 +34,14 @@ pub struct SlotInfo {
     pub slot: u32,
     /// Process id of the holder (on the host that leased the slot).
     pub pid: u32,
-    /// Whether the holder is still running, judged from this host's `/proc` (a pid reused by
-    /// another process counts as dead: the lease records the holder's start time too).
+    /// The holder's host: its id in the heap's host table (docs/design.md §8.6).
+    pub host: u16,
+    /// Whether the holder runs on the caller's own host (domain), so that `alive` was judged
+    /// from this host's `/proc`.
+    pub local: bool,
+    /// Whether the holder is still running. A local holder is judged from this host's `/proc`
+    /// (a pid reused by another process counts as dead: the lease records the holder's start
+    /// time too); a holder on another host is alive until that host is declared dead.
     pub alive: bool,
     /// The operations the slot's redo and pending records show interrupted or in progress,
     /// outermost last; empty when the slot is idle.
@@ -124,6 +132,8 @@ pub struct HeapInfo {
     /// The leased slots (`Err`: why the slot table could not be read, e.g. on device memory
     /// that only maps).
     pub holders: Result<Vec<SlotInfo>, String>,
+    /// The registered hosts (`Err`: why the host table could not be read).
+    pub hosts: Result<Vec<HostInfo>, String>,
     /// No-HWcc heaps: where their HWcc words are served from.
     pub mcas: Option<McasInfo>,
 }
@@ -225,10 +235,18 @@ fn in_flight_parts(w: &SlotWords) -> [Option<Interrupted>; 2] {
     [slab, outer]
 }
 
-fn slot_info(slot: u32, w: &SlotWords) -> Option<SlotInfo> {
+fn slot_info(slot: u32, w: &SlotWords, hosts: &HostTable<'_>) -> Option<SlotInfo> {
     let holder = Holder::unpack(w.holder)?;
     let in_flight = in_flight_parts(w).into_iter().flatten().collect();
-    Some(SlotInfo { slot, pid: holder.pid, alive: identity::is_alive(holder), in_flight })
+    let domain = identity::domain();
+    Some(SlotInfo {
+        slot,
+        pid: holder.pid,
+        host: holder.host,
+        local: hosts.is_local(holder, domain),
+        alive: hosts.holder_alive(holder, domain),
+        in_flight,
+    })
 }
 
 /// The plan for `slot`, whose holder `pid` died, from its words `w`; `hazard_sets` of its
@@ -319,7 +337,8 @@ impl Heap {
     /// The leased thread slots: holder pid, whether it is alive, and what each slot's records
     /// show in flight. Reads only; a snapshot, advisory while threads attach and detach.
     pub fn slots(&self) -> Vec<SlotInfo> {
-        (0..self.mem().layout.slots).filter_map(|s| slot_info(s, &self.slot_words(s))).collect()
+        let hosts = self.mem().hosts();
+        (0..self.mem().layout.slots).filter_map(|s| slot_info(s, &self.slot_words(s), &hosts)).collect()
     }
 
     /// What recovering each slot whose holder died would do, step by step (reads only; see
@@ -330,7 +349,7 @@ impl Heap {
         (0..mem.layout.slots)
             .filter_map(|slot| {
                 let w = self.slot_words(slot);
-                let holder = Holder::unpack(w.holder).filter(|&h| !identity::is_alive(h))?;
+                let holder = Holder::unpack(w.holder).filter(|&h| !mem.holder_alive(h))?;
                 let sets = mem.huge().map_or(0, |view| {
                     (0..view.sets()).filter(|&i| view.lease(i).load(Ordering::Acquire) == w.holder).count() as u32
                 });
@@ -395,6 +414,7 @@ impl Heap {
             stored_bytes,
             holders: read_slots(&header, &layout, &|r, at, buf| read_region(path, &header, r, at, buf))
                 .map_err(|e| e.to_string()),
+            hosts: host_infos(&layout, &|r, at, buf| read_region(path, &header, r, at, buf)),
             mcas: (header.config().coherence == Coherence::NoHwcc).then(|| mcas_info(path)),
         })
     }
@@ -427,6 +447,7 @@ impl Heap {
             reserved_bytes: layout.total as u64,
             stored_bytes,
             holders: read_slots(&header, &layout, &read).map_err(|e| e.to_string()),
+            hosts: host_infos(&layout, &read),
             mcas,
         })
     }
@@ -442,6 +463,37 @@ fn read_region(dir: &Path, header: &Header, r: RegionId, at: u64, buf: &mut [u8]
 /// How the survey reads a heap: `buf.len()` bytes at byte `at` of a region.
 type ReadRegion<'a> = dyn Fn(RegionId, u64, &mut [u8]) -> Result<(), OpenError> + 'a;
 
+/// Reads the host table through `read`, into a private copy.
+fn read_hosts(layout: &Layout, read: &ReadRegion<'_>) -> Result<Vec<HostEntry>, OpenError> {
+    let first = (layout.host_table - layout.region(RegionId::Shared).offset) as u64;
+    let size = std::mem::size_of::<HostEntry>();
+    let mut bytes = vec![0u8; MAX_HOSTS as usize * size];
+    read(RegionId::Shared, first, &mut bytes)?;
+    let word = |at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&bytes[at..at + 8]);
+        AtomicU64::new(u64::from_ne_bytes(w))
+    };
+    Ok((0..MAX_HOSTS as usize)
+        .map(|i| {
+            let e = i * size;
+            HostEntry::from_words(
+                word(e + std::mem::offset_of!(HostEntry, word)),
+                word(e + std::mem::offset_of!(HostEntry, heartbeat)),
+                word(e + std::mem::offset_of!(HostEntry, registered)),
+                std::array::from_fn(|n| word(e + std::mem::offset_of!(HostEntry, name) + n * 8)),
+            )
+        })
+        .collect())
+}
+
+/// The registered hosts, as the survey shows them.
+fn host_infos(layout: &Layout, read: &ReadRegion<'_>) -> Result<Vec<HostInfo>, String> {
+    read_hosts(layout, read)
+        .map(|t| HostInfo::from_records(HostTable::new(&t, None).records(), identity::domain(), now_secs()))
+        .map_err(|e| e.to_string())
+}
+
 /// Reads the slot table and the held slots' records through `read`.
 fn read_slots(header: &Header, layout: &Layout, read: &ReadRegion<'_>) -> Result<Vec<SlotInfo>, OpenError> {
     let stride = layout.lease_stride as u64;
@@ -455,6 +507,8 @@ fn read_slots(header: &Header, layout: &Layout, read: &ReadRegion<'_>) -> Result
         }
         u64::from_ne_bytes(w)
     };
+    let host_entries = read_hosts(layout, read)?;
+    let hosts = HostTable::new(&host_entries, None);
     let mut out = Vec::new();
     for slot in 0..layout.slots {
         let holder = word(&leases, slot as usize * stride as usize);
@@ -467,7 +521,7 @@ fn read_slots(header: &Header, layout: &Layout, read: &ReadRegion<'_>) -> Result
         let mut pending = [0u8; 32];
         read(RegionId::Owned, record + std::mem::offset_of!(ThreadRecord, pending) as u64, &mut pending)?;
         let w = SlotWords { holder, redo: word(&redo, 0), pending: std::array::from_fn(|i| word(&pending, i * 8)) };
-        out.extend(slot_info(slot, &w));
+        out.extend(slot_info(slot, &w, &hosts));
     }
     Ok(out)
 }

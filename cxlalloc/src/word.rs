@@ -88,36 +88,97 @@ impl Tagged {
     }
 }
 
-/// Identity of a thread-slot holder, stored in the slot's lease word.
+/// Bits of a [`Holder`] naming its pid: Linux pids stay below `PID_MAX_LIMIT` = 2^22.
+const PID_BITS: u32 = 22;
+const PID_MASK: u64 = (1 << PID_BITS) - 1;
+/// Bits of a [`Holder`] naming its host: an index into the heap's host table.
+const HOST_BITS: u32 = 10;
+const HOST_MASK: u64 = (1 << HOST_BITS) - 1;
+
+/// Identity of a thread-slot holder, stored in the slot's lease word (and in a hazard set's).
 ///
 /// ```text
-///  63                              32 31                              0
-/// +----------------------------------+---------------------------------+
-/// | process start time (low 32 bits) | pid                             |
-/// +----------------------------------+---------------------------------+
+///  63                              32 31           22 21                 0
+/// +----------------------------------+---------------+--------------------+
+/// | process start time (low 32 bits) | host (10 b)   | pid (22 b)         |
+/// +----------------------------------+---------------+--------------------+
 /// ```
 ///
-/// The start time (clock ticks since boot, `/proc/PID/stat` field 22) tells a live holder from
-/// an unrelated process that reused its pid. 0 means the slot is free.
+/// The host is the holder's entry in the heap's host table (docs/design.md §8.6): its pid and
+/// start time mean something only in that host's pid namespace. The start time (clock ticks
+/// since boot, `/proc/PID/stat` field 22) tells a live holder from an unrelated process that
+/// reused its pid. 0 means the slot is free.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Holder {
-    /// Process id of the holder.
+    /// Process id of the holder, in its host's pid namespace (below 2^22).
     pub pid: u32,
+    /// The holder's host: its index in the heap's host table (below 2^10).
+    pub host: u16,
     /// Low 32 bits of the holder's start time; never 0 for a real holder.
     pub start: u32,
 }
 
 impl Holder {
-    /// The raw lease word.
+    /// The raw lease word. A pid or host too wide for its field is cut to it (neither happens
+    /// for a real holder: see the field docs).
     #[inline]
     pub fn pack(self) -> u64 {
-        (u64::from(self.start) << 32) | u64::from(self.pid)
+        (u64::from(self.start) << 32)
+            | ((u64::from(self.host) & HOST_MASK) << PID_BITS)
+            | (u64::from(self.pid) & PID_MASK)
     }
 
     /// Decodes a lease word; `None` for a free slot.
     #[inline]
     pub fn unpack(word: u64) -> Option<Self> {
-        (word != 0).then_some(Self { pid: word as u32, start: (word >> 32) as u32 })
+        (word != 0).then_some(Self {
+            pid: (word & PID_MASK) as u32,
+            host: ((word >> PID_BITS) & HOST_MASK) as u16,
+            start: (word >> 32) as u32,
+        })
+    }
+}
+
+/// Largest number of hosts a [`Holder`] can name.
+pub(crate) const MAX_HOST_INDEX: u32 = 1 << HOST_BITS;
+
+/// An entry of the host table: which domain holds it and whether it was declared dead.
+///
+/// ```text
+///  63                                                            1   0
+/// +----------------------------------------------------------------+---+
+/// | domain fingerprint (63 bits, never 0)                          | D |
+/// +----------------------------------------------------------------+---+
+/// ```
+///
+/// A domain is one kernel's view of processes: boot id and machine id folded with a pid
+/// namespace (docs/design.md §8.6). `D` is set when an operator declares the host dead
+/// (`cxlalloc recover --host`). 0 means the entry is free.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HostWord {
+    /// The domain's fingerprint, 63 bits, non-zero.
+    pub domain: u64,
+    /// Declared dead: its slots may be adopted from any host.
+    pub dead: bool,
+}
+
+impl HostWord {
+    /// Fits a 64-bit fingerprint into the word's 63 bits, never 0.
+    #[inline]
+    pub(crate) fn fingerprint(hash: u64) -> u64 {
+        (hash >> 1).max(1)
+    }
+
+    /// The raw word.
+    #[inline]
+    pub(crate) fn pack(self) -> u64 {
+        (self.domain << 1) | u64::from(self.dead)
+    }
+
+    /// Decodes an entry word; `None` for a free entry.
+    #[inline]
+    pub(crate) fn unpack(word: u64) -> Option<Self> {
+        (word != 0).then_some(Self { domain: word >> 1, dead: word & 1 != 0 })
     }
 }
 
@@ -231,8 +292,27 @@ mod tests {
     #[test]
     fn holder_zero_means_free() {
         assert_eq!(Holder::unpack(0), None);
-        let h = Holder { pid: 77, start: 9 };
+        let h = Holder { pid: 77, host: 3, start: 9 };
         assert_eq!(Holder::unpack(h.pack()), Some(h));
+    }
+
+    #[test]
+    fn holder_keeps_the_widest_pid_and_host_apart() {
+        let h = Holder { pid: (1 << 22) - 1, host: (1 << 10) - 1, start: u32::MAX };
+        assert_eq!(Holder::unpack(h.pack()), Some(h));
+        let h = Holder { pid: 1, host: 0, start: 1 };
+        assert_eq!(Holder::unpack(h.pack()), Some(h));
+    }
+
+    #[test]
+    fn host_word_zero_means_free_and_the_dead_bit_is_its_own() {
+        assert_eq!(HostWord::unpack(0), None);
+        let live = HostWord { domain: HostWord::fingerprint(u64::MAX), dead: false };
+        let dead = HostWord { dead: true, ..live };
+        assert_eq!(HostWord::unpack(live.pack()), Some(live));
+        assert_eq!(HostWord::unpack(dead.pack()), Some(dead));
+        assert_ne!(live.pack(), dead.pack());
+        assert_ne!(HostWord::fingerprint(0), 0);
     }
 
     #[test]

@@ -23,6 +23,7 @@ const ORDER: &[&str] = &[
     "mcas",
     "coherence",
     "backing", // layer 4
+    "host",
     "huge::view",
     "mem", // layer 5
     "crash",

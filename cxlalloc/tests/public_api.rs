@@ -10,9 +10,10 @@ use std::ptr::NonNull;
 
 use cxlalloc::{
     AdoptError, AllocError, AttachError, Bracket, BracketCensus, ClassCensus, Coherence, Config, ErrorCode, FreeError,
-    Heap, HeapInfo, Holder, HugeCensus, InFlight, Interrupted, McasInfo, OffsetError, OpCounters, OpenError, Pending,
-    PendingKind, PendingOutcome, Problem, ReallocError, Rebuilt, RecoveryPlan, RecoveryReport, Redo, RedoOp,
-    RegionInfo, Report, Resolution, SlabState, SlotInfo, Stats, ThreadHandle,
+    Heap, HeapInfo, Holder, HostInfo, HostRecovery, HugeCensus, InFlight, Interrupted, McasInfo, OffsetError,
+    OpCounters, OpenError, Pending, PendingKind, PendingOutcome, Problem, ReallocError, Rebuilt, RecoverHostError,
+    RecoveryPlan, RecoveryReport, Redo, RedoOp, RegionInfo, Report, Resolution, SlabState, SlotInfo, Stats,
+    ThreadHandle,
 };
 
 /// The names the crate root may export: the curated API, the types its public fields and
@@ -30,6 +31,7 @@ const CURATED: &[&str] = &[
     "AllocError",
     "FreeError",
     "AdoptError",
+    "RecoverHostError",
     "OffsetError",
     "ReallocError",
     "ErrorCode",
@@ -54,6 +56,9 @@ const CURATED: &[&str] = &[
     "Pending",
     "PendingKind",
     "Holder",
+    // Hosts (`Heap::hosts`, `Heap::recover_host`).
+    "HostInfo",
+    "HostRecovery",
     // A look at a heap without opening it (`Heap::info`, `Heap::slots`, `Heap::recovery_plan`).
     "HeapInfo",
     "SlotInfo",
@@ -207,7 +212,7 @@ fn the_recovery_words_round_trip_through_their_public_decoders() {
     assert_eq!(Redo::unpack(redo.pack()), Some(redo));
     let pending = Pending::new(PendingKind::Free, 42);
     assert_eq!(Pending::unpack(pending.pack()), Some(pending));
-    let holder = Holder { pid: 1234, start: 5 };
+    let holder = Holder { pid: 1234, host: 3, start: 5 };
     assert_eq!(Holder::unpack(holder.pack()), Some(holder));
     assert_eq!(Holder::unpack(0), None);
 }
@@ -250,9 +255,12 @@ fn internal_device_open_refuses_a_description_that_parse_would_refuse() {
     }
 }
 
+type Description<'a> =
+    (&'a [RegionInfo], &'a Result<Vec<SlotInfo>, String>, &'a Result<Vec<HostInfo>, String>, Option<&'a McasInfo>);
+
 /// Every field of a heap's read-only description, by type.
-fn description(info: &HeapInfo) -> (&[RegionInfo], &Result<Vec<SlotInfo>, String>, Option<&McasInfo>) {
-    (&info.regions, &info.holders, info.mcas.as_ref())
+fn description(info: &HeapInfo) -> Description<'_> {
+    (&info.regions, &info.holders, &info.hosts, info.mcas.as_ref())
 }
 
 #[test]
@@ -262,12 +270,18 @@ fn a_heap_is_described_from_its_files_through_the_curated_api() {
     let heap = Heap::create_at(&dir, &small_config()).unwrap();
     let thread = heap.attach().unwrap();
     let info: HeapInfo = Heap::info_at(&dir).unwrap();
-    let (regions, holders, mcas) = description(&info);
+    let (regions, holders, hosts, mcas) = description(&info);
+    let hosts: &Vec<HostInfo> = hosts.as_ref().unwrap();
+    assert!(hosts.len() == 1 && hosts[0].own && hosts[0].id == heap.host_id(), "{hosts:?}");
     assert!(regions.iter().any(|r: &RegionInfo| r.hwcc) && mcas.is_none(), "{regions:?}");
     let holders: &Vec<SlotInfo> = holders.as_ref().unwrap();
     assert_eq!(holders.len(), 1, "this thread's slot");
     let slots: Vec<SlotInfo> = heap.slots();
-    assert!(slots.iter().all(|s| s.alive && s.pid == std::process::id()));
+    assert!(slots.iter().all(|s| s.alive && s.local && s.host == heap.host_id() && s.pid == std::process::id()));
+    let own: RecoverHostError = heap.recover_host(heap.host_id()).unwrap_err();
+    assert_eq!(own, RecoverHostError::OwnHost(heap.host_id()));
+    let none: Result<HostRecovery, RecoverHostError> = heap.recover_host(63);
+    assert_eq!(none, Err(RecoverHostError::NoSuchHost(63)));
     let in_flight: Vec<&Interrupted> = slots.iter().flat_map(|s| &s.in_flight).collect();
     assert!(in_flight.is_empty());
     let plans: Vec<RecoveryPlan> = heap.recovery_plan();

@@ -67,7 +67,7 @@ pub(crate) fn check(mem: &HeapMem, problems: &mut Vec<String>) -> HugeCensus {
                 .push(format!("huge blocks at {:#x} (slot {s0}) and {:#x} (slot {s1}) overlap", b0.offset, b1.offset));
         }
     }
-    check_hazards(view, &mut census, problems);
+    check_hazards(mem, view, &mut census, problems);
     if mem.backing().huge_dir().is_some() {
         let objects: HashSet<(u64, u64)> = mem.backing().huge_objects().into_iter().collect();
         census.objects = Some(objects.len() as u64);
@@ -152,7 +152,7 @@ fn walk_list(
     }
 }
 
-fn check_hazards(view: &HugeView, census: &mut HugeCensus, problems: &mut Vec<String>) {
+fn check_hazards(mem: &HeapMem, view: &HugeView, census: &mut HugeCensus, problems: &mut Vec<String>) {
     let mut per_set: BTreeMap<u32, u64> = BTreeMap::new();
     for s in 0..view.sets() {
         for (_, word, _) in hazard::entries(view.set(s)) {
@@ -166,7 +166,7 @@ fn check_hazards(view: &HugeView, census: &mut HugeCensus, problems: &mut Vec<St
         census.hazards += n;
         match Holder::unpack(view.lease(s).load(Ordering::Acquire)) {
             None => problems.push(format!("hazard set {s} holds {n} entries but is not leased")),
-            Some(h) if !crate::identity::is_alive(h) => census.dead_hazard_sets += 1,
+            Some(h) if !mem.holder_alive(h) => census.dead_hazard_sets += 1,
             Some(_) => {}
         }
     }

@@ -328,7 +328,7 @@ pub(crate) fn check(mem: &HeapMem) -> Report {
         let word = rec.redo.load(Ordering::Acquire);
         let pending = rec.pending.word.load(Ordering::Acquire);
         if word != 0 || pending != 0 {
-            let holder_alive = holder.is_some_and(crate::identity::is_alive);
+            let holder_alive = holder.is_some_and(|h| mem.holder_alive(h));
             report.in_flight.push(InFlight {
                 slot,
                 record: Redo::unpack(word),

@@ -8,7 +8,8 @@ use crate::backing::anon::AnonBacking;
 use crate::backing::device::DeviceBacking;
 use crate::backing::files::{self, FileBacking};
 use crate::class::Bracket;
-use crate::error::{AdoptError, AttachError, OffsetError, OpenError};
+use crate::error::{AdoptError, AttachError, OffsetError, OpenError, RecoverHostError};
+use crate::host::DeclareError;
 use crate::huge;
 use crate::identity;
 use crate::layout::{Config, Header, Span};
@@ -62,6 +63,57 @@ impl Drop for HeapInner {
             }
             huge::ops::sweep_unheld(&self.mem, &view);
         }
+    }
+}
+
+/// What [`Heap::recover_host`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostRecovery {
+    /// The host-table entries declared dead: the host asked for and every other live entry of
+    /// its domain.
+    pub declared: Vec<u16>,
+    /// What adopting each of the host's slots repaired.
+    pub reports: Vec<RecoveryReport>,
+    /// Hazard sets of the host's processes given back (besides those the slot recoveries
+    /// cleared).
+    pub hazard_sets_cleared: u32,
+    /// Slots of the host still held (another thread was adopting them, or adoption failed):
+    /// run it again.
+    pub remaining: Vec<u32>,
+    /// Entries freed for new hosts (all of `declared` once nothing names them).
+    pub released: Vec<u16>,
+}
+
+/// A host registered in a heap (docs/design.md §8.6), as [`Heap::hosts`] and
+/// [`Heap::info_at`] show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostInfo {
+    /// Its id: the entry's index in the host table.
+    pub id: u16,
+    /// The host's name (`uname -n` when it registered), for people.
+    pub name: String,
+    /// Whether it is the calling process's own host (domain).
+    pub own: bool,
+    /// Whether an operator declared it dead (its recovery may still be under way).
+    pub declared_dead: bool,
+    /// Seconds since its last heartbeat, by this host's clock (`None` if the beat lies in the
+    /// future, as with clocks apart). Advice: a host that is merely idle is silent too.
+    pub silent_for: Option<u64>,
+}
+
+impl HostInfo {
+    pub(crate) fn from_records(records: Vec<crate::host::HostRecord>, domain: u64, now: u64) -> Vec<HostInfo> {
+        let mine = crate::word::HostWord::fingerprint(domain);
+        records
+            .into_iter()
+            .map(|r| HostInfo {
+                id: r.id,
+                name: r.name,
+                own: r.word.domain == mine,
+                declared_dead: r.word.dead,
+                silent_for: now.checked_sub(r.heartbeat),
+            })
+            .collect()
     }
 }
 
@@ -156,7 +208,7 @@ impl Heap {
             None => None,
         };
         let backing = FileBacking::create(path, &header, device)?;
-        Self::from_mem(HeapMem::map(header, Box::new(backing), identity::current().pack())?)
+        Self::from_mem(HeapMem::map(header, Box::new(backing))?)
     }
 
     /// Opens the heap in directory `path`: the directory once (not following a symbolic link),
@@ -166,7 +218,7 @@ impl Heap {
     /// ([`OpenError::ForeignRegion`]).
     pub fn open_at(path: &Path) -> Result<Self, OpenError> {
         let (backing, header) = FileBacking::open(path)?;
-        Self::from_mem(HeapMem::map(header, Box::new(backing), identity::current().pack())?)
+        Self::from_mem(HeapMem::map(header, Box::new(backing))?)
     }
 
     /// Opens the heap in `path`, creating it with `config` if absent; see [`Heap::open_or_create`].
@@ -221,7 +273,7 @@ impl Heap {
     /// the carving.
     pub fn open_device(path: &Path) -> Result<Self, OpenError> {
         let (backing, header) = DeviceBacking::open(path)?;
-        Self::from_mem(HeapMem::map(header, Box::new(backing), identity::current().pack())?)
+        Self::from_mem(HeapMem::map(header, Box::new(backing))?)
     }
 
     /// Bytes a device must have to hold a heap with `config` (what [`Heap::format_device`]
@@ -241,7 +293,7 @@ impl Heap {
     pub fn anonymous(config: &Config) -> Result<Self, OpenError> {
         config.validate()?;
         let header = Header::new(config, random_secret());
-        Self::from_mem(HeapMem::map(header, Box::new(AnonBacking), identity::current().pack())?)
+        Self::from_mem(HeapMem::map(header, Box::new(AnonBacking))?)
     }
 
     pub(crate) fn mem(&self) -> &HeapMem {
@@ -315,6 +367,61 @@ impl Heap {
     /// another thread adopted first are skipped).
     pub fn recover_dead(&self) -> Vec<RecoveryReport> {
         self.dead_slots().into_iter().filter_map(|s| self.adopt(s).ok().map(|(_, r)| r)).collect()
+    }
+
+    /// This process's host in the heap: its entry in the heap's host table, the id that
+    /// [`Heap::recover_host`] and `cxlalloc recover --host` take (docs/design.md §8.6).
+    pub fn host_id(&self) -> u16 {
+        self.mem().host()
+    }
+
+    /// Declares host `host` dead and recovers everything it held, from this (another) host:
+    /// every slot its processes held is adopted, repaired and released, the hazard sets of its
+    /// processes are given back, and its host-table entry is freed once nothing names it
+    /// (docs/design.md §8.6).
+    ///
+    /// Run it only once the host is known to be down (the operator's fencing): a process of a
+    /// host declared dead that still runs would share its slots with their adopters. Declaring
+    /// covers every entry of the host's domain. Running it again (after a crash mid-way, or to
+    /// finish slots another thread was adopting) goes on where the last run stopped.
+    pub fn recover_host(&self, host: u16) -> Result<HostRecovery, RecoverHostError> {
+        let mem = self.mem();
+        if !mem.recoverable() {
+            return Err(RecoverHostError::RecoveryDisabled);
+        }
+        let declared = mem.hosts().declare_dead(host, identity::domain()).map_err(|e| match e {
+            DeclareError::NoSuchHost => RecoverHostError::NoSuchHost(host),
+            DeclareError::OwnHost => RecoverHostError::OwnHost(host),
+        })?;
+        let of_host = |slot: u32| {
+            crate::word::Holder::unpack(mem.lease(slot).holder.load(Ordering::Acquire))
+                .is_some_and(|h| declared.contains(&h.host))
+        };
+        let reports: Vec<RecoveryReport> =
+            (0..mem.layout.slots).filter(|&s| of_host(s)).filter_map(|s| self.adopt(s).ok().map(|(_, r)| r)).collect();
+        let hazard_sets_cleared = mem
+            .huge()
+            .filter(|v| v.in_own_process())
+            .map_or(0, |view| crate::recovery::clear_host_hazards(view, &declared));
+        let remaining: Vec<u32> = (0..mem.layout.slots).filter(|&s| of_host(s)).collect();
+        let named_by_sets = mem.huge().is_some_and(|view| {
+            (0..view.sets()).any(|s| {
+                crate::word::Holder::unpack(view.lease(s).load(Ordering::Acquire))
+                    .is_some_and(|h| declared.contains(&h.host))
+            })
+        });
+        let released = if remaining.is_empty() && !named_by_sets {
+            declared.iter().copied().filter(|&id| mem.hosts().release(id)).collect()
+        } else {
+            Vec::new()
+        };
+        Ok(HostRecovery { declared, reports, hazard_sets_cleared, remaining, released })
+    }
+
+    /// The hosts registered in the heap's host table, with their heartbeat (advice).
+    pub fn hosts(&self) -> Vec<HostInfo> {
+        let mem = self.mem();
+        HostInfo::from_records(mem.hosts().records(), identity::domain(), crate::host::now_secs())
     }
 
     /// Slots still leased by processes that have died (their recovery is pending).

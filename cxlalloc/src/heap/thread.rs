@@ -74,7 +74,8 @@ pub enum ReallocError {
 pub(crate) fn attach(heap: &Heap) -> Result<ThreadHandle, AttachError> {
     let mem = heap.mem();
     served(mem).map_err(AttachError::DeviceUnserved)?;
-    let holder = identity::current().pack();
+    mem.beat();
+    let holder = mem.holder().pack();
     let slots = mem.layout.slots;
     // Lowest free slot first: the slots in use, and so the lease, record and help words every
     // process touches, stay on the fewest pages (each touched HWcc page counts in every
@@ -144,10 +145,17 @@ pub(crate) fn adopt(heap: &Heap, slot: u32) -> Result<(ThreadHandle, RecoveryRep
     let lease = &mem.hw_process(&mem.lease(slot).holder);
     let held = lease.load(Ordering::Acquire);
     let dead = Holder::unpack(held).ok_or(AdoptError::NotHeld(slot))?;
-    if identity::is_alive(dead) {
-        return Err(AdoptError::HolderAlive { slot, pid: dead.pid });
+    // Only a holder this process can judge, or one of a host declared dead, is ever adopted
+    // (docs/design.md §8.6): a foreign pid names nothing in our /proc.
+    if mem.holder_alive(dead) {
+        return Err(if mem.hosts().is_local(dead, identity::domain()) {
+            AdoptError::HolderAlive { slot, pid: dead.pid }
+        } else {
+            AdoptError::ForeignHost { slot, pid: dead.pid, host: dead.host }
+        });
     }
-    let holder = identity::current().pack();
+    mem.beat();
+    let holder = mem.holder().pack();
     if !lease::take_over(lease, held, holder) {
         return Err(AdoptError::Raced(slot));
     }
@@ -172,13 +180,12 @@ fn served(mem: &HeapMem) -> Result<(), String> {
     mem.mcas().map_or(Ok(()), |hub| hub.served())
 }
 
-/// Slots whose holder process is gone (candidates for adoption by recovery).
+/// Slots whose holder process is gone (candidates for adoption by recovery): holders of this
+/// process's own domain that `/proc` shows dead, and every holder of a host declared dead.
 pub(crate) fn dead_slots(heap: &Heap) -> Vec<u32> {
     let mem = heap.mem();
     (0..mem.layout.slots)
-        .filter(|&s| {
-            Holder::unpack(mem.lease(s).holder.load(Ordering::Acquire)).is_some_and(|h| !identity::is_alive(h))
-        })
+        .filter(|&s| Holder::unpack(mem.lease(s).holder.load(Ordering::Acquire)).is_some_and(|h| !mem.holder_alive(h)))
         .collect()
 }
 
@@ -457,5 +464,6 @@ impl Drop for ThreadHandle {
         let (record, len) = mem.record_bytes(self.ops.slot);
         mem.swcc.persist(Site::SlotReleased, record, len);
         lease::release(&mem.hw_process(&mem.lease(self.ops.slot).holder), self.holder);
+        mem.beat();
     }
 }

@@ -32,7 +32,6 @@ use crate::crash::crash_point;
 use crate::error::{AllocError, FreeError};
 use crate::huge::space::FreeRanges;
 use crate::huge::view::HugeView;
-use crate::identity;
 use crate::layout::{HUGE_SLOT, HUGE_SLOT_SHIFT};
 use crate::mem::HeapMem;
 use crate::persist::huge::{HugeBlock, HugeState};
@@ -475,7 +474,7 @@ impl HugeThread<'_> {
         if !hazard::begin_reclaim(&d.status, freed, reclaiming) {
             return false;
         }
-        if hazard_anywhere(self.view, HazardKey::new(b.offset, b.generation)) {
+        if hazard_anywhere(self.mem(), self.view, HazardKey::new(b.offset, b.generation)) {
             d.status.store(freed, Ordering::Relaxed);
             return false;
         }
@@ -629,8 +628,9 @@ pub(crate) fn release_dropped(t: &SlabThread<'_>, view: &HugeView, keys: &[Hazar
 
 /// Whether any live process holds a hazard on `key` (after [`hazard::begin_reclaim`]). Sets
 /// read as unleased are skipped: a publisher leases its set before its fence (see
-/// [`crate::protocol::hazard`]). Sets of dead holders are cleared and given back on the way.
-fn hazard_anywhere(view: &HugeView, key: HazardKey) -> bool {
+/// [`crate::protocol::hazard`]). Sets of dead holders are cleared and given back on the way; a
+/// holder on another host counts as alive until that host is declared dead (docs/design.md §8.6).
+fn hazard_anywhere(mem: &HeapMem, view: &HugeView, key: HazardKey) -> bool {
     let word = key.pack();
     for s in 0..view.sets() {
         let held = view.lease(s).load(Ordering::Acquire);
@@ -638,7 +638,7 @@ fn hazard_anywhere(view: &HugeView, key: HazardKey) -> bool {
         if !hazard::contains(view.set(s), word) {
             continue;
         }
-        if identity::is_alive(h) {
+        if mem.holder_alive(h) {
             return true;
         }
         view.give_back_set(s, held);

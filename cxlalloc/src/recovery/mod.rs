@@ -117,6 +117,20 @@ pub(crate) fn recover(t: &SlabThread<'_>, huge: Option<&HugeView>, dead: Option<
     }
 }
 
+/// Gives back every hazard set leased by a process of the hosts `hosts`, all declared dead (its
+/// entries cleared first): the sets of processes that held no slot when their host went down.
+pub(crate) fn clear_host_hazards(view: &HugeView, hosts: &[u16]) -> u32 {
+    let mut cleared = 0;
+    for s in 0..view.sets() {
+        let held = view.lease(s).load(Ordering::Acquire);
+        if Holder::unpack(held).is_some_and(|h| hosts.contains(&h.host)) {
+            view.give_back_set(s, held);
+            cleared += 1;
+        }
+    }
+    cleared
+}
+
 /// Gives back every hazard set leased by `dead` (its entries cleared first).
 fn clear_hazards(view: &HugeView, dead: Holder) -> u32 {
     let word = dead.pack();

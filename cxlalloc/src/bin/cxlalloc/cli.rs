@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use cxlalloc::{Coherence, Config, Heap, HeapInfo, McasInfo, OpenError, RecoveryPlan, SlotInfo};
+use cxlalloc::{
+    Coherence, Config, Heap, HeapInfo, HostInfo, McasInfo, OpenError, RecoverHostError, RecoveryPlan, SlotInfo,
+};
 
 use crate::json::Json;
 use crate::out::{self, Out};
@@ -232,11 +234,16 @@ enum Command {
         json: bool,
     },
     /// Adopt and repair every thread slot whose holder process died, then release it
-    /// (printing what each recovery did); then give back the memory of freed huge blocks that
-    /// no process maps any more (`Heap::sweep_huge`).
+    /// (printing what each recovery did). Only holders of this host are judged; with `--host`,
+    /// declare that (other) host dead and recover everything it held. Then give back the memory
+    /// of freed huge blocks that no process maps any more (`Heap::sweep_huge`).
     Recover {
         #[command(flatten)]
         heap: Target,
+        /// Declare host ID dead and recover all of its slots and hazard sets (run it only once
+        /// the host is known to be down: fence it first). IDs are in `cxlalloc inspect`.
+        #[arg(long, value_name = "ID")]
+        host: Option<u16>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -289,6 +296,8 @@ enum Error {
     Open(OpenError),
     /// A directory to list could not be read.
     List(PathBuf, std::io::Error),
+    /// `recover --host` refused.
+    RecoverHost(RecoverHostError),
     /// `format` without `--force` found a heap (or a damaged one) on the device.
     HoldsHeap(PathBuf),
     /// Standard output failed (other than a closed pipe, which ends output quietly).
@@ -300,6 +309,7 @@ impl std::fmt::Display for Error {
         match self {
             Error::Open(e) => write!(f, "{e}"),
             Error::List(dir, e) => write!(f, "cannot list {}: {e}", dir.display()),
+            Error::RecoverHost(e) => write!(f, "{e}"),
             Error::HoldsHeap(dev) => {
                 write!(f, "{} holds a heap (or a damaged one); to lose it and format anyway: --force", dev.display())
             }
@@ -340,13 +350,60 @@ fn yes_no(b: bool) -> &'static str {
     }
 }
 
-/// "alive" or "dead".
-fn liveness(s: &SlotInfo) -> &'static str {
-    if s.alive {
-        "alive"
-    } else {
-        "dead"
+/// "alive" or "dead", and for a holder on another host, which host and whether it was
+/// declared dead.
+fn liveness(s: &SlotInfo) -> String {
+    match (s.local, s.alive) {
+        (true, true) => "alive".to_string(),
+        (true, false) => "dead".to_string(),
+        (false, true) => format!("host {}: not judged here, alive until that host is declared dead", s.host),
+        (false, false) => format!("host {}: declared dead", s.host),
     }
+}
+
+/// A host silent this long while holding slots earns a line of advice (never a verdict).
+const SILENT_ADVICE_SECS: u64 = 10;
+
+/// One line about a host: its name, whether it is this one, its heartbeat.
+fn host_line(h: &HostInfo) -> String {
+    let name = if h.name.is_empty() { String::new() } else { format!("{} ", h.name) };
+    let own = if h.own { ", this host" } else { "" };
+    let state = if h.declared_dead { ", declared dead" } else { "" };
+    let beat = match h.silent_for {
+        Some(s) => format!("last heartbeat {s} s ago"),
+        None => "heartbeat ahead of this clock".to_string(),
+    };
+    format!("{name}({beat}{own}{state})")
+}
+
+fn host_json(h: &HostInfo) -> Json {
+    Json::object([
+        ("id", h.id.into()),
+        ("name", h.name.clone().into()),
+        ("own", h.own.into()),
+        ("declared_dead", h.declared_dead.into()),
+        ("silent_for_s", h.silent_for.into()),
+    ])
+}
+
+/// Advice about other hosts that hold slots and have been silent a while (a host may be idle:
+/// only the operator can tell it is down).
+fn silent_hosts(hosts: &[HostInfo], holders: &[SlotInfo], heap: &str) -> Vec<String> {
+    hosts
+        .iter()
+        .filter(|h| !h.own && !h.declared_dead && h.silent_for.is_some_and(|s| s >= SILENT_ADVICE_SECS))
+        .filter_map(|h| {
+            let held = holders.iter().filter(|s| s.host == h.id).count();
+            (held > 0).then(|| {
+                format!(
+                    "host {} silent for {} s, holding {held} slot(s): if it is down, fence it and run `cxlalloc recover {heap} --host {}`",
+                    h.id,
+                    h.silent_for.unwrap_or(0),
+                    h.id
+                )
+            })
+        })
+        .collect()
 }
 
 fn holder_json(s: &SlotInfo) -> Json {
@@ -358,6 +415,8 @@ fn holder_json(s: &SlotInfo) -> Json {
     Json::object([
         ("slot", s.slot.into()),
         ("pid", s.pid.into()),
+        ("host", s.host.into()),
+        ("local", s.local.into()),
         ("alive", s.alive.into()),
         ("in_flight", Json::Array(in_flight)),
     ])
@@ -447,6 +506,12 @@ fn list_entry(out: &mut Out, name: &str, path: &Path, json: bool) -> std::io::Re
         for s in holders.into_iter().flatten() {
             out.fact(&format!("  slot {}", s.slot), format_args!("pid {} ({})", s.pid, liveness(s)))?;
         }
+        for h in info.hosts.iter().flatten() {
+            out.fact(&format!("  host {}", h.id), host_line(h))?;
+        }
+        for a in silent_hosts(info.hosts.as_deref().unwrap_or(&[]), holders.map_or(&[], |h| h.as_slice()), name) {
+            out.fact("  advice", a)?;
+        }
         match &advice {
             Some(why) => out.fact("  check advised", format_args!("yes: {why}"))?,
             None => out.fact("  check advised", "no")?,
@@ -461,6 +526,7 @@ fn list_entry(out: &mut Out, name: &str, path: &Path, json: bool) -> std::io::Re
         ("thread_slots", c.thread_slots.into()),
         ("slots_leased", holders.map(Vec::len).into()),
         ("holders", holders.map_or(Json::Null, |h| Json::Array(h.iter().map(holder_json).collect()))),
+        ("hosts", info.hosts.as_ref().map_or(Json::Null, |h| Json::Array(h.iter().map(host_json).collect()))),
         ("check_advised", advice.is_some().into()),
         ("advice", advice.into()),
     ]))
@@ -537,6 +603,7 @@ fn inspect(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
             ("regions", Json::Array(regions)),
             ("holders", holders.map_or(Json::Null, |h| Json::Array(h.iter().map(holder_json).collect()))),
             ("holders_error", info.holders.as_ref().err().cloned().into()),
+            ("hosts", info.hosts.as_ref().map_or(Json::Null, |h| Json::Array(h.iter().map(host_json).collect()))),
         ]);
         return Ok(out.line(format_args!("{doc}"))?);
     }
@@ -572,6 +639,17 @@ fn inspect(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
             }
         }
         Err(e) => out.fact("slots leased", format_args!("unknown: {e}"))?,
+    }
+    match &info.hosts {
+        Ok(hosts) => {
+            for h in hosts {
+                out.fact(&format!("host {}", h.id), host_line(h))?;
+            }
+            for a in silent_hosts(hosts, info.holders.as_deref().unwrap_or(&[]), &heap.to_string()) {
+                out.fact("advice", a)?;
+            }
+        }
+        Err(e) => out.fact("hosts", format_args!("unknown: {e}"))?,
     }
     if info.dead_holders() > 0 {
         out.fact("advice", format_args!("dead holders: run `cxlalloc check {heap}`, then `cxlalloc recover {heap}`"))?;
@@ -702,6 +780,8 @@ fn check(out: &mut Out, heap: &Target, json: bool) -> Result<ExitCode, Error> {
     let report = h.check();
     let slots = h.slots();
     let plans = h.recovery_plan();
+    let hosts = h.hosts();
+    let silent = silent_hosts(&hosts, &slots, &heap.to_string());
     let mut problems: Vec<String> = report.huge_problems.iter().map(|p| format!("huge: {p}")).collect();
     problems.extend(report.problems.iter().map(|p| match p.slab {
         Some(s) => format!("{} slab {s}: {}", p.bracket.name(), p.what),
@@ -729,6 +809,8 @@ fn check(out: &mut Out, heap: &Target, json: bool) -> Result<ExitCode, Error> {
             ("live_blocks", report.live_blocks().into()),
             ("holders", Json::Array(slots.iter().map(holder_json).collect())),
             ("dead_holders", Json::Array(plans.iter().map(plan_json).collect())),
+            ("hosts", Json::Array(hosts.iter().map(host_json).collect())),
+            ("advice", silent.into()),
         ]);
         out.line(format_args!("{doc}"))?;
         return Ok(ExitCode::from(code));
@@ -760,6 +842,12 @@ fn check(out: &mut Out, heap: &Target, json: bool) -> Result<ExitCode, Error> {
                 }
             }
         }
+    }
+    for host in &hosts {
+        out.fact(&format!("host {}", host.id), host_line(host))?;
+    }
+    for a in &silent {
+        out.fact("advice", a)?;
     }
     out.fact("inconsistencies", problems.len())?;
     for p in &problems {
@@ -816,9 +904,15 @@ fn format(out: &mut Out, device: &Path, shape: &Shape, force: bool) -> Result<()
     Ok(())
 }
 
-fn recover(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
+fn recover(out: &mut Out, heap: &Target, host: Option<u16>, json: bool) -> Result<(), Error> {
     let h = heap.open()?;
-    let reports = h.recover_dead();
+    let (reports, of_host) = match host {
+        None => (h.recover_dead(), None),
+        Some(id) => {
+            let r = h.recover_host(id).map_err(Error::RecoverHost)?;
+            (r.reports.clone(), Some(r))
+        }
+    };
     let still_dead = h.dead_slots().len();
     // Freed huge blocks nobody maps any more but nobody reclaimed (their owners idle or
     // gone) give their memory back too.
@@ -835,12 +929,18 @@ fn recover(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
                 ])
             })
             .collect();
-        let doc = Json::object([
-            ("recovered", Json::Array(recovered)),
-            ("still_dead", still_dead.into()),
-            ("huge_objects_released", released.into()),
-        ]);
+        let mut fields = vec![("recovered", Json::Array(recovered)), ("still_dead", still_dead.into()), ("huge_objects_released", released.into())];
+        if let Some(r) = &of_host {
+            fields.push(("hosts_declared_dead", r.declared.clone().into()));
+            fields.push(("hazard_sets_cleared", r.hazard_sets_cleared.into()));
+            fields.push(("host_slots_remaining", r.remaining.clone().into()));
+            fields.push(("hosts_released", r.released.clone().into()));
+        }
+        let doc = Json::object(fields);
         return Ok(out.line(format_args!("{doc}"))?);
+    }
+    if let Some(r) = &of_host {
+        out.fact("hosts declared dead", format_args!("{:?}", r.declared))?;
     }
     for r in &reports {
         out.fact(&format!("slot {}", r.slot), format_args!("recovered in {:.1?}", r.duration))?;
@@ -851,6 +951,13 @@ fn recover(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
     out.fact("slots recovered", reports.len())?;
     out.fact("slots still dead", still_dead)?;
     out.fact("huge objects released", released)?;
+    if let Some(r) = &of_host {
+        out.fact("hazard sets cleared", r.hazard_sets_cleared)?;
+        if !r.remaining.is_empty() {
+            out.fact("host slots still held", format_args!("{:?} (run it again)", r.remaining))?;
+        }
+        out.fact("host entries freed", format_args!("{:?}", r.released))?;
+    }
     Ok(())
 }
 
@@ -884,7 +991,7 @@ fn run(cli: Cli, out: &mut Out) -> Result<ExitCode, Error> {
         Command::Inspect { heap, json } => inspect(out, &heap, json)?,
         Command::Check { heap, json } => return check(out, &heap, json),
         Command::Stats { heap, json } => stats(out, &heap, json)?,
-        Command::Recover { heap, json } => recover(out, &heap, json)?,
+        Command::Recover { heap, host, json } => recover(out, &heap, host, json)?,
         Command::Unlink { heap } => match (&heap.device, &heap.at, &heap.name) {
             (Some(dev), _, _) => {
                 return Err(Error::Open(OpenError::NotADevice {

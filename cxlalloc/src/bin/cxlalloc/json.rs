@@ -39,6 +39,12 @@ impl From<u64> for Json {
     }
 }
 
+impl From<u16> for Json {
+    fn from(n: u16) -> Self {
+        Json::Uint(n.into())
+    }
+}
+
 impl From<u32> for Json {
     fn from(n: u32) -> Self {
         Json::Uint(n.into())
