@@ -35,7 +35,7 @@ pub(crate) const REGION_ALIGN: usize = 2 << 20;
 /// Size of the header region.
 pub(crate) const HEADER_BYTES: usize = 4096;
 /// Version of the on-device layout; bumped on any incompatible change.
-pub(crate) const LAYOUT_VERSION: u32 = 5;
+pub(crate) const LAYOUT_VERSION: u32 = 6;
 /// log2 of a huge slot: the unit in which threads claim huge address space.
 pub(crate) const HUGE_SLOT_SHIFT: u32 = 30;
 /// Bytes of one huge slot (1 GiB).
@@ -568,6 +568,9 @@ pub(crate) struct Layout {
     /// Offset of the detectable-CAS help words (in the shared region, after the slot table):
     /// one per slot, see [`crate::protocol::detectable`].
     pub help_table: usize,
+    /// Offset of the remote-free mailbox heads (in the shared region, after the help words):
+    /// one per slot and bracket, slot-major, see [`crate::protocol::mailbox`].
+    pub mailbox_table: usize,
     /// Bytes between consecutive slot leases.
     pub lease_stride: usize,
     /// Bytes between consecutive remote counters and between help words
@@ -615,7 +618,8 @@ impl Layout {
         let lease_stride = std::mem::size_of::<SlotLease>().max(stride);
         let slot_table = std::mem::size_of::<SharedHeader>();
         let help_table = slot_table + h.slots as usize * lease_stride;
-        let shared = help_table + h.slots as usize * stride;
+        let mailbox_table = help_table + h.slots as usize * stride;
+        let shared = mailbox_table + 2 * h.slots as usize * stride;
         let shared_off = place(RegionId::Shared, shared, &mut regions);
         let hazard_sets = h.slots;
         let claims = h.huge_slots as usize * 8;
@@ -647,6 +651,7 @@ impl Layout {
             brackets,
             slot_table: shared_off + slot_table,
             help_table: shared_off + help_table,
+            mailbox_table: shared_off + mailbox_table,
             lease_stride,
             hwcc_stride: stride,
             slots: h.slots,

@@ -454,6 +454,18 @@ impl HeapMem {
         })
     }
 
+    /// The remote-free mailbox head of slot `slot` in bracket `b` (docs/design.md §4.6); `None`
+    /// for an index beyond the slot count (a corrupt descriptor's owner field could name one).
+    #[inline]
+    pub(crate) fn mailbox(&self, b: Bracket, slot: u32) -> Option<&AtomicU64> {
+        (slot < self.layout.slots).then(|| {
+            let index = slot as usize * 2 + b as usize;
+            // SAFETY: the mailbox table lies in the mapped shared region, 8-byte aligned, with
+            // 2 · `slots` words, and the index was checked; AtomicU64 is valid for any bits.
+            unsafe { &*(self.addr(self.layout.mailbox_table + index * self.layout.hwcc_stride) as *const AtomicU64) }
+        })
+    }
+
     /// Whether the heap runs with crash recovery (logging and detectable-CAS help).
     pub(crate) fn recoverable(&self) -> bool {
         self.header.config().recovery

@@ -80,6 +80,14 @@ pub enum Site {
     Located,
     /// A remote free's mark, written back before the counter moves.
     RemoteMark,
+    /// A mailbox push's link in the freed block, written back before the push CAS publishes it
+    /// (docs/design.md §4.6).
+    MailboxLink,
+    /// A harvested block's link, read from memory (its pusher wrote it on another host).
+    MailboxRead,
+    /// A harvested block's cleared link, written back so that no later eviction of ours lands
+    /// on the block's next life.
+    MailboxCleared,
     /// A slot's record when the slot is leased or adopted.
     SlotTaken,
     /// A slot's record when its holder releases it.
