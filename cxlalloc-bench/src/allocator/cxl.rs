@@ -350,6 +350,7 @@ impl Allocator for Cxl {
             "data_bytes": s.data_bytes,
             "leased_slots": s.leased_slots,
             "remote_frees": s.counters.remote_frees,
+            "harvested": s.counters.harvested,
             "slabs_bumped": s.counters.slabs_bumped,
             "global_pops": s.counters.global_pops,
             "global_pushes": s.counters.global_pushes,

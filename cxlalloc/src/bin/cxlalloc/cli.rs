@@ -506,6 +506,7 @@ fn stats(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
     let s = heap.open()?.stats();
     let counters = [
         ("remote frees", "remote_frees", s.counters.remote_frees),
+        ("blocks harvested from mailboxes", "harvested", s.counters.harvested),
         ("slabs bumped", "slabs_bumped", s.counters.slabs_bumped),
         ("global list pops", "global_pops", s.counters.global_pops),
         ("global list pushes", "global_pushes", s.counters.global_pushes),
