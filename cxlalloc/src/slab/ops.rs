@@ -785,8 +785,8 @@ impl<'a> SlabThread<'a> {
             },
             self.helper(tag),
         );
-        ThreadRecord::bump(&self.rec.counters.remote_frees);
         if pushed.is_ok() {
+            ThreadRecord::bump(&self.rec.counters.remote_frees);
             self.clear_log();
             return Ok(());
         }
