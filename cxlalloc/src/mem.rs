@@ -401,6 +401,13 @@ impl HeapMem {
         Ok(())
     }
 
+    /// Gives the data pages of empty `slab` back to the system (docs/design.md §4.7).
+    pub(crate) fn release_slab(&self, b: Bracket, slab: Slab) -> Result<(), Errno> {
+        let size = b.spec().slab_size();
+        let start = self.layout.bracket(b).data.offset - self.layout.region(RegionId::Data).offset;
+        self.backing.release(RegionId::Data, start + slab.index() as usize * size, size)
+    }
+
     /// Reserves backing store for `len` bytes at offset `off` of a whole-mapped region
     /// (header, shared, owned).
     pub(crate) fn commit_region(&self, r: RegionId, off: usize, len: usize) -> Result<(), Errno> {

@@ -246,3 +246,57 @@ fn processes_freeing_each_others_blocks_keep_the_heap_small() {
     assert!(stats.counters.harvested > 0, "{:?}", stats.counters);
     t.free(table).unwrap();
 }
+
+/// Bytes of backing store the heap's data file holds.
+fn data_file_bytes(name: &str) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(Heap::path_of(name).unwrap().join("data")).unwrap().blocks() * 512
+}
+
+/// A thread that frees everything and detaches returns its empty slabs to the global list; with
+/// `return_pages` (the default) their pages go back to the system, without it they stay.
+/// Either way a slab popped again serves blocks whose bytes are the new owner's.
+fn pages_after_a_drained_thread(return_pages: bool) -> (u64, u64) {
+    let _g = serial();
+    let name = HeapName::new(&format!("pages-{return_pages}"));
+    let config = Config { cache_local: 0, return_pages, ..config(Coherence::Full) };
+    let heap = Heap::create(name.as_str(), &config).unwrap();
+    let t = heap.attach().unwrap();
+    let blocks: Vec<_> = (0..64 * PER_SLAB).map(|i| (t.alloc(BLOCK).unwrap(), i as u64)).collect();
+    for &(p, salt) in &blocks {
+        fill(p, salt);
+    }
+    let full = data_file_bytes(name.as_str());
+    for (p, _) in blocks {
+        t.free(p).unwrap();
+    }
+    drop(t);
+    let drained = data_file_bytes(name.as_str());
+    let u = heap.attach().unwrap();
+    let again: Vec<_> = (0..4 * PER_SLAB).map(|i| (u.alloc(BLOCK).unwrap(), 7 + i as u64)).collect();
+    for &(p, salt) in &again {
+        fill(p, salt);
+    }
+    assert!(again.iter().all(|&(p, salt)| intact(p, salt)));
+    assert_eq!(heap.stats().counters.global_pops, 4, "the slabs came from the global list");
+    for (p, _) in again {
+        u.free(p).unwrap();
+    }
+    drop(u);
+    let r = heap.check();
+    assert!(r.is_clean(), "{r}");
+    (full, drained)
+}
+
+#[test]
+fn empty_slabs_on_the_global_list_give_their_pages_back() {
+    let (full, drained) = pages_after_a_drained_thread(true);
+    assert!(full >= 64 * 32 << 10, "64 slabs touched, {full} bytes stored");
+    assert!(drained < full / 8, "{full} bytes before, {drained} after every slab went global");
+}
+
+#[test]
+fn without_return_pages_empty_slabs_keep_their_pages() {
+    let (full, drained) = pages_after_a_drained_thread(false);
+    assert!(drained >= full, "{full} bytes before, {drained} after");
+}

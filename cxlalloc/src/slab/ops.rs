@@ -60,6 +60,9 @@ pub(crate) struct SlabThread<'a> {
     pub rec: &'a ThreadRecord,
     /// The heap's recovery setting, read once: whether to log and help.
     pub recoverable: bool,
+    /// The heap's `return_pages` setting, read once: empty slabs going global give their pages
+    /// back (docs/design.md §4.7).
+    return_pages: bool,
     /// No-HWcc model: this slot's mCAS requester, through which every HWcc CAS goes.
     port: Option<McasPort>,
     /// Limited and no-HWcc models: remote frees are counted per slab in the record and
@@ -124,7 +127,8 @@ impl<'a> SlabThread<'a> {
         let port = mem.mcas().and_then(|hub| hub.thread_port(slot).ok());
         let batching = mem.coherence != crate::layout::Coherence::Full;
         let batch_used = std::array::from_fn(|_| AtomicU64::new(0));
-        Self { mem, slot, rec: mem.record(slot), recoverable: mem.recoverable(), port, batching, batch_used }
+        let return_pages = mem.header.config().return_pages;
+        Self { mem, slot, rec: mem.record(slot), recoverable: mem.recoverable(), return_pages, port, batching, batch_used }
     }
 
     /// HWcc word `word` as this thread reaches it (through its mCAS requester when the heap
@@ -1136,6 +1140,14 @@ impl<'a> SlabThread<'a> {
         self.push_unsized(b, slab, d);
         ThreadRecord::bump(&self.rec.counters.global_pops);
         self.clear_log();
+        if self.return_pages && mem.header.config().commit_on_grow && mem.commit(b, slab.index(), slab.index() + 1).is_err()
+        {
+            // Its pages were given back at T9: reserved again here, so that a full device is an
+            // error now and not a SIGBUS at first touch. Back on the global list if it cannot be.
+            let len = self.rec.lists(b).unsized_len.load(Ordering::Relaxed);
+            self.release_unsized(b, len.saturating_sub(1));
+            return Err(AllocError::OutOfMemory(b));
+        }
         Ok(true)
     }
 
@@ -1274,6 +1286,11 @@ impl<'a> SlabThread<'a> {
             // push's Release CAS publishes it.
             d.head.owner.store(0, Ordering::Relaxed);
             crash_point!(PushDisowned);
+            if self.return_pages {
+                // Empty and still ours: its pages go back before anyone can pop it (docs/design.md
+                // §4.7). A failure only keeps them.
+                let _ = self.mem.release_slab(b, slab);
+            }
             let tag = self.tag(version);
             global_list::push(
                 &self.hw(&self.mem.globals(b).global_head),
