@@ -386,8 +386,16 @@ fn a_no_hwcc_heaps_mcas_window_is_hwcc_memory_of_no_single_region() {
 #[test]
 fn a_mapping_printed_again_by_a_torn_read_is_counted_once() {
     let text = [
-        block("7f1500000000-7f1500800000 rw-s 00000000 00:1a 1006                       /dev/shm/cxlalloc.kv/data", 4096, 4096),
-        block("7f1500000000-7f1501000000 rw-s 00000000 00:1a 1006                       /dev/shm/cxlalloc.kv/data", 6144, 6144),
+        block(
+            "7f1500000000-7f1500800000 rw-s 00000000 00:1a 1006                       /dev/shm/cxlalloc.kv/data",
+            4096,
+            4096,
+        ),
+        block(
+            "7f1500000000-7f1501000000 rw-s 00000000 00:1a 1006                       /dev/shm/cxlalloc.kv/data",
+            6144,
+            6144,
+        ),
         block("7f1600000000-7f1600001000 rw-p 00000000 00:00 0", 4, 4),
     ]
     .concat();

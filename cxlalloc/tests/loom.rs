@@ -1717,7 +1717,13 @@ impl Mailbox {
     /// A remote free of block `id` by slot `slot`.
     fn free(&self, slot: u32, id: u32, seen: &Seen) {
         let link = &self.links[id as usize - 1];
-        let pushed = mailbox::push(&self.head, Tags::new(slot).next(), id, |next| link.with_mut(|l| unsafe { *l = next }), |_| {});
+        let pushed = mailbox::push(
+            &self.head,
+            Tags::new(slot).next(),
+            id,
+            |next| link.with_mut(|l| unsafe { *l = next }),
+            |_| {},
+        );
         if pushed.is_err() {
             seen.mark("pushed to a closed mailbox");
             self.settle(id, 2);

@@ -19,13 +19,7 @@ const SLABS_PER_ROUND: usize = 4;
 const ROUNDS: usize = 24;
 
 fn config(coherence: Coherence) -> Config {
-    Config {
-        thread_slots: 16,
-        huge_capacity: 0,
-        small_batch: 1,
-        coherence,
-        ..Config::with_capacity(256 << 20)
-    }
+    Config { thread_slots: 16, huge_capacity: 0, small_batch: 1, coherence, ..Config::with_capacity(256 << 20) }
 }
 
 fn fill(p: NonNull<u8>, salt: u64) {
@@ -291,7 +285,7 @@ fn pages_after_a_drained_thread(return_pages: bool) -> (u64, u64) {
 #[test]
 fn empty_slabs_on_the_global_list_give_their_pages_back() {
     let (full, drained) = pages_after_a_drained_thread(true);
-    assert!(full >= 64 * 32 << 10, "64 slabs touched, {full} bytes stored");
+    assert!(full >= 64 * (32 << 10), "64 slabs touched, {full} bytes stored");
     assert!(drained < full / 8, "{full} bytes before, {drained} after every slab went global");
 }
 

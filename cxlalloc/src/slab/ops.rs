@@ -128,7 +128,16 @@ impl<'a> SlabThread<'a> {
         let batching = mem.coherence != crate::layout::Coherence::Full;
         let batch_used = std::array::from_fn(|_| AtomicU64::new(0));
         let return_pages = mem.header.config().return_pages;
-        Self { mem, slot, rec: mem.record(slot), recoverable: mem.recoverable(), return_pages, port, batching, batch_used }
+        Self {
+            mem,
+            slot,
+            rec: mem.record(slot),
+            recoverable: mem.recoverable(),
+            return_pages,
+            port,
+            batching,
+            batch_used,
+        }
     }
 
     /// HWcc word `word` as this thread reaches it (through its mCAS requester when the heap
@@ -928,10 +937,8 @@ impl<'a> SlabThread<'a> {
         };
         if owner == self.me() {
             if !self.is_free_in(&at, true) {
-                if Link::unpack(raw, mark).is_none() {
-                    // Neither a link nor returned: not a block of this chain.
-                    return None;
-                }
+                // Neither a link nor returned: not a block of this chain.
+                Link::unpack(raw, mark)?;
                 self.return_block(&at);
             }
             crash_point!(HarvestReturned);
@@ -1097,7 +1104,8 @@ impl<'a> SlabThread<'a> {
     /// The usable size of the allocated block at `ptr`.
     pub(crate) fn usable_size(&self, ptr: *const u8) -> Result<usize, FreeError> {
         let at = self.locate(ptr)?;
-        let freed_remotely = Link::freed(self.mark_word(&at).load(Ordering::Relaxed), at.desc.head.mark.load(Ordering::Relaxed));
+        let freed_remotely =
+            Link::freed(self.mark_word(&at).load(Ordering::Relaxed), at.desc.head.mark.load(Ordering::Relaxed));
         if freed_remotely || self.is_free(&at) {
             return Err(FreeError::NotAllocated);
         }
@@ -1140,7 +1148,9 @@ impl<'a> SlabThread<'a> {
         self.push_unsized(b, slab, d);
         ThreadRecord::bump(&self.rec.counters.global_pops);
         self.clear_log();
-        if self.return_pages && mem.header.config().commit_on_grow && mem.commit(b, slab.index(), slab.index() + 1).is_err()
+        if self.return_pages
+            && mem.header.config().commit_on_grow
+            && mem.commit(b, slab.index(), slab.index() + 1).is_err()
         {
             // Its pages were given back at T9: reserved again here, so that a full device is an
             // error now and not a SIGBUS at first touch. Back on the global list if it cannot be.
