@@ -25,6 +25,15 @@
 //!
 //! Reading `/proc/self/smaps` walks every mapping under the process's mmap lock: measure between
 //! timed phases, never inside one.
+//!
+//! A read is not atomic: the kernel fills it a page at a time and finds its place again by
+//! address. A mapping that grows meanwhile — a cxlalloc heap maps its data 2 MiB at a time
+//! next to what it mapped before, and the kernel merges the two — is printed again, whole, after
+//! its first part was: summing such a read counted the heap's data twice or more (a sampled
+//! peak PSS of 3.6 GiB for a process whose peak RSS was 1.25 GiB). [`split_mappings`] therefore
+//! counts a mapping only where it starts at or above the end of the one before it
+//! ([`MemorySplit::torn`] says whether it had to skip one), and [`measure`] reads again when a
+//! read was torn.
 
 use std::path::{Path, PathBuf};
 
@@ -323,6 +332,11 @@ pub struct MemorySplit {
     pub region_pss_bytes: [u64; REGIONS],
     /// PSS of no-HWcc heaps' mCAS window files (part of `hwcc_pss_bytes`, of no region's).
     pub window_pss_bytes: u64,
+    /// Whether the read was torn: a mapping printed again (grown or merged while the file was
+    /// read) was skipped, so the totals may miss what it gained meanwhile, but never count a
+    /// page twice.
+    #[serde(skip)]
+    pub torn: bool,
 }
 
 impl MemorySplit {
@@ -354,10 +368,20 @@ impl MemorySplit {
     }
 }
 
-/// Splits parsed mappings with `table`.
+/// Splits parsed mappings with `table`. In address order, a mapping that starts below the end
+/// of one before it was printed again by a torn read (see the module docs) and is skipped.
 pub fn split_mappings(mappings: &[Mapping], table: &RegionTable) -> MemorySplit {
     let mut split = MemorySplit::default();
-    for m in mappings {
+    let mut sorted: Vec<&Mapping> = mappings.iter().collect();
+    // Stable: of a mapping printed twice, the first print (the part read before it grew) counts.
+    sorted.sort_by_key(|m| m.start);
+    let mut end = 0;
+    for m in sorted {
+        if m.start < end {
+            split.torn = true;
+            continue;
+        }
+        end = end.max(m.end);
         split.add(table.classify(m), m.pss_bytes(), m.rss_bytes());
     }
     split
@@ -377,10 +401,22 @@ fn read_proc(path: &str) -> Result<String, Error> {
 /// Each directory is canonicalized when it still exists (smaps shows resolved absolute paths);
 /// an unlinked heap's directory is used as given. A directory that names no file-backed heap
 /// (e.g. `"anonymous"`) matches nothing.
+/// A torn read is repeated up to [`READS`] times; the last one is returned as it is (its torn
+/// mappings skipped).
 pub fn measure(heap_dirs: &[PathBuf]) -> Result<MemorySplit, Error> {
     let dirs: Vec<PathBuf> = heap_dirs.iter().map(|d| std::fs::canonicalize(d).unwrap_or_else(|_| d.clone())).collect();
-    split(&read_proc("/proc/self/smaps")?, &dirs)
+    let mut measured = split(&read_proc("/proc/self/smaps")?, &dirs)?;
+    for _ in 1..READS {
+        if !measured.torn {
+            break;
+        }
+        measured = split(&read_proc("/proc/self/smaps")?, &dirs)?;
+    }
+    Ok(measured)
 }
+
+/// Most reads [`measure`] makes for one measurement.
+pub const READS: usize = 4;
 
 /// The `VmHWM` (peak resident set) of `/proc/PID/status` text, in bytes.
 pub fn parse_vm_hwm(status_text: &str) -> Result<u64, Error> {

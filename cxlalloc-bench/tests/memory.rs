@@ -379,3 +379,71 @@ fn a_no_hwcc_heaps_mcas_window_is_hwcc_memory_of_no_single_region() {
     assert_eq!(s.region_pss_bytes.iter().sum::<u64>() + s.window_pss_bytes, s.hwcc_pss_bytes + s.swcc_pss_bytes);
     assert_eq!(s.total_pss_bytes, s.hwcc_pss_bytes + s.swcc_pss_bytes + s.other_pss_bytes);
 }
+
+/// A read of smaps during which a mapping grew (the kernel merged a newly mapped neighbour into
+/// it) prints that mapping again, whole, after its first part: the split counts its bytes once
+/// and says the read was torn.
+#[test]
+fn a_mapping_printed_again_by_a_torn_read_is_counted_once() {
+    let text = [
+        block(
+            "7f1500000000-7f1500800000 rw-s 00000000 00:1a 1006                       /dev/shm/cxlalloc.kv/data",
+            4096,
+            4096,
+        ),
+        block(
+            "7f1500000000-7f1501000000 rw-s 00000000 00:1a 1006                       /dev/shm/cxlalloc.kv/data",
+            6144,
+            6144,
+        ),
+        block("7f1600000000-7f1600001000 rw-p 00000000 00:00 0", 4, 4),
+    ]
+    .concat();
+    let s = memory::split(&text, &heap_dirs()).unwrap();
+    assert!(s.torn);
+    assert_eq!(s.swcc_pss_bytes, 4096 * KB);
+    assert_eq!(s.total_pss_bytes, (4096 + 4) * KB);
+    assert!(!memory::split(&fixture(), &heap_dirs()).unwrap().torn);
+}
+
+/// Issue 19: one process's sampled peak PSS never exceeds its peak RSS. A thread grows a heap 2 MiB
+/// chunk by chunk (each chunk merges into the data mapping) while this thread samples as the
+/// harness does.
+#[test]
+fn sampled_peak_pss_of_a_growing_heap_stays_within_peak_rss() {
+    const BLOCK: usize = 512 << 10;
+    const BLOCKS: usize = 384;
+    let name = format!("memory-peak-{}", std::process::id());
+    let _ = Heap::unlink(&name);
+    let _guard = Unlink(name.clone());
+    let heap = Heap::create(&name, &Config { large_batch: 4, ..Config::with_capacity(1 << 30) }).unwrap();
+    let dirs = [PathBuf::from(heap.location())];
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (mut peak, mut samples, mut torn) = (0u64, 0u64, 0u64);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let t = heap.attach().unwrap();
+            let blocks: Vec<NonNull<u8>> = (0..BLOCKS)
+                .map(|i| {
+                    let p = t.alloc(BLOCK).unwrap();
+                    // SAFETY: a fresh block of BLOCK bytes.
+                    unsafe { p.as_ptr().write_bytes(i as u8 | 1, BLOCK) };
+                    p
+                })
+                .collect();
+            done.store(true, std::sync::atomic::Ordering::Release);
+            for p in blocks {
+                t.free(p).unwrap();
+            }
+        });
+        while !done.load(std::sync::atomic::Ordering::Acquire) {
+            let m = memory::measure(&dirs).unwrap();
+            peak = peak.max(m.total_pss_bytes);
+            samples += 1;
+            torn += u64::from(m.torn);
+        }
+    });
+    let rss = memory::peak_rss_bytes().unwrap();
+    println!("{samples} samples ({torn} torn after retries), peak PSS {peak} B, peak RSS {rss} B");
+    assert!(peak <= rss, "sampled peak PSS {peak} B above peak RSS {rss} B ({samples} samples)");
+}

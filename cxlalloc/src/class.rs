@@ -49,6 +49,15 @@ impl Bracket {
         }
     }
 
+    /// Bits of a block index within one slab (`64 · bitset_words` blocks at most): how a
+    /// mailbox names a block (`protocol::mailbox::BlockId`).
+    pub(crate) const fn block_shift(self) -> u32 {
+        match self {
+            Bracket::Small => 12,
+            Bracket::Large => 9,
+        }
+    }
+
     /// 64-bit words in a descriptor's free-block bitset.
     #[inline(always)]
     pub(crate) const fn bitset_words(self) -> usize {

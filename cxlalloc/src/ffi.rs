@@ -127,6 +127,8 @@ impl CxlConfig {
             coherence,
             commit_on_grow: self.commit_on_grow != 0,
             recovery: self.recovery != 0,
+            // Not in `cxl_config_t` (its layout is fixed): C heaps get the default.
+            return_pages: Config::default().return_pages,
             // C creates window-backed no-HWcc heaps; device-backed ones open like any other.
             mcas_device: None,
             mode: if self.mode == 0 { crate::layout::DEFAULT_MODE } else { self.mode },

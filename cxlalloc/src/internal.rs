@@ -37,7 +37,9 @@ pub mod word {
 /// The lock-free CAS protocols (the loom models' subjects). They touch only the atomics they
 /// are given: safe with any argument.
 pub mod protocol {
-    pub use crate::protocol::{cached_word, detectable, global_list, hazard, lease, length, registry, remote, HwWord};
+    pub use crate::protocol::{
+        cached_word, detectable, global_list, hazard, lease, length, mailbox, registry, remote, HwWord,
+    };
 }
 
 #[cfg(not(loom))]

@@ -125,6 +125,12 @@ pub struct Config {
     /// other's detectable CASes, so that a dead slot can be adopted and repaired. Off only to
     /// measure what recovery costs: a slot whose holder died is then lost with its memory.
     pub recovery: bool,
+    /// Give an empty slab's data pages back to the system (a hole punched in the data file)
+    /// when it goes back on the global list (T9), so the heap's memory shrinks as its live data
+    /// does (docs/design.md §4.7). A slab taken from the global list is faulted in afresh (and
+    /// reserved again under `commit_on_grow`). Default on; off keeps every page the heap ever
+    /// touched until the heap is removed.
+    pub return_pages: bool,
     /// No-HWcc model only: the description file of the hardware mCAS device whose memory holds
     /// the HWcc regions (`mcas::DeviceSpec`; copied into the heap directory at creation).
     /// `None`: an mCAS window file in the heap directory, served by `cxlalloc-mcasd`. Not in
@@ -174,6 +180,7 @@ impl Default for Config {
             coherence: Coherence::Full,
             commit_on_grow: true,
             recovery: true,
+            return_pages: true,
             mcas_device: None,
             mode: DEFAULT_MODE,
         }
@@ -291,6 +298,7 @@ const _: () = assert!(std::mem::size_of::<Header>() % 8 == 0);
 
 const FLAG_COMMIT: u32 = 1;
 const FLAG_RECOVERY: u32 = 2;
+const FLAG_RETURN_PAGES: u32 = 4;
 
 pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
@@ -313,7 +321,8 @@ impl Header {
             classes: [SMALL_CLASSES as u32, LARGE_CLASSES as u32],
             record_bytes: std::mem::size_of::<ThreadRecord>() as u32,
             flags: if config.commit_on_grow { FLAG_COMMIT } else { 0 }
-                | if config.recovery { FLAG_RECOVERY } else { 0 },
+                | if config.recovery { FLAG_RECOVERY } else { 0 }
+                | if config.return_pages { FLAG_RETURN_PAGES } else { 0 },
             capacity: Bracket::ALL.map(|b| config.capacity_slabs(b) as u32),
             batch: [config.small_batch, config.large_batch],
             cache_local: config.cache_local,
@@ -412,6 +421,7 @@ impl Header {
             coherence: Coherence::from_raw(self.coherence).unwrap_or_default(),
             commit_on_grow: self.flags & FLAG_COMMIT != 0,
             recovery: self.flags & FLAG_RECOVERY != 0,
+            return_pages: self.flags & FLAG_RETURN_PAGES != 0,
             mcas_device: None,
             mode: self.mode,
         }
@@ -420,7 +430,7 @@ impl Header {
     /// Checks that an opener's expected configuration matches this heap.
     pub(crate) fn check_matches(&self, config: &Config) -> Result<(), OpenError> {
         let mine = self.config();
-        let pairs: [(&'static str, u64, u64); 10] = [
+        let pairs: [(&'static str, u64, u64); 11] = [
             ("small_capacity", mine.small_capacity, config.capacity_slabs(Bracket::Small) << self.slab_shift[0]),
             ("large_capacity", mine.large_capacity, config.capacity_slabs(Bracket::Large) << self.slab_shift[1]),
             ("thread_slots", mine.thread_slots.into(), config.thread_slots.into()),
@@ -430,6 +440,7 @@ impl Header {
             ("huge_capacity", mine.huge_capacity, config.huge_capacity),
             ("coherence", mine.coherence as u64, config.coherence as u64),
             ("recovery", mine.recovery.into(), config.recovery.into()),
+            ("return_pages", mine.return_pages.into(), config.return_pages.into()),
             ("mode", mine.mode.into(), config.mode.into()),
         ];
         for (field, found, expected) in pairs {
@@ -571,6 +582,9 @@ pub(crate) struct Layout {
     /// Offset of the host table (in the shared region, after the help words): [`MAX_HOSTS`]
     /// entries (docs/design.md §8.6).
     pub host_table: usize,
+    /// Offset of the remote-free mailbox heads (in the shared region, after the host table):
+    /// one per slot and bracket, slot-major, see [`crate::protocol::mailbox`].
+    pub mailbox_table: usize,
     /// Bytes between consecutive slot leases.
     pub lease_stride: usize,
     /// Bytes between consecutive remote counters and between help words
@@ -619,7 +633,8 @@ impl Layout {
         let slot_table = std::mem::size_of::<SharedHeader>();
         let help_table = slot_table + h.slots as usize * lease_stride;
         let host_table = align_up(help_table + h.slots as usize * stride, std::mem::align_of::<HostEntry>());
-        let shared = host_table + MAX_HOSTS as usize * std::mem::size_of::<HostEntry>();
+        let mailbox_table = align_up(host_table + MAX_HOSTS as usize * std::mem::size_of::<HostEntry>(), stride);
+        let shared = mailbox_table + 2 * h.slots as usize * stride;
         let shared_off = place(RegionId::Shared, shared, &mut regions);
         let hazard_sets = h.slots;
         let claims = h.huge_slots as usize * 8;
@@ -652,6 +667,7 @@ impl Layout {
             slot_table: shared_off + slot_table,
             help_table: shared_off + help_table,
             host_table: shared_off + host_table,
+            mailbox_table: shared_off + mailbox_table,
             lease_stride,
             hwcc_stride: stride,
             slots: h.slots,

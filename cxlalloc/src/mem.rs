@@ -439,6 +439,13 @@ impl HeapMem {
         Ok(())
     }
 
+    /// Gives the data pages of empty `slab` back to the system (docs/design.md §4.7).
+    pub(crate) fn release_slab(&self, b: Bracket, slab: Slab) -> Result<(), Errno> {
+        let size = b.spec().slab_size();
+        let start = self.layout.bracket(b).data.offset - self.layout.region(RegionId::Data).offset;
+        self.backing.release(RegionId::Data, start + slab.index() as usize * size, size)
+    }
+
     /// Reserves backing store for `len` bytes at offset `off` of a whole-mapped region
     /// (header, shared, owned).
     pub(crate) fn commit_region(&self, r: RegionId, off: usize, len: usize) -> Result<(), Errno> {
@@ -525,6 +532,18 @@ impl HeapMem {
             unsafe {
                 &*(self.addr(self.layout.help_table + slot as usize * self.layout.hwcc_stride) as *const AtomicU64)
             }
+        })
+    }
+
+    /// The remote-free mailbox head of slot `slot` in bracket `b` (docs/design.md §4.6); `None`
+    /// for an index beyond the slot count (a corrupt descriptor's owner field could name one).
+    #[inline]
+    pub(crate) fn mailbox(&self, b: Bracket, slot: u32) -> Option<&AtomicU64> {
+        (slot < self.layout.slots).then(|| {
+            let index = slot as usize * 2 + b as usize;
+            // SAFETY: the mailbox table lies in the mapped shared region, 8-byte aligned, with
+            // 2 · `slots` words, and the index was checked; AtomicU64 is valid for any bits.
+            unsafe { &*(self.addr(self.layout.mailbox_table + index * self.layout.hwcc_stride) as *const AtomicU64) }
         })
     }
 

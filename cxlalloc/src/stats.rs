@@ -25,6 +25,9 @@ pub struct OpCounters {
     pub detaches: u64,
     /// Slabs disowned when full (T5).
     pub disowns: u64,
+    /// Blocks taken back from mailboxes (docs/design.md §4.6): remote frees reused before
+    /// their slab drained.
+    pub harvested: u64,
 }
 
 /// A snapshot of a heap's use.
@@ -67,6 +70,7 @@ pub(crate) fn stats(mem: &HeapMem) -> Stats {
         counters.claims += read(&c.claims);
         counters.detaches += read(&c.detaches);
         counters.disowns += read(&c.disowns);
+        counters.harvested += read(&c.harvested);
     }
     // A corrupt length word can exceed the capacity (the check reports it): count only slabs
     // the heap can have.

@@ -180,6 +180,12 @@ fn slab_op(r: Redo) -> Interrupted {
         (Op::Abandon, false) => (format!("disown partly used {b} slab {s}"), DECIDE),
         (Op::Abandon, true) => (format!("take back empty {b} slab {s} while disowning it"), FINISH),
         (Op::Reclaim, _) => (format!("move empty {b} slab {s} to the unsized list"), FINISH),
+        (Op::MailboxPush, _) => (
+            format!("a remote free of a block of {b} slab {s} into its owner's mailbox"),
+            "finish it: counted on the slab's counter if the push had not happened",
+        ),
+        (Op::Harvest, false) => (format!("take back the thread's {b} mailbox"), DECIDE),
+        (Op::Harvest, true) => (format!("close the thread's {b} mailbox, taking back its blocks"), DECIDE),
     };
     Interrupted { operation, recovery: recovery.to_string() }
 }

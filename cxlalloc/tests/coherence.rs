@@ -165,8 +165,9 @@ fn no_hwcc_threads_allocate_and_free_remotely_through_the_rtl() {
     assert!(report.is_clean(), "{report}");
 }
 
-/// No-HWcc remote frees are batched per slab (one mCAS per run): a holder killed with a batch
-/// counted but not yet subtracted leaves it in its record, and adoption applies it.
+/// No-HWcc remote frees of a slab with no owner are batched per slab (one mCAS per run): a
+/// holder killed with a batch counted but not yet subtracted leaves it in its record, and
+/// adoption applies it.
 #[test]
 fn a_batch_of_remote_frees_left_by_a_killed_process_is_applied_by_recovery() {
     let _serial = serial();
@@ -175,6 +176,9 @@ fn a_batch_of_remote_frees_left_by_a_killed_process_is_applied_by_recovery() {
     let _device = Device::serve(name.as_str(), Duration::ZERO);
     let owner = heap.attach().unwrap();
     let blocks: Vec<u64> = (0..10).map(|_| heap.offset_of(owner.alloc(64).unwrap().as_ptr()).unwrap().raw()).collect();
+    // The owner leaves (abandoning the slab): frees of a live owner's blocks would go to its
+    // mailbox instead of a batch (docs/design.md §4.6).
+    drop(owner);
     let n = name.as_str().to_string();
     let mut child = common::fork_code("batching freer", move || {
         let Ok(heap) = Heap::open(&n) else { return 1 };
@@ -197,5 +201,4 @@ fn a_batch_of_remote_frees_left_by_a_killed_process_is_applied_by_recovery() {
     let report = heap.check();
     assert!(report.is_clean(), "{report}");
     assert_eq!(live(&heap), 0, "recovery applied the dead holder's batch");
-    drop(owner);
 }

@@ -68,7 +68,8 @@ fn try_free(t: &ThreadHandle, table: &[AtomicU64], range: std::ops::Range<usize>
 /// sized slab, abandoning partly used slabs (counted and claimed back), returning cached words,
 /// global pushes and pops, and huge allocations, frees, reclaims into the cache, reuse from
 /// it and a release by another thread — all through detectable allocation and free — then
-/// plain remote frees (batched in the reduced models).
+/// plain remote frees: into the owner's mailbox, harvested when it closes it, and counted
+/// (batched in the reduced models) once the owner has left.
 fn workload(heap: &Heap, table: &[AtomicU64]) -> Result<(), String> {
     let a = heap.attach().map_err(|e| e.to_string())?;
     let b = heap.attach().map_err(|e| e.to_string())?;
@@ -105,8 +106,10 @@ fn workload(heap: &Heap, table: &[AtomicU64]) -> Result<(), String> {
             try_free(&c, table, HUGE..HUGE + 1)?;
         }
     }
-    // Plain frees by another thread, each forgotten by the application right after it: the
-    // batch they join is applied when `d` detaches.
+    // Plain frees by another thread, each forgotten by the application right after it. The
+    // first half goes to `c`'s mailbox (its owner is alive), which `c` harvests as it closes it
+    // at detach; the second half, freed once `c` has abandoned the slab, is counted (batched
+    // in the reduced models, the batch applied when `d` detaches).
     try_alloc(&c, table, PLAIN..PLAIN + PLAIN_BLOCKS, 128)?;
     let d = heap.attach().map_err(|e| e.to_string())?;
     if heap.config().huge_capacity > 0 {
@@ -115,15 +118,18 @@ fn workload(heap: &Heap, table: &[AtomicU64]) -> Result<(), String> {
         try_alloc(&c, table, HUGE..HUGE + 1, 2 << 20)?;
         try_free(&d, table, HUGE..HUGE + 1)?;
     }
-    for word in &table[PLAIN..PLAIN + PLAIN_BLOCKS] {
+    let plain_free = |word: &AtomicU64| -> Result<(), String> {
         let p = heap
             .pointer(Offset::<u8>::from_raw(word.load(Ordering::Acquire)))
             .map_err(|e| format!("plain block: {e}"))?;
         d.free(p).map_err(|e| format!("plain free: {e}"))?;
         word.store(0, Ordering::Release);
-    }
-    drop(d);
+        Ok(())
+    };
+    table[PLAIN..PLAIN + PLAIN_BLOCKS / 2].iter().try_for_each(plain_free)?;
     drop(c);
+    table[PLAIN + PLAIN_BLOCKS / 2..PLAIN + PLAIN_BLOCKS].iter().try_for_each(plain_free)?;
+    drop(d);
     Ok(())
 }
 

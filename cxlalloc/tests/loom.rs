@@ -73,7 +73,7 @@ use std::sync::{Arc as StdArc, Mutex as StdMutex};
 use std::time::Instant;
 
 use cxlalloc::internal::protocol::registry::Slot;
-use cxlalloc::internal::protocol::{cached_word, detectable, global_list, lease, length, remote};
+use cxlalloc::internal::protocol::{cached_word, detectable, global_list, lease, length, mailbox, remote};
 use cxlalloc::internal::word::{Holder, Tag, Tagged};
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -1765,4 +1765,128 @@ fn registry_close_waits_for_two_handlers() {
 #[should_panic(expected = "Causality violation")]
 fn registry_close_without_waiting_is_caught() {
     check("registry_close_without_waiting_is_caught", None, || registry_model(&Seen::default(), Slot::clear, 0));
+}
+
+// ------------------------------------------------------------------------------------------------
+// (i) Remote-free mailbox (§4.6): every pushed block is harvested or counted, exactly once
+// ------------------------------------------------------------------------------------------------
+
+/// How the owner takes its mailbox: the real `mailbox::take`, or a broken one.
+type Take = fn(&AtomicU64, Tag, u32) -> Option<u32>;
+
+fn real_take(head: &AtomicU64, tag: Tag, to: u32) -> Option<u32> {
+    mailbox::take(head, tag, to, |_| {}, |_| {})
+}
+
+/// One owner mailbox and the first words of the blocks pushed on it (payloads 1..=BLOCKS). A
+/// block's link is a `loom::cell::UnsafeCell`: written by its pusher before the push CAS and
+/// read by the harvester after its take, so loom reports the read unless the CASes order it.
+struct Mailbox {
+    head: AtomicU64,
+    links: Vec<UnsafeCell<u32>>,
+    /// Per block: 1 once harvested, 2 once counted (a push that found the mailbox closed).
+    fate: Vec<AtomicU32>,
+}
+
+impl Mailbox {
+    fn new(blocks: usize) -> Self {
+        Self {
+            head: AtomicU64::new(0),
+            links: (0..blocks).map(|_| UnsafeCell::new(0)).collect(),
+            fate: (0..blocks).map(|_| AtomicU32::new(0)).collect(),
+        }
+    }
+
+    fn settle(&self, id: u32, fate: u32) {
+        let old = self.fate[id as usize - 1].swap(fate, Ordering::Relaxed);
+        assert_eq!(old, 0, "block {id} harvested or counted twice");
+    }
+
+    /// A remote free of block `id` by slot `slot`.
+    fn free(&self, slot: u32, id: u32, seen: &Seen) {
+        let link = &self.links[id as usize - 1];
+        let pushed = mailbox::push(
+            &self.head,
+            Tags::new(slot).next(),
+            id,
+            |next| link.with_mut(|l| unsafe { *l = next }),
+            |_| {},
+        );
+        if pushed.is_err() {
+            seen.mark("pushed to a closed mailbox");
+            self.settle(id, 2);
+        }
+    }
+
+    /// The owner takes the stack (leaving `to`) and walks it.
+    fn harvest(&self, take: Take, tags: &mut Tags, to: u32, seen: &Seen) {
+        let mut cursor = take(&self.head, tags.next(), to).unwrap_or(mailbox::EMPTY);
+        let mut walked = 0;
+        while cursor != mailbox::EMPTY {
+            walked += 1;
+            assert!(walked <= self.links.len(), "chain longer than the blocks pushed (cycle)");
+            self.settle(cursor, 1);
+            // SAFETY (model): the link was written before the push that published it.
+            cursor = self.links[cursor as usize - 1].with(|l| unsafe { *l });
+        }
+        seen.mark(format!("harvested {walked} to {}", if to == mailbox::CLOSED { "closed" } else { "empty" }));
+    }
+}
+
+/// Slots 1 and 2 each free one block onto slot 0's mailbox (slot 2 frees a second one) while
+/// the owner harvests once and then closes its mailbox: every block ends harvested or counted,
+/// exactly once, and every harvested link was published to the harvester.
+fn mailbox_model(seen: &Seen, take: Take) {
+    let mb = Arc::new(Mailbox::new(3));
+    let pushers: Vec<_> = [(1u32, vec![1u32]), (2, vec![2, 3])]
+        .into_iter()
+        .map(|(slot, ids)| {
+            let (mb, seen) = (mb.clone(), seen.clone());
+            thread::spawn(move || {
+                for id in ids {
+                    mb.free(slot, id, &seen);
+                }
+            })
+        })
+        .collect();
+    let mut tags = Tags::new(0);
+    mb.harvest(take, &mut tags, mailbox::EMPTY, seen);
+    mb.harvest(take, &mut tags, mailbox::CLOSED, seen);
+    for p in pushers {
+        p.join().unwrap();
+    }
+    for (i, f) in mb.fate.iter().enumerate() {
+        assert_ne!(f.load(Ordering::Relaxed), 0, "block {} lost: neither harvested nor counted", i + 1);
+    }
+}
+
+#[test]
+fn mailbox_blocks_are_harvested_or_counted_exactly_once() {
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("mailbox_blocks_are_harvested_or_counted_exactly_once", Some(3), move || mailbox_model(&s, real_take));
+    seen.require(&[
+        "harvested 0 to empty",
+        "harvested 2 to empty",
+        "harvested 3 to empty",
+        "harvested 0 to closed",
+        "harvested 3 to closed",
+        "pushed to a closed mailbox",
+    ]);
+}
+
+/// Negative control: a harvest that reads the head and then stores EMPTY (no CAS). A push
+/// landing between the two is neither in the chain taken nor left in the mailbox: lost.
+#[test]
+#[should_panic(expected = "lost")]
+fn mailbox_take_by_load_then_store_is_caught() {
+    fn broken(head: &AtomicU64, tag: Tag, to: u32) -> Option<u32> {
+        let top = Tagged::unpack(head.load(Ordering::Acquire)).payload;
+        if top == to {
+            return None;
+        }
+        head.store(Tagged::new(to, tag).pack(), Ordering::Release);
+        Some(if top == mailbox::CLOSED { mailbox::EMPTY } else { top })
+    }
+    check("mailbox_take_by_load_then_store_is_caught", Some(3), || mailbox_model(&Seen::default(), broken));
 }

@@ -9,7 +9,8 @@
 //! `"full"` (default), `"limited"` or `"none"` (docs/design.md §9.1; the two reduced models have no huge
 //! heap, and `"none"` needs the `shm` backend); `mcas_latency_ns` (only with `"none"`: one
 //! thread's mCAS latency, p50, default the paper's 2300; the device injects it less this
-//! machine's measured round trip, see [`device::calibrate`]).
+//! machine's measured round trip, see [`device::calibrate`]); `return_pages` (default `true`:
+//! empty slabs going back on the global list give their pages back, docs/design.md §4.7).
 //!
 //! # The mCAS device of a no-HWcc run
 //!
@@ -47,7 +48,8 @@ pub enum Backend {
 }
 
 /// The settings cxlalloc knows.
-const KNOWN: [&str; 6] = ["backend", "capacity_mib", "thread_slots", "recovery", "coherence", "mcas_latency_ns"];
+const KNOWN: [&str; 7] =
+    ["backend", "capacity_mib", "thread_slots", "recovery", "coherence", "mcas_latency_ns", "return_pages"];
 
 /// How long [`prepare`] waits for the device thread to claim the window.
 const DEVICE_START: Duration = Duration::from_secs(10);
@@ -81,6 +83,12 @@ impl Settings {
             None => config.recovery,
             Some(v) => {
                 v.as_bool().ok_or_else(|| format!("cxlalloc: setting recovery must be true or false, got {v}"))?
+            }
+        };
+        config.return_pages = match spec.settings.get("return_pages") {
+            None => config.return_pages,
+            Some(v) => {
+                v.as_bool().ok_or_else(|| format!("cxlalloc: setting return_pages must be true or false, got {v}"))?
             }
         };
         let coherence = spec.str_setting("coherence", Coherence::Full.name())?;
@@ -350,6 +358,7 @@ impl Allocator for Cxl {
             "data_bytes": s.data_bytes,
             "leased_slots": s.leased_slots,
             "remote_frees": s.counters.remote_frees,
+            "harvested": s.counters.harvested,
             "slabs_bumped": s.counters.slabs_bumped,
             "global_pops": s.counters.global_pops,
             "global_pushes": s.counters.global_pushes,

@@ -720,6 +720,17 @@ impl Backing for FileBacking {
             .map(|_| ())
     }
 
+    fn release(&self, r: RegionId, off: usize, len: usize) -> Result<(), Errno> {
+        if r.is_hwcc() && matches!(self.home, Some(McasHome::Device { .. })) {
+            return Ok(());
+        }
+        let at = self.offsets[r as usize] + off as u64;
+        // A hole: every process's mapping of the range sees zeros from now on, and the file's
+        // pages (and their reservation) are freed.
+        let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+        nix::fcntl::fallocate(&self.files[r as usize], flags, at as i64, len as i64).map(|_| ())
+    }
+
     fn region_offset(&self, r: RegionId) -> u64 {
         self.offsets[r as usize]
     }

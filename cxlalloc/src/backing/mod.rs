@@ -76,6 +76,13 @@ pub(crate) trait Backing: Send + Sync + std::fmt::Debug {
     /// cannot fail with `SIGBUS`. `ENOSPC` means the device is full.
     fn commit(&self, r: RegionId, off: usize, len: usize) -> Result<(), Errno>;
 
+    /// Gives the backing store of `len` bytes at offset `off` of region `r` back to the system
+    /// (their contents become zero); a later touch allocates afresh. Default: nothing (memory
+    /// that cannot be given back keeps its pages).
+    fn release(&self, _r: RegionId, _off: usize, _len: usize) -> Result<(), Errno> {
+        Ok(())
+    }
+
     /// Where the heap lives, for messages.
     fn location(&self) -> String;
 

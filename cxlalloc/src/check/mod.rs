@@ -13,6 +13,7 @@ use std::fmt;
 use crate::class::{Bracket, LARGE_CLASSES, SMALL_CLASSES};
 use crate::mem::{HeapMem, Slab};
 use crate::persist::redo::{Pending, Redo};
+use crate::protocol::mailbox::{self, BlockId, Link};
 use crate::slab::ops::remote_count;
 use crate::sync::Ordering;
 use crate::word::{Holder, Tagged};
@@ -73,6 +74,8 @@ pub struct ClassCensus {
     pub free_blocks: u64,
     /// Blocks freed remotely and not yet reclaimed.
     pub remote_freed: u64,
+    /// Blocks freed remotely and waiting in their owner's mailbox (docs/design.md §4.6).
+    pub mailbox_blocks: u64,
 }
 
 impl ClassCensus {
@@ -80,7 +83,7 @@ impl ClassCensus {
     /// (which the report's issues name) the counts may exceed the blocks, and a census must
     /// not panic.
     pub fn live_blocks(&self) -> u64 {
-        self.blocks.saturating_sub(self.free_blocks).saturating_sub(self.remote_freed)
+        self.blocks.saturating_sub(self.free_blocks).saturating_sub(self.remote_freed).saturating_sub(self.mailbox_blocks)
     }
 }
 
@@ -366,6 +369,8 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
     };
     let mut w = Walker { mem, b, len: len.min(capacity), state: vec![None; len.min(capacity) as usize], problems };
     let mut cached = vec![0u32; w.len as usize];
+    let mut waiting = vec![0u32; w.len as usize];
+    walk_mailboxes(&mut w, &mut waiting);
     if len > capacity {
         w.problem(None, format!("length {len} exceeds capacity {capacity}"));
     }
@@ -448,6 +453,7 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
         let class = d.head.class.load(Ordering::Relaxed);
         let free = d.head.free.load(Ordering::Relaxed);
         let cached_here = cached[index as usize];
+        let waiting_here = waiting[index as usize];
         let state = match w.state[index as usize] {
             Some(s) => s,
             None if class != 0 && free == 0 && owner != 0 => SlabState::Detached,
@@ -487,6 +493,9 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
         // Owned slabs: their free blocks are still counted by the remote counter. Disowned
         // slabs: their free bits were subtracted when they were abandoned.
         let disowned = state == SlabState::Disowned;
+        if free + cached_here + waiting_here > info.blocks {
+            w.problem(Some(index), format!("{waiting_here} blocks in mailboxes but {free} free of {}", info.blocks));
+        }
         if !disowned && free + cached_here > counter {
             w.problem(Some(index), format!("{} free blocks but remote counter {counter}", free + cached_here));
         }
@@ -501,8 +510,64 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
         c.slabs += 1;
         c.blocks += u64::from(info.blocks);
         c.free_blocks += u64::from(free + cached_here);
+        c.mailbox_blocks += u64::from(waiting_here);
         // Saturating: a live heap can be read between a disown and the subtraction it precedes.
         c.remote_freed += u64::from(info.blocks.saturating_sub(counter).saturating_sub(abandoned));
     }
     census
+}
+
+/// Walks every used slot's mailbox of the walker's bracket (docs/design.md §4.6): each entry must
+/// name a block of a sized slab below the length, carry that slab's link mark, not be free in
+/// the slab's bitset, and appear once. Counts the entries per slab into `waiting`. Bounded by
+/// the bracket's block count, so a cycle is a problem, never a hang.
+fn walk_mailboxes(w: &mut Walker<'_>, waiting: &mut [u32]) {
+    let (mem, b) = (w.mem, w.b);
+    let mut seen = std::collections::HashSet::new();
+    let limit = u64::from(w.len) * 64 * b.bitset_words() as u64;
+    for slot in mem.used_slots() {
+        let Some(head) = mem.mailbox(b, slot) else { continue };
+        let mut payload = Tagged::unpack(head.load(Ordering::Acquire)).payload;
+        if payload == mailbox::CLOSED {
+            continue;
+        }
+        let mut steps = 0u64;
+        while payload != mailbox::EMPTY {
+            steps += 1;
+            let bad = |what: String| format!("slot {slot}'s mailbox: {what}");
+            if steps > limit || !seen.insert(payload) {
+                w.problem(None, bad(format!("entry {payload} seen twice (cycle or shared chain)")));
+                break;
+            }
+            let Some(id) = BlockId::from_payload(payload, b.block_shift()) else {
+                w.problem(None, bad(format!("entry {payload} is not a block name")));
+                break;
+            };
+            let Some(slab) = w.slab(id.slab) else {
+                w.problem(None, bad(format!("slab {} beyond the heap length", id.slab)));
+                break;
+            };
+            let d = mem.desc(b, slab);
+            let size = d.head.size.load(Ordering::Relaxed);
+            if size == 0 || id.block >= d.head.blocks.load(Ordering::Relaxed) {
+                w.problem(Some(id.slab), bad(format!("block {} of a slab without it", id.block)));
+                break;
+            }
+            if d.is_free(id.block) {
+                w.problem(Some(id.slab), bad(format!("block {} is also free in the bitset", id.block)));
+            }
+            let off = mem.data_offset(b, slab, id.block as usize * size as usize) as u64;
+            let link = mem.word_at(off).and_then(|x| {
+                // Written back by its pusher, maybe on another host.
+                mem.swcc.refresh(crate::coherence::Site::Scan, (x as *const crate::sync::AtomicU64).cast(), 8);
+                Link::unpack(x.load(Ordering::Relaxed), d.head.mark.load(Ordering::Relaxed))
+            });
+            let Some(link) = link else {
+                w.problem(Some(id.slab), bad(format!("block {} does not carry a link", id.block)));
+                break;
+            };
+            waiting[id.slab as usize] += 1;
+            payload = link.next;
+        }
+    }
 }

@@ -84,9 +84,12 @@ pub(crate) fn attach(heap: &Heap) -> Result<ThreadHandle, AttachError> {
         let lease = mem.lease(slot);
         let word = mem.hw_process(&lease.holder);
         if lease.holder.load(Ordering::Relaxed) == 0 && lease::try_claim(&word, holder) {
-            return handle(heap, slot, holder).inspect_err(|_| {
+            let h = handle(heap, slot, holder).inspect_err(|_| {
                 lease::release(&word, holder);
-            });
+            })?;
+            // The previous holder closed them when it let the slot go (docs/design.md §4.6).
+            h.ops().open_mailboxes();
+            return Ok(h);
         }
     }
     let dead = dead_slots(heap);
@@ -170,6 +173,7 @@ pub(crate) fn adopt(heap: &Heap, slot: u32) -> Result<(ThreadHandle, RecoveryRep
     })?;
     let view = mem.huge().filter(|v| v.in_own_process());
     let report = recovery::recover(&h.ops, view, Some(dead));
+    h.ops.open_mailboxes();
     h.recovered = Some(report.clone());
     Ok((h, report))
 }
@@ -455,6 +459,9 @@ impl Drop for ThreadHandle {
         }
         let ops = self.ops();
         ops.flush_remote_batch();
+        // Closed first: what it held returns to our slabs before they are given up, and later
+        // remote frees of them are counted (docs/design.md §4.6).
+        ops.close_mailboxes();
         for b in Bracket::ALL {
             ops.release_classes(b);
             ops.drain_unsized(b);

@@ -147,14 +147,45 @@ impl RemoteBatch {
     }
 }
 
+/// A harvest in progress: the mailbox chain this slot took, from its next unreturned block.
+///
+/// ```text
+///  63          34   33     32   31                              0
+/// +--------------+--------+------+--------------------------------+
+/// | 0            | active | brkt | cursor payload (0 = done)      |
+/// +--------------+--------+------+--------------------------------+
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Harvest {
+    /// Bracket of the mailbox taken.
+    pub bracket: Bracket,
+    /// Payload ([`crate::protocol::mailbox::BlockId`] + 1) of the next block to return.
+    pub cursor: u32,
+}
+
+impl Harvest {
+    /// The record word.
+    pub(crate) fn pack(self) -> u64 {
+        1 << 33 | (self.bracket as u64) << 32 | u64::from(self.cursor)
+    }
+
+    /// Decodes a record word; `None` for 0 (no harvest in progress).
+    pub(crate) fn unpack(w: u64) -> Option<Self> {
+        let bracket = if w >> 32 & 1 == 0 { Bracket::Small } else { Bracket::Large };
+        (w >> 33 & 1 == 1).then_some(Harvest { bracket, cursor: w as u32 })
+    }
+}
+
 /// Operation counters of one slot. Single writer (the holder), read by `stats` with stale values
 /// tolerated. Only slow-path events are counted, so the fast path stays free of them.
 #[repr(C)]
 #[derive(Default)]
 pub(crate) struct Counters {
-    /// Frees that took the remote path (T10 + T8): frees of other slots' blocks, and of this
-    /// slot's own blocks in slabs it has disowned.
+    /// Frees that took the remote path (T10 + T8, and mailbox pushes): frees of other slots'
+    /// blocks, and of this slot's own blocks in slabs it has disowned.
     pub remote_frees: AtomicU64,
+    /// Blocks this slot took back from its mailbox (docs/design.md §4.6).
+    pub harvested: AtomicU64,
     /// Slabs taken by extending the heap (T1).
     pub slabs_bumped: AtomicU64,
     /// Slabs popped from the global list (T2).
@@ -205,6 +236,16 @@ pub(crate) struct ThreadRecord {
     /// The block index of the remote free in flight (written before its redo record), so that
     /// recovery can write the block's free mark when it completes the free.
     pub remote_block: AtomicU32,
+    /// The slot + 1 whose mailbox the remote free in flight pushes to (`Op::MailboxPush`),
+    /// written with `remote_block`: recovery asks that mailbox's head whether the push
+    /// happened.
+    pub remote_owner: AtomicU32,
+    /// The payload after the harvest cursor's block, written before that block is freed, so
+    /// that recovery can move on once it finds the block freed (docs/design.md §4.6).
+    pub harvest_next: AtomicU32,
+    /// The chain of a mailbox this slot took and is returning to its slabs ([`Harvest`]; 0 =
+    /// none). Written before the taking CAS (under `Op::Harvest`) and advanced block by block.
+    pub harvest: AtomicU64,
     /// Limited and no-HWcc models: remote frees counted here and not yet subtracted from their
     /// slabs' counters, one slab per entry ([`RemoteBatch`]; 0 = none). Recovery applies what a dead
     /// holder left. Each entry is written back on its own when it changes.

@@ -52,6 +52,13 @@ pub enum Op {
     /// A refill found sized `slab` (class in arg) empty, every block back locally or remotely,
     /// and moves it to the unsized list.
     Reclaim = 10,
+    /// A remote free pushes a block of `slab` on its owner's mailbox (docs/design.md §4.6); arg =
+    /// version. The block index and the owner are in the record (`remote_block`,
+    /// `remote_owner`).
+    MailboxPush = 11,
+    /// The slot takes its mailbox's chain (the record's `harvest` names it); arg = version,
+    /// flag = the mailbox is being closed (a detaching holder). `slab` is unused (0).
+    Harvest = 12,
 }
 
 impl Op {
@@ -68,6 +75,8 @@ impl Op {
             Op::GlobalPush => "GlobalPush",
             Op::Abandon => "Abandon",
             Op::Reclaim => "Reclaim",
+            Op::MailboxPush => "MailboxPush",
+            Op::Harvest => "Harvest",
         }
     }
 
@@ -83,6 +92,8 @@ impl Op {
             8 => Op::GlobalPush,
             9 => Op::Abandon,
             10 => Op::Reclaim,
+            11 => Op::MailboxPush,
+            12 => Op::Harvest,
             _ => return None,
         })
     }
@@ -246,6 +257,8 @@ mod tests {
             Op::GlobalPush,
             Op::Abandon,
             Op::Reclaim,
+            Op::MailboxPush,
+            Op::Harvest,
         ] {
             for b in Bracket::ALL {
                 let r = Redo::new(op, b, u32::MAX, (1 << 25) - 1).flagged();

@@ -11,6 +11,7 @@ pub mod hazard;
 pub(crate) mod hw_word;
 pub mod lease;
 pub mod length;
+pub mod mailbox;
 pub mod registry;
 pub mod remote;
 

@@ -92,6 +92,9 @@ pub(crate) fn recover(t: &SlabThread<'_>, huge: Option<&HugeView>, dead: Option<
     }
     // Remote frees the dead holder had counted but not yet subtracted (no-HWcc batching).
     t.flush_remote_batch();
+    // The rest of a harvest the dead holder had taken (docs/design.md §4.6): its blocks are on
+    // no mailbox any more, only in the record.
+    t.resume_harvest();
     let huge = huge.map(|view| HugeThread { t, view });
     if let Some(h) = &huge {
         h.end_epoch();

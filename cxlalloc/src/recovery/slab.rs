@@ -66,6 +66,16 @@ impl SlabThread<'_> {
     /// Finishes or undoes the logged operation `r`; the caller clears the record after.
     pub(crate) fn resolve(&self, r: Redo) -> Resolution {
         let b = r.bracket;
+        if r.op == Op::Harvest {
+            // Took the chain: the record names it and `resume_harvest` returns it. Did not: the
+            // record may name a chain an attempt announced, which still belongs to the mailbox.
+            let took = self.mem.mailbox(b, self.slot).is_some_and(|head| self.took_effect(head, r.arg));
+            if took {
+                return Resolution::Completed;
+            }
+            self.rec.harvest.store(0, Ordering::Relaxed);
+            return Resolution::Undone;
+        }
         let Some((slab, d)) = self.slab_of(&r) else {
             // A slab beyond the heap length: a bump whose CAS never happened.
             return Resolution::Undone;
@@ -176,24 +186,7 @@ impl SlabThread<'_> {
                     self.apply_batch(b, slab, batch.count, version);
                     return Resolution::Redone;
                 }
-                // The free never counted: finish it, mark first (as the free does), so that a
-                // retry of the same free — a detectable free's — is seen as done.
-                let block = self.rec.remote_block.load(Ordering::Relaxed);
-                let size = d.head.size.load(Ordering::Relaxed) as usize;
-                if block < d.head.blocks.load(Ordering::Relaxed) && size != 0 {
-                    let off = self.mem.data_offset(b, slab, block as usize * size);
-                    if let Some(w) = self.mem.word_at(off as u64) {
-                        w.store(d.head.mark.load(Ordering::Relaxed), Ordering::Relaxed);
-                        self.mem.swcc.publish(crate::coherence::Site::RemoteMark, (w as *const AtomicU64).cast(), 8);
-                    }
-                }
-                let version = self.next_version();
-                self.log(Redo::new(Op::RemoteFree, b, slab.index(), version));
-                let tag = self.tag(version);
-                if let Ok(remote::Decrement::Claimed) = remote::decrement(&self.hw(word), tag, self.helper(tag)) {
-                    self.log(Redo::new(Op::RemoteFree, b, slab.index(), version).flagged());
-                    self.own_empty(d);
-                }
+                self.redo_counted_free(b, slab, d);
                 Resolution::Redone
             }
             (Op::Abandon, false) => {
@@ -212,6 +205,44 @@ impl SlabThread<'_> {
                 self.own_empty(d);
                 Resolution::Completed
             }
+            (Op::MailboxPush, _) => {
+                let owner = self.rec.remote_owner.load(Ordering::Relaxed);
+                let pushed = owner
+                    .checked_sub(1)
+                    .and_then(|o| self.mem.mailbox(b, o))
+                    .is_some_and(|head| self.took_effect(head, r.arg));
+                if pushed {
+                    return Resolution::Completed;
+                }
+                // Not pushed: counted instead, exactly as a remote free recovery redoes.
+                self.redo_counted_free(b, slab, d);
+                Resolution::Redone
+            }
+            // Answered above.
+            (Op::Harvest, _) => Resolution::Completed,
+        }
+    }
+
+    /// A remote free of the record's `remote_block` in `slab` that never counted: finish it,
+    /// mark first (as the free does), so that a retry of the same free — a detectable free's —
+    /// is seen as done.
+    fn redo_counted_free(&self, b: Bracket, slab: Slab, d: Descriptor<'_>) {
+        let word = self.mem.remote(b, slab);
+        let block = self.rec.remote_block.load(Ordering::Relaxed);
+        let size = d.head.size.load(Ordering::Relaxed) as usize;
+        if block < d.head.blocks.load(Ordering::Relaxed) && size != 0 {
+            let off = self.mem.data_offset(b, slab, block as usize * size);
+            if let Some(w) = self.mem.word_at(off as u64) {
+                w.store(d.head.mark.load(Ordering::Relaxed), Ordering::Relaxed);
+                self.mem.swcc.publish(crate::coherence::Site::RemoteMark, (w as *const AtomicU64).cast(), 8);
+            }
+        }
+        let version = self.next_version();
+        self.log(Redo::new(Op::RemoteFree, b, slab.index(), version));
+        let tag = self.tag(version);
+        if let Ok(remote::Decrement::Claimed) = remote::decrement(&self.hw(word), tag, self.helper(tag)) {
+            self.log(Redo::new(Op::RemoteFree, b, slab.index(), version).flagged());
+            self.own_empty(d);
         }
     }
 

@@ -22,8 +22,9 @@ use crate::crash::crash_point;
 use crate::error::{AllocError, FreeError};
 use crate::mem::{HeapMem, Slab};
 use crate::persist::descriptor::Descriptor;
-use crate::persist::record::{Current, CurrentId, RemoteBatch, ThreadRecord};
+use crate::persist::record::{Current, CurrentId, Harvest, RemoteBatch, ThreadRecord};
 use crate::persist::redo::{Op, Pending, Redo};
+use crate::protocol::mailbox::{self, BlockId, Link};
 use crate::protocol::{detectable, global_list, length, remote};
 use crate::sync::{fence, AtomicU64, Ordering};
 use crate::word::{Tag, Tagged};
@@ -59,6 +60,9 @@ pub(crate) struct SlabThread<'a> {
     pub rec: &'a ThreadRecord,
     /// The heap's recovery setting, read once: whether to log and help.
     pub recoverable: bool,
+    /// The heap's `return_pages` setting, read once: empty slabs going global give their pages
+    /// back (docs/design.md §4.7).
+    return_pages: bool,
     /// No-HWcc model: this slot's mCAS requester, through which every HWcc CAS goes.
     port: Option<McasPort>,
     /// Limited and no-HWcc models: remote frees are counted per slab in the record and
@@ -80,7 +84,10 @@ pub(crate) struct SlabThread<'a> {
 fn new_mark(secret: u64, b: Bracket, slab: Slab, generation: u32) -> u64 {
     let x = secret ^ (u64::from(slab.index()) << 2 | b as u64) ^ (u64::from(generation) << 34);
     let x = x.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    (x ^ (x >> 31)) | 1
+    // Bit 62 set and 63 clear: the high half, which a block waiting in a mailbox carries too
+    // (`mailbox::Link`), matches neither a user-space pointer nor a sign-extended integer. Bit 31
+    // set: the full mark is never a mailbox link (whose low half is below 2^31).
+    ((x ^ (x >> 31)) & !(1 << 63)) | 1 << 62 | 1 << 31 | 1
 }
 
 /// Why a located block failed its range checks (kept out of line: only bad input gets here).
@@ -92,6 +99,24 @@ fn bad_block(b: Bracket, block: u32, blocks: u32) -> FreeError {
         FreeError::NotAllocated
     } else {
         FreeError::Corrupt("descriptor class out of range")
+    }
+}
+
+/// Writes `new` (the full mark, or a mailbox link) into a block's first word unless the word
+/// says the block was freed already (`Err`): one CAS, so that of two concurrent frees of one
+/// block exactly one wins. Relaxed: detection only; what the free publishes is ordered by its
+/// counter or mailbox CAS.
+#[inline(always)]
+fn claim_block(word: &AtomicU64, new: u64, mark: u64) -> Result<(), ()> {
+    let mut old = word.load(Ordering::Relaxed);
+    loop {
+        if Link::freed(old, mark) {
+            return Err(());
+        }
+        match word.compare_exchange_weak(old, new, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return Ok(()),
+            Err(seen) => old = seen,
+        }
     }
 }
 
@@ -107,6 +132,7 @@ impl<'a> SlabThread<'a> {
         let port = mem.mcas().and_then(|hub| hub.thread_port(slot).ok());
         let batching = mem.coherence != crate::layout::Coherence::Full;
         let batch_used = std::array::from_fn(|_| AtomicU64::new(0));
+        let return_pages = mem.header.config().return_pages;
         Self {
             mem,
             slot,
@@ -115,6 +141,7 @@ impl<'a> SlabThread<'a> {
             port,
             batching,
             marks_free: batching,
+            return_pages,
             batch_used,
         }
     }
@@ -292,6 +319,14 @@ impl<'a> SlabThread<'a> {
             return Err(AllocError::Corrupt("current word without a current slab"));
         };
         let d = self.mem.desc(b, slab);
+        if d.lowest_word().is_none() && self.mailbox_waiting(b) {
+            // Full: blocks freed remotely may be waiting, maybe this slab's own (docs/design.md
+            // §4.6). A harvested block of the cached word goes straight back into it.
+            self.harvest(b);
+            if cur.bits.load(Ordering::Relaxed) != 0 {
+                return Ok(());
+            }
+        }
         match d.lowest_word() {
             Some(w) => self.take_word(b, slab, d, w, info, cur),
             None => self.retire(b, class, info, slab, d, cur),
@@ -314,6 +349,9 @@ impl<'a> SlabThread<'a> {
     #[cold]
     #[inline(never)]
     fn next_current(&self, b: Bracket, class: u32, info: &ClassInfo, cur: &Current) -> Result<(), AllocError> {
+        // Blocks other threads freed come back first (docs/design.md §4.6): their slabs rejoin
+        // the sized lists before a new slab is sized.
+        self.harvest(b);
         let lists = self.rec.lists(b);
         let head = &lists.sized[class as usize - 1];
         if let Some(slab) = self.mem.link(b, head.load(Ordering::Relaxed)).map_err(AllocError::Corrupt)? {
@@ -589,9 +627,11 @@ impl<'a> SlabThread<'a> {
     #[inline(always)]
     fn free_local(&self, b: Bracket, at: &Located<'_>, cur: &Current, id: CurrentId) -> Result<(), FreeError> {
         let d = at.desc;
-        // A block remotely freed before carries its slab's mark and never returns to the owner.
+        // A block freed before carries its slab's mark: freed locally (reduced models), counted
+        // remotely (never returns to the owner) or waiting in a mailbox (returns at the owner's
+        // next harvest).
         let mark = d.head.mark.load(Ordering::Relaxed);
-        if self.mark_word(at).load(Ordering::Relaxed) == mark {
+        if Link::freed(self.mark_word(at).load(Ordering::Relaxed), mark) {
             return Err(FreeError::DoubleFree);
         }
         let (w, bit) = ((at.block / 64) as usize, 1u64 << (at.block % 64));
@@ -678,6 +718,9 @@ impl<'a> SlabThread<'a> {
         if self.is_free(at) {
             return Err(FreeError::DoubleFree);
         }
+        if let Some(done) = self.try_mailbox(at, false) {
+            return done;
+        }
         // Only the batching models hold batches: the full model never branches on them here
         // (scanning the 32 empty entries on every remote free cost it ~770 instructions a free).
         if self.batching {
@@ -718,6 +761,9 @@ impl<'a> SlabThread<'a> {
         if self.is_free_in(&at, true) {
             return Err(FreeError::DoubleFree);
         }
+        if let Some(done) = self.try_mailbox(&at, true) {
+            return done;
+        }
         self.free_remote_counted(&at, true)
     }
 
@@ -733,13 +779,20 @@ impl<'a> SlabThread<'a> {
             self.rec.remote_block.store(at.block, Ordering::Relaxed);
         }
         self.log(Redo::new(Op::RemoteFree, b, at.slab.index(), version));
-        // Relaxed swap: detection only; two concurrent double frees of one block race here and
-        // exactly one of them sees the mark.
-        if self.mark_word(at).swap(mark, Ordering::Relaxed) == mark {
+        if claim_block(self.mark_word(at), mark, mark).is_err() {
             self.clear_log();
             return Err(FreeError::DoubleFree);
         }
         crash_point!(RemoteFreeMarked);
+        self.count_marked(at, version, coherent)
+    }
+
+    /// The counting half of a remote free whose block already carries the full mark (the
+    /// operation logged as `RemoteFree` with `version`): one decrement of the slab's counter,
+    /// T8 if it reaches 0.
+    #[inline(always)]
+    fn count_marked(&self, at: &Located<'_>, version: u32, coherent: bool) -> Result<(), FreeError> {
+        let b = at.bracket;
         // The mark line must not be written back later over the block's next life.
         if !coherent {
             self.mem.swcc.publish(Site::RemoteMark, self.mark_word(at) as *const AtomicU64 as *const u8, 8);
@@ -758,6 +811,258 @@ impl<'a> SlabThread<'a> {
         };
         self.clear_log();
         result
+    }
+
+    /// The mailbox route of a remote free of `at` (docs/design.md §4.6): `None` when the free
+    /// must be counted instead, because the slab has no live owner to reuse the block, the
+    /// free is detectable (its recovery decides from the block alone, which a block reused
+    /// after a harvest would mislead), or the block has no mailbox name.
+    #[inline(always)]
+    fn try_mailbox(&self, at: &Located<'_>, coherent: bool) -> Option<Result<(), FreeError>> {
+        let owner = at.desc.head.owner.load(Ordering::Relaxed);
+        if owner == 0 || owner == self.me() || owner > self.mem.layout.slots {
+            return None;
+        }
+        if self.rec.pending.word.load(Ordering::Relaxed) != 0 {
+            return None;
+        }
+        let id = BlockId { slab: at.slab.index(), block: at.block }.payload(at.bracket.block_shift())?;
+        let head = self.mem.mailbox(at.bracket, owner - 1)?;
+        Some(self.free_to_mailbox(at, owner, id, head, coherent))
+    }
+
+    /// T11: pushes the block `at` (mailbox name `id`) on the mailbox `head` of its slab's owner
+    /// `owner` (slot + 1). The block's first word becomes a link carrying the mark's high half
+    /// (claimed by one CAS, so a second free of it is a double free); the push CAS publishes it.
+    /// A closed mailbox (the owner detached meanwhile) turns the free into a counted one.
+    #[cold]
+    #[inline(never)]
+    fn free_to_mailbox(
+        &self,
+        at: &Located<'_>,
+        owner: u32,
+        id: u32,
+        head: &AtomicU64,
+        coherent: bool,
+    ) -> Result<(), FreeError> {
+        let mark = at.desc.head.mark.load(Ordering::Relaxed);
+        let word = self.mark_word(at);
+        let version = self.next_version();
+        if self.recoverable {
+            self.rec.remote_block.store(at.block, Ordering::Relaxed);
+            self.rec.remote_owner.store(owner, Ordering::Relaxed);
+        }
+        // Logged before the block is claimed: recovery finishes the free either way.
+        self.log(Redo::new(Op::MailboxPush, at.bracket, at.slab.index(), version));
+        if claim_block(word, Link { next: mailbox::EMPTY }.pack(mark), mark).is_err() {
+            self.clear_log();
+            return Err(FreeError::DoubleFree);
+        }
+        crash_point!(MailboxClaimed);
+        let tag = self.tag(version);
+        let pushed = mailbox::push(
+            &self.hw(head),
+            tag,
+            id,
+            |next| {
+                // The block is ours until the CAS succeeds: a plain store of its link.
+                word.store(Link { next }.pack(mark), Ordering::Relaxed);
+                if !coherent {
+                    // The owner may read the link on another host: in memory before the CAS.
+                    self.mem.swcc.publish(Site::MailboxLink, word as *const AtomicU64 as *const u8, 8);
+                }
+            },
+            self.helper(tag),
+        );
+        if pushed.is_ok() {
+            ThreadRecord::bump(&self.rec.counters.remote_frees);
+            self.clear_log();
+            return Ok(());
+        }
+        // Closed: nobody will harvest it. Counted instead, as a logged remote free of its own.
+        let version = self.next_version();
+        self.log(Redo::new(Op::RemoteFree, at.bracket, at.slab.index(), version));
+        word.store(mark, Ordering::Relaxed);
+        self.count_marked(at, version, coherent)
+    }
+
+    /// Whether this slot's mailbox of bracket `b` holds blocks (one HWcc load).
+    #[inline]
+    fn mailbox_waiting(&self, b: Bracket) -> bool {
+        self.mem.mailbox(b, self.slot).is_some_and(|head| mailbox::has_blocks(&self.hw(head)))
+    }
+
+    /// Takes back the blocks waiting in this slot's mailbox of bracket `b`, if any: the refill's
+    /// harvest (docs/design.md §4.6).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn harvest(&self, b: Bracket) {
+        if self.mailbox_waiting(b) {
+            self.take_mailbox(b, mailbox::EMPTY);
+        }
+    }
+
+    /// Opens this slot's mailboxes (a new holder), taking back anything waiting in them.
+    pub(crate) fn open_mailboxes(&self) {
+        for b in Bracket::ALL {
+            self.take_mailbox(b, mailbox::EMPTY);
+        }
+    }
+
+    /// Closes this slot's mailboxes (its holder detaching) and takes back what they held: later
+    /// remote frees of its slabs are counted instead.
+    pub(crate) fn close_mailboxes(&self) {
+        for b in Bracket::ALL {
+            self.take_mailbox(b, mailbox::CLOSED);
+        }
+    }
+
+    /// Takes the chain of this slot's mailbox of bracket `b`, leaving the head at `to`, and
+    /// returns its blocks. Logged (`Op::Harvest`): the chain is named in the record before the
+    /// CAS, so a crash after it loses no block.
+    fn take_mailbox(&self, b: Bracket, to: u32) {
+        let Some(head) = self.mem.mailbox(b, self.slot) else { return };
+        let version = self.next_version();
+        let redo = Redo::new(Op::Harvest, b, 0, version);
+        self.log(if to == mailbox::CLOSED { redo.flagged() } else { redo });
+        let tag = self.tag(version);
+        let taken = mailbox::take(
+            &self.hw(head),
+            tag,
+            to,
+            |chain| {
+                let h = (chain != mailbox::EMPTY).then_some(Harvest { bracket: b, cursor: chain });
+                self.rec.harvest.store(h.map_or(0, Harvest::pack), Ordering::Relaxed);
+            },
+            self.helper(tag),
+        );
+        if taken.is_none() {
+            // An earlier attempt may have announced a chain it then failed to take.
+            self.rec.harvest.store(0, Ordering::Relaxed);
+        }
+        crash_point!(HarvestTaken);
+        self.clear_log();
+        self.resume_harvest();
+    }
+
+    /// Returns the blocks of the harvest in progress (the record's `harvest`), one at a time:
+    /// to this slot's bitsets when it owns their slab (a local free, T6/T7 as usual), else
+    /// counted on the slab's counter (a push that raced with a disown or abandon of ours).
+    /// Resumable at any block: recovery calls it to finish a dead holder's harvest.
+    pub(crate) fn resume_harvest(&self) {
+        let Some(h) = Harvest::unpack(self.rec.harvest.load(Ordering::Relaxed)) else { return };
+        let b = h.bracket;
+        // Bounded walk: a chain cannot hold more blocks than the heap has; a corrupt or cyclic
+        // chain is cut there (its rest leaked, never a hang).
+        let mut budget = u64::from(self.mem.refresh_length(b)) * 64 * b.bitset_words() as u64;
+        let mut cursor = h.cursor;
+        let mut returned = 0u64;
+        while cursor != mailbox::EMPTY && budget > 0 {
+            budget -= 1;
+            let Some(next) = self.return_harvested(b, cursor) else { break };
+            self.rec.harvest.store(
+                if next == mailbox::EMPTY { 0 } else { Harvest { bracket: b, cursor: next }.pack() },
+                Ordering::Relaxed,
+            );
+            returned += 1;
+            cursor = next;
+        }
+        // Ends here even if the walk was cut: what is left is unreachable.
+        self.rec.harvest.store(0, Ordering::Relaxed);
+        // The cleared links' write-backs are complete before anything else we do.
+        self.mem.swcc.fence();
+        let counter = &self.rec.counters.harvested;
+        counter.store(counter.load(Ordering::Relaxed) + returned, Ordering::Relaxed);
+    }
+
+    /// Returns the harvested block named `cursor` and gives the payload of the next one, or
+    /// `None` when the name or the block's link is corrupt. Idempotent: a block already
+    /// returned (a crash before the cursor moved) is recognised and skipped, its successor read
+    /// from the record.
+    fn return_harvested(&self, b: Bracket, cursor: u32) -> Option<u32> {
+        let id = BlockId::from_payload(cursor, b.block_shift())?;
+        let slab = self.mem.slab(b, id.slab)?;
+        let d = self.mem.desc(b, slab);
+        let owner = d.head.owner.load(Ordering::Relaxed);
+        if owner != self.me() {
+            // Not ours any more: we published the descriptor when we let it go.
+            self.refresh(Site::Located, d.head_line());
+        }
+        let (size, blocks) = (d.head.size.load(Ordering::Relaxed), d.head.blocks.load(Ordering::Relaxed));
+        let class = d.head.class.load(Ordering::Relaxed);
+        // The slab keeps its sizing while the block waits: the block is neither free nor
+        // counted, so the slab can be neither emptied nor claimed.
+        if size == 0 || id.block >= blocks || blocks as usize > 64 * b.bitset_words() || b.class(class).is_none() {
+            return None;
+        }
+        let offset = self.mem.data_offset(b, slab, id.block as usize * size as usize);
+        let at = Located { bracket: b, slab, desc: d, class, size, blocks, block: id.block, offset };
+        let word = self.mark_word(&at);
+        let line = word as *const AtomicU64 as *const u8;
+        // The pusher wrote the link, maybe on another host.
+        self.refresh(Site::MailboxRead, (line, 8));
+        let mark = d.head.mark.load(Ordering::Relaxed);
+        let raw = word.load(Ordering::Relaxed);
+        let next = match Link::unpack(raw, mark) {
+            Some(link) => {
+                // Kept before the block changes: a crash after that finds the successor here.
+                self.rec.harvest_next.store(link.next, Ordering::Relaxed);
+                link.next
+            }
+            None => self.rec.harvest_next.load(Ordering::Relaxed),
+        };
+        if owner == self.me() {
+            if !self.is_free_in(&at, true) {
+                // Neither a link nor returned: not a block of this chain.
+                Link::unpack(raw, mark)?;
+                self.return_block(&at);
+            }
+            crash_point!(HarvestReturned);
+            // Full model: a free block must not look freed (allocation does not clear the
+            // word, so the next owner's free would be refused). Limited and no-HWcc: a free
+            // block carries the plain mark, as after a local free, so that a non-owner's
+            // second free of it is refused (allocation clears it).
+            let free_word = if self.marks_free { mark } else { 0 };
+            if word.load(Ordering::Relaxed) != free_word {
+                word.store(free_word, Ordering::Relaxed);
+                self.mem.swcc.publish_unfenced(Site::MailboxCleared, line, 8);
+            }
+        } else if raw != mark {
+            Link::unpack(raw, mark)?;
+            // Counted like any remote free of a slab we do not own (the link becomes the mark).
+            let version = self.next_version();
+            if self.recoverable {
+                self.rec.remote_block.store(at.block, Ordering::Relaxed);
+            }
+            self.log(Redo::new(Op::RemoteFree, b, slab.index(), version));
+            word.store(mark, Ordering::Relaxed);
+            let _ = self.count_marked(&at, version, self.mem.swcc.is_coherent());
+        }
+        crash_point!(HarvestCleared);
+        Some(next)
+    }
+
+    /// Puts the harvested block `at` of a slab this slot owns back as free: into the class's
+    /// cached word if it belongs to it, else into the bitset with the list moves of a local
+    /// free (T6/T7, logged as `LocalFree` when the slab moves).
+    fn return_block(&self, at: &Located<'_>) {
+        let (b, d) = (at.bracket, at.desc);
+        let (w, bit) = ((at.block / 64) as usize, 1u64 << (at.block % 64));
+        let cur = &self.rec.lists(b).current[at.class as usize - 1];
+        let id = cur.id();
+        if id.slab == at.slab.link() && id.word == w as u32 {
+            cur.bits.store(cur.bits.load(Ordering::Relaxed) | bit, Ordering::Relaxed);
+            return;
+        }
+        let before = d.head.free.load(Ordering::Relaxed);
+        if before == 0 || before + 1 == at.blocks {
+            self.log(Redo::new(Op::LocalFree, b, at.slab.index(), at.block));
+            let free = d.put(at.block);
+            self.after_local_free(b, at.class, at.slab, free == at.blocks);
+            self.clear_log();
+        } else {
+            d.put(at.block);
+        }
     }
 
     /// A remote free joining this slot's batch of its slab (limited and no-HWcc models). A full batch, or
@@ -787,7 +1092,7 @@ impl<'a> SlabThread<'a> {
         self.set_batch(i, Some(RemoteBatch { bracket: at.bracket, slab: at.slab.index(), count }));
         crash_point!(RemoteBatched);
         let mark = at.desc.head.mark.load(Ordering::Relaxed);
-        if self.mark_word(at).swap(mark, Ordering::Relaxed) == mark {
+        if claim_block(self.mark_word(at), mark, mark).is_err() {
             self.set_batch(i, before);
             return Err(FreeError::DoubleFree);
         }
@@ -887,7 +1192,8 @@ impl<'a> SlabThread<'a> {
     /// The usable size of the allocated block at `ptr`.
     pub(crate) fn usable_size(&self, ptr: *const u8) -> Result<usize, FreeError> {
         let at = self.locate(ptr)?;
-        let freed_remotely = self.mark_word(&at).load(Ordering::Relaxed) == at.desc.head.mark.load(Ordering::Relaxed);
+        let freed_remotely =
+            Link::freed(self.mark_word(&at).load(Ordering::Relaxed), at.desc.head.mark.load(Ordering::Relaxed));
         if freed_remotely || self.is_free(&at) {
             return Err(FreeError::NotAllocated);
         }
@@ -934,6 +1240,16 @@ impl<'a> SlabThread<'a> {
         self.push_unsized(b, slab, d);
         ThreadRecord::bump(&self.rec.counters.global_pops);
         self.clear_log();
+        if self.return_pages
+            && mem.header.config().commit_on_grow
+            && mem.commit(b, slab.index(), slab.index() + 1).is_err()
+        {
+            // Its pages were given back at T9: reserved again here, so that a full device is an
+            // error now and not a SIGBUS at first touch. Back on the global list if it cannot be.
+            let len = self.rec.lists(b).unsized_len.load(Ordering::Relaxed);
+            self.release_unsized(b, len.saturating_sub(1));
+            return Err(AllocError::OutOfMemory(b));
+        }
         Ok(true)
     }
 
@@ -1073,6 +1389,11 @@ impl<'a> SlabThread<'a> {
             // push's Release CAS publishes it.
             d.head.owner.store(0, Ordering::Relaxed);
             crash_point!(PushDisowned);
+            if self.return_pages {
+                // Empty and still ours: its pages go back before anyone can pop it (docs/design.md
+                // §4.7). A failure only keeps them.
+                let _ = self.mem.release_slab(b, slab);
+            }
             let tag = self.tag(version);
             global_list::push(
                 &self.hw(&self.mem.globals(b).global_head),

@@ -591,6 +591,7 @@ fn inspect(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
             ("mcas", info.mcas.as_ref().map_or(Json::Null, mcas_json)),
             ("recovery", c.recovery.into()),
             ("commit_on_grow", c.commit_on_grow.into()),
+            ("return_pages", c.return_pages.into()),
             ("small_capacity_bytes", c.small_capacity.into()),
             ("large_capacity_bytes", c.large_capacity.into()),
             ("huge_capacity_bytes", c.huge_capacity.into()),
@@ -615,6 +616,7 @@ fn inspect(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
     }
     out.fact("crash recovery", if c.recovery { "on" } else { "off" })?;
     out.fact("commit on grow", yes_no(c.commit_on_grow))?;
+    out.fact("return pages of empty slabs", yes_no(c.return_pages))?;
     out.fact("small capacity", human(c.small_capacity))?;
     out.fact("large capacity", human(c.large_capacity))?;
     out.fact("huge capacity", if c.huge_capacity == 0 { "none".to_string() } else { human(c.huge_capacity) })?;
@@ -661,6 +663,7 @@ fn stats(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
     let s = heap.open()?.stats();
     let counters = [
         ("remote frees", "remote_frees", s.counters.remote_frees),
+        ("blocks harvested from mailboxes", "harvested", s.counters.harvested),
         ("slabs bumped", "slabs_bumped", s.counters.slabs_bumped),
         ("global list pops", "global_pops", s.counters.global_pops),
         ("global list pushes", "global_pushes", s.counters.global_pushes),
