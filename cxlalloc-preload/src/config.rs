@@ -55,6 +55,12 @@ pub(crate) fn read(get: &dyn Fn(&str) -> Option<String>) -> Result<Settings, Str
         (None, None) => Place::Private,
     };
     let mut config = Config::default();
+    if place == Place::Private {
+        // Anonymous memory has no backing store to reserve, and reserving would make each huge
+        // block populate all its pages at allocation (one `madvise`, every page resident)
+        // where a program may touch few of them.
+        config.commit_on_grow = false;
+    }
     let size = |var: &str| -> Result<Option<u64>, String> {
         get(var).map(|v| parse_size(&v).ok_or(format!("{var}={v:?} is not a size (like 64M, 16G)"))).transpose()
     };
@@ -103,7 +109,7 @@ mod tests {
     fn no_variables_mean_a_private_heap_with_the_default_configuration() {
         let s = read(&env(&[])).unwrap();
         assert_eq!(s.place, Place::Private);
-        assert_eq!(s.config, Config::default());
+        assert_eq!(s.config, Config { commit_on_grow: false, ..Config::default() });
         assert!(!s.verbose && !s.unlink);
     }
 

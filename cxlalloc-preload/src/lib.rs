@@ -16,6 +16,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
 
+mod cache;
 mod config;
 mod meta;
 
@@ -42,6 +43,9 @@ struct Global {
     start: usize,
     end: usize,
     settings: Settings,
+    /// A duplicate of stderr taken at start, for the report at exit: many programs close
+    /// stderr before they exit (coreutils' `close_stdout`), and the report comes after that.
+    report_fd: i32,
     /// The pthread key whose destructor releases a thread's slot at thread exit.
     key: libc::pthread_key_t,
 }
@@ -220,6 +224,16 @@ fn meta_alloc(size: usize, align: usize) -> *mut c_void {
 /// Allocates `size` bytes aligned to `align` (0: the default alignment).
 #[inline]
 fn allocate(size: usize, align: usize) -> *mut c_void {
+    if size > LARGE_MAX && align <= 16 {
+        if let Some(p) = cache::take(size) {
+            return p.as_ptr().cast();
+        }
+    }
+    allocate_uncached(size, align)
+}
+
+/// [`allocate`] without looking in the cache of huge blocks.
+fn allocate_uncached(size: usize, align: usize) -> *mut c_void {
     if size > isize::MAX as usize {
         set_errno(libc::ENOMEM);
         return ptr::null_mut();
@@ -285,7 +299,13 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
 pub unsafe extern "C" fn free(p: *mut c_void) {
     let Some(nn) = NonNull::new(p.cast::<u8>()) else { return };
     match owner(p) {
-        Owner::Heap => match with_heap(|_, h| h.free(nn)) {
+        Owner::Heap => match with_heap(|_, h| {
+            // A huge block may be kept for reuse instead (see `cache`).
+            match h.usable_size(nn) {
+                Ok(n) if n > LARGE_MAX && cache::put(nn, n) => Ok(()),
+                _ => h.free(nn),
+            }
+        }) {
             Some(Ok(())) => {}
             Some(Err(_)) => {
                 REFUSED.fetch_add(1, Ordering::Relaxed);
@@ -326,10 +346,22 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
         set_errno(libc::ENOMEM);
         return ptr::null_mut();
     };
-    let p = allocate(bytes, 0);
-    // A huge block (above LARGE_MAX) is freshly mapped memory, zero already: each gets new
-    // pages at allocation (docs/design.md §7.2). Skipping the memset saves touching every page.
-    let fresh = bytes > LARGE_MAX && matches!(owner(p), Owner::Heap);
+    // A huge block (above LARGE_MAX) fresh from the heap is newly mapped memory, zero already:
+    // each gets new pages at allocation (docs/design.md §7.2). Skipping the memset saves
+    // touching every page. A block reused from the cache is zeroed like any other.
+    let mut fresh = false;
+    let p = if bytes > LARGE_MAX {
+        match cache::take(bytes) {
+            Some(p) => p.as_ptr().cast(),
+            None => {
+                let p = allocate_uncached(bytes, 0);
+                fresh = matches!(owner(p), Owner::Heap);
+                p
+            }
+        }
+    } else {
+        allocate(bytes, 0)
+    };
     if !p.is_null() && !fresh {
         // SAFETY: a fresh block of at least `bytes` bytes.
         unsafe { p.cast::<u8>().write_bytes(0, bytes) };
@@ -530,6 +562,10 @@ fn open() -> Result<Global, String> {
     }
     .map_err(|e| format!("cannot open the heap ({:?}): {e}", settings.place))?;
     let (start, len) = cxlalloc::internal::reserved_span(&heap);
+    // The spare slot is leased now, while slots are free: a thread that later finds every slot
+    // taken (or is exiting) still reaches the heap through it, so its frees are never lost.
+    let spare = heap.attach().map_err(|e| format!("cannot attach the spare slot: {e}"))?;
+    SPARE.store(Box::into_raw(Box::new(spare)), Ordering::Relaxed);
     let mut key: libc::pthread_key_t = 0;
     // SAFETY: key is writable; thread_exit has the destructor signature.
     if unsafe { libc::pthread_key_create(&mut key, Some(thread_exit)) } != 0 {
@@ -539,18 +575,26 @@ fn open() -> Result<Global, String> {
     if unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) } != 0 {
         return Err("pthread_atfork failed".into());
     }
-    Ok(Global { heap, start, end: start + len, settings, key })
+    let report_fd = if settings.verbose {
+        // SAFETY: fcntl on stderr; a failure gives -1, and the report is then not written.
+        unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 100) }
+    } else {
+        -1
+    };
+    Ok(Global { heap, start, end: start + len, settings, report_fd, key })
 }
 
 /// Before `fork`: hold both locks, so the child does not inherit one held by a thread that
 /// does not exist there.
 extern "C" fn fork_prepare() {
     spare_lock();
+    cache::lock();
     meta::lock();
 }
 
 extern "C" fn fork_parent() {
     meta::unlock();
+    cache::unlock();
     spare_unlock();
 }
 
@@ -559,6 +603,9 @@ extern "C" fn fork_parent() {
 /// next call attaches a slot of the child's own.
 extern "C" fn fork_child() {
     meta::unlock();
+    // The cached blocks are the child's own: its copy of the private heap, or blocks of a
+    // shared heap that stay allocated.
+    cache::unlock();
     SPARE.store(ptr::null_mut(), Ordering::Relaxed);
     spare_unlock();
     let _ = LOCAL.try_with(|l| {
@@ -594,8 +641,8 @@ fn report(g: &Global) {
         } else {
             format!("check found {} problems: {:?} {:?}", r.problems.len() + r.huge_problems.len(), r.problems.first(), r.huge_problems.first())
         };
-        eprintln!(
-            "cxlalloc: heap {} pid {}: {} slots leased, {} blocks live{}, {} foreign frees ignored, {} refused, {} leaked; {}",
+        let line = format!(
+            "cxlalloc: heap {} pid {}: {} slots leased, {} blocks live{}, {} foreign frees ignored, {} refused, {} leaked; {}\n",
             g.heap.location(),
             std::process::id(),
             r.leased_slots,
@@ -606,6 +653,7 @@ fn report(g: &Global) {
             LEAKED.load(Ordering::Relaxed),
             verdict
         );
+        write_all(g.report_fd, line.as_bytes());
     }
     if g.settings.unlink {
         let r = match &g.settings.place {
@@ -616,6 +664,21 @@ fn report(g: &Global) {
         if let Err(e) = r {
             eprintln!("cxlalloc: unlink at exit: {e}");
         }
+    }
+}
+
+/// Writes `bytes` to `fd` (retrying short writes and `EINTR`; other errors drop the rest).
+fn write_all(fd: i32, mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        // SAFETY: bytes is a readable buffer of bytes.len() bytes.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n < 0 && errno() == libc::EINTR {
+            continue;
+        }
+        if n <= 0 {
+            return;
+        }
+        bytes = &bytes[n as usize..];
     }
 }
 
