@@ -3,7 +3,8 @@
 # and the crash-point enumeration of the `crash-points` feature),
 # the loom models, miri over the unsafe code, the Nix dev shell's syntax, the plot/ Python tests, the fpga/
 # RTL testbenches and co-simulation (script/fpga.sh), and the
-# main job end to end on workloads/mini.toml, and the crash test on workloads/crash.toml.
+# main job end to end on workloads/mini.toml, the crash test on workloads/crash.toml, and
+# Debian programs (redis, memcached, python3, sqlite3, shell pipelines) on the LD_PRELOAD library.
 #
 # Usage: script/test.sh
 # Every step runs even when an earlier one fails; the summary at the end lists each step's
@@ -39,6 +40,7 @@ declare -A STEP_DEPS=(
   [fpga]="build-essential iverilog python3 python3-venv libpython3"
   [main-job]="build-essential libboost-dev libpmemobj-dev python3 python3-venv"
   [crash-job]="build-essential libboost-dev python3 python3-venv"
+  [preload]="build-essential python3 redis-server redis-tools memcached libmemcached-tools sqlite3"
 )
 
 logs=target/test-logs
@@ -133,6 +135,10 @@ step main-job script/run.sh workloads/mini.toml
 # The black-box crash test: 50 SIGKILLs per run under load, cxlalloc with and without recovery
 # and Boost (about 25 s; cargo test runs a 10-kill version, crash-soak.toml the 1000-kill one).
 step crash-job script/run.sh workloads/crash.toml
+
+# Debian programs on the LD_PRELOAD library: redis, memcached, python3, sqlite3, shell
+# pipelines, a thread-heavy C program; same output as without it, clean heaps (about a minute).
+step preload script/preload.sh
 
 echo
 echo "==> summary"
