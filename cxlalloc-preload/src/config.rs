@@ -26,7 +26,14 @@ pub(crate) struct Settings {
     pub verbose: bool,
     /// `CXLALLOC_UNLINK=1`: remove a named or directory heap at exit.
     pub unlink: bool,
+    /// `CXLALLOC_THRESHOLD`: bytes a process may take from the bootstrap allocator before its
+    /// heap opens; 0 opens it at start. Short-lived processes (the commands of a shell
+    /// pipeline) then never pay for setting up a heap.
+    pub threshold: usize,
 }
+
+/// The default [`Settings::threshold`] of a private heap (a shared one opens at start).
+pub(crate) const THRESHOLD: usize = 256 << 10;
 
 /// Parses `4096`, `64K`, `512M`, `16G`, `1T` (binary units, optional `B`/`iB`).
 pub(crate) fn parse_size(s: &str) -> Option<u64> {
@@ -83,7 +90,18 @@ pub(crate) fn read(get: &dyn Fn(&str) -> Option<String>) -> Result<Settings, Str
         config.thread_slots = n.parse().map_err(|_| format!("CXLALLOC_SLOTS={n:?} is not a number"))?;
     }
     config.validate().map_err(|e| e.to_string())?;
-    Ok(Settings { place, config, verbose: flag(get, "CXLALLOC_VERBOSE"), unlink: flag(get, "CXLALLOC_UNLINK") })
+    let threshold = match size("CXLALLOC_THRESHOLD")? {
+        Some(bytes) => usize::try_from(bytes).unwrap_or(usize::MAX),
+        None if place == Place::Private => THRESHOLD,
+        None => 0,
+    };
+    Ok(Settings {
+        place,
+        config,
+        verbose: flag(get, "CXLALLOC_VERBOSE"),
+        unlink: flag(get, "CXLALLOC_UNLINK"),
+        threshold,
+    })
 }
 
 #[cfg(test)]

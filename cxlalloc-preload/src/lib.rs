@@ -24,7 +24,7 @@ use std::cell::Cell;
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use cxlalloc::internal::LARGE_MAX;
 use cxlalloc::{AllocError, Heap, ReallocError, ThreadHandle, MAX_ALIGN};
@@ -43,9 +43,6 @@ struct Global {
     start: usize,
     end: usize,
     settings: Settings,
-    /// A duplicate of stderr taken at start, for the report at exit: many programs close
-    /// stderr before they exit (coreutils' `close_stdout`), and the report comes after that.
-    report_fd: i32,
     /// The pthread key whose destructor releases a thread's slot at thread exit.
     key: libc::pthread_key_t,
 }
@@ -248,7 +245,15 @@ fn allocate_uncached(size: usize, align: usize) -> *mut c_void {
     match r {
         Some(Ok(p)) => p.as_ptr().cast(),
         Some(Err(e)) => alloc_error(e),
-        None => meta_alloc(size, align.max(16)),
+        None => {
+            if GLOBAL.load(Ordering::Relaxed).is_null() {
+                maybe_open(size);
+                if global().is_some() {
+                    return allocate_uncached(size, align);
+                }
+            }
+            meta_alloc(size, align.max(16))
+        }
     }
 }
 
@@ -544,17 +549,85 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
 /// before it came from `meta`.
 extern "C" fn init() {
     let _ = LOCAL.try_with(|l| l.busy.set(true));
-    let r = catch_unwind(open);
-    let _ = LOCAL.try_with(|l| l.busy.set(false));
+    let r = catch_unwind(|| config::read(&|k| std::env::var(k).ok()));
     match r {
+        Ok(Ok(settings)) => {
+            if settings.verbose {
+                // Many programs close stderr before they exit (coreutils' `close_stdout`), and
+                // the report comes after that: it goes to a duplicate taken now.
+                // SAFETY: fcntl on stderr; a failure gives -1, and the report is then lost.
+                REPORT_FD.store(unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 100) }, Ordering::Relaxed);
+            }
+            let eager = settings.threshold == 0;
+            SETTINGS.store(Box::into_raw(Box::new(settings)), Ordering::Release);
+            STATE.store(DEFERRED, Ordering::Release);
+            if eager {
+                open_now();
+            }
+        }
+        Ok(Err(e)) => eprintln!("cxlalloc: {e}; this process allocates without the heap"),
+        Err(_) => eprintln!("cxlalloc: reading the configuration failed; this process allocates without the heap"),
+    }
+    let _ = LOCAL.try_with(|l| l.busy.set(false));
+}
+
+/// The constructor has not run, or the configuration was refused: no heap, ever.
+const NONE: u8 = 0;
+/// Configured; the heap opens once the process has taken [`Settings::threshold`] bytes from
+/// `meta`.
+const DEFERRED: u8 = 1;
+/// One thread is opening the heap.
+const OPENING: u8 = 2;
+/// Open ([`GLOBAL`] is set), or failed to open (it stays null).
+const DONE: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(NONE);
+/// The settings read by the constructor (a leaked box, set before `STATE` leaves `NONE`).
+static SETTINGS: AtomicPtr<Settings> = AtomicPtr::new(ptr::null_mut());
+/// Bytes `meta` served to the program (not to the library itself) before the heap opened.
+static BOOTSTRAP_BYTES: AtomicUsize = AtomicUsize::new(0);
+/// Where the report at exit goes (`CXLALLOC_VERBOSE=1`): a duplicate of stderr, or -1.
+static REPORT_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// Opens the heap if the process has used up its bootstrap allowance (called on the
+/// allocation path while no heap is open; the thread is not busy).
+#[cold]
+fn maybe_open(size: usize) {
+    let used = BOOTSTRAP_BYTES.fetch_add(size, Ordering::Relaxed) + size;
+    if STATE.load(Ordering::Acquire) != DEFERRED {
+        return;
+    }
+    // SAFETY: SETTINGS is set before STATE becomes DEFERRED and never freed.
+    let threshold = unsafe { SETTINGS.load(Ordering::Acquire).as_ref() }.map_or(usize::MAX, |s| s.threshold);
+    if used >= threshold {
+        let _ = LOCAL.try_with(|l| {
+            if !l.busy.get() {
+                l.busy.set(true);
+                open_now();
+                l.busy.set(false);
+            }
+        });
+    }
+}
+
+/// Opens the heap (one thread wins; the others keep allocating from `meta` meanwhile). The
+/// caller has marked its thread busy, so what opening allocates comes from `meta`.
+fn open_now() {
+    // Acquire/Release: the winner's view of SETTINGS; its GLOBAL store is published by DONE.
+    if STATE.compare_exchange(DEFERRED, OPENING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return;
+    }
+    // SAFETY: set before STATE became DEFERRED, never freed.
+    let Some(settings) = (unsafe { SETTINGS.load(Ordering::Acquire).as_ref() }) else { return };
+    match catch_unwind(|| open(settings.clone())) {
         Ok(Ok(g)) => GLOBAL.store(Box::into_raw(Box::new(g)), Ordering::Release),
         Ok(Err(e)) => eprintln!("cxlalloc: {e}; this process allocates without the heap"),
         Err(_) => eprintln!("cxlalloc: opening the heap failed; this process allocates without the heap"),
     }
+    STATE.store(DONE, Ordering::Release);
 }
 
-fn open() -> Result<Global, String> {
-    let settings = config::read(&|k| std::env::var(k).ok())?;
+fn open(settings: Settings) -> Result<Global, String> {
     let heap = match &settings.place {
         Place::Private => Heap::anonymous(&settings.config),
         Place::Named(name) => Heap::open_or_create(name, &settings.config),
@@ -575,13 +648,7 @@ fn open() -> Result<Global, String> {
     if unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) } != 0 {
         return Err("pthread_atfork failed".into());
     }
-    let report_fd = if settings.verbose {
-        // SAFETY: fcntl on stderr; a failure gives -1, and the report is then not written.
-        unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 100) }
-    } else {
-        -1
-    };
-    Ok(Global { heap, start, end: start + len, settings, report_fd, key })
+    Ok(Global { heap, start, end: start + len, settings, key })
 }
 
 /// Before `fork`: hold both locks, so the child does not inherit one held by a thread that
@@ -622,7 +689,21 @@ extern "C" fn fork_child() {
 /// At exit: with `CXLALLOC_VERBOSE=1`, one line on stderr naming the heap, what it holds and
 /// whether the checker finds it consistent; with `CXLALLOC_UNLINK=1`, the heap is removed.
 extern "C" fn fini() {
-    let Some(g) = global() else { return };
+    let Some(g) = global() else {
+        // SAFETY: SETTINGS is null or a leaked box, never freed.
+        if let Some(s) = unsafe { SETTINGS.load(Ordering::Acquire).as_ref() } {
+            if s.verbose && STATE.load(Ordering::Acquire) == DEFERRED {
+                let line = format!(
+                    "cxlalloc: pid {} never opened its heap: it took {} KiB, below the threshold of {} KiB, from the bootstrap allocator\n",
+                    std::process::id(),
+                    BOOTSTRAP_BYTES.load(Ordering::Relaxed) >> 10,
+                    s.threshold >> 10
+                );
+                write_all(REPORT_FD.load(Ordering::Relaxed), line.as_bytes());
+            }
+        }
+        return;
+    };
     let _ = LOCAL.try_with(|l| l.busy.set(true));
     let _ = catch_unwind(AssertUnwindSafe(|| report(g)));
     let _ = LOCAL.try_with(|l| l.busy.set(false));
@@ -653,7 +734,7 @@ fn report(g: &Global) {
             LEAKED.load(Ordering::Relaxed),
             verdict
         );
-        write_all(g.report_fd, line.as_bytes());
+        write_all(REPORT_FD.load(Ordering::Relaxed), line.as_bytes());
     }
     if g.settings.unlink {
         let r = match &g.settings.place {
