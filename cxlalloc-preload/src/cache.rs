@@ -64,7 +64,7 @@ pub(crate) fn take(size: usize) -> Option<NonNull<u8>> {
                 p != 0 && n >= size && n / 2 <= size
             })
             .min_by_key(|&i| c.blocks[i].1)?;
-        let (p, n) = std::mem::replace(&mut c.blocks[best], (0, 0));
+        let (p, n) = std::mem::take(&mut c.blocks[best]);
         c.bytes -= n;
         NonNull::new(p as *mut u8)
     })

@@ -235,13 +235,7 @@ fn allocate_uncached(size: usize, align: usize) -> *mut c_void {
         set_errno(libc::ENOMEM);
         return ptr::null_mut();
     }
-    let r = with_heap(|_, h| {
-        if align <= 16 {
-            h.alloc(request(size))
-        } else {
-            h.alloc_aligned(size.max(1), align)
-        }
-    });
+    let r = with_heap(|_, h| if align <= 16 { h.alloc(request(size)) } else { h.alloc_aligned(size.max(1), align) });
     match r {
         Some(Ok(p)) => p.as_ptr().cast(),
         Some(Err(e)) => alloc_error(e),
@@ -720,7 +714,12 @@ fn report(g: &Global) {
         let verdict = if r.is_clean() {
             "check clean".to_string()
         } else {
-            format!("check found {} problems: {:?} {:?}", r.problems.len() + r.huge_problems.len(), r.problems.first(), r.huge_problems.first())
+            format!(
+                "check found {} problems: {:?} {:?}",
+                r.problems.len() + r.huge_problems.len(),
+                r.problems.first(),
+                r.huge_problems.first()
+            )
         };
         let line = format!(
             "cxlalloc: heap {} pid {}: {} slots leased, {} blocks live{}, {} foreign frees ignored, {} refused, {} leaked; {}\n",
