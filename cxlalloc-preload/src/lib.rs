@@ -6,7 +6,7 @@
 //! ```
 //!
 //! How it works is docs/design.md §16: which memory serves which call (the heap, or the
-//! library's own allocator in [`meta`] before the heap is ready and for the library itself),
+//! library's own allocator in `meta` before the heap is ready and for the library itself),
 //! per-thread slots attached on first use and released at thread exit, `fork`, configuration by
 //! environment and the report at exit.
 //!
