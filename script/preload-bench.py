@@ -6,9 +6,9 @@ of REPS runs, its ratio to glibc, and peak RSS and PSS (docs/design.md §16.5).
 
 Throughput: redis-benchmark requests/s (geometric mean over its tests), memcslap keys set per
 second, and 1 / wall time for python3, sqlite3, the shell pipelines and the threaded C program.
-Peak RSS is the kernel's high-water mark (VmHWM) of the measured process; peak PSS is the largest
-of /proc/PID/smaps_rollup sampled every 20 ms (servers: the server process; others: the program's
-first process).
+Peak RSS is the kernel's high-water mark (VmHWM) of the measured process and peak PSS the largest
+of /proc/PID/smaps_rollup, both sampled every 20 ms (servers: the server process; others: the
+program's first process), so a program shorter than that may show 0.
 
 Usage: script/preload-bench.py [REPS]   (after `cargo build --release -p cxlalloc-preload`)
 """
@@ -55,13 +55,19 @@ ALLOCATORS = {
 class Sampler:
     """Peak PSS and VmHWM of one process, sampled in a thread."""
 
-    def __init__(self, pid):
-        self.pid, self.pss, self.hwm, self.stop = pid, 0, 0, False
+    def __init__(self, pid, marker=None):
+        # Samples count only once /proc/PID/cmdline holds `marker` (the child has exec'd: before
+        # that it shows the driver's memory).
+        self.pid, self.pss, self.hwm, self.stop, self.marker = pid, 0, 0, False, marker
         self.t = threading.Thread(target=self.run, daemon=True)
         self.t.start()
 
     def sample(self):
         try:
+            if self.marker is not None:
+                with open(f"/proc/{self.pid}/cmdline", "rb") as f:
+                    if self.marker.encode() not in f.read():
+                        return
             with open(f"/proc/{self.pid}/smaps_rollup") as f:
                 m = re.search(r"^Pss:\s+(\d+) kB", f.read(), re.M)
             with open(f"/proc/{self.pid}/status") as f:
@@ -190,14 +196,14 @@ def program(argv):
         t0 = time.perf_counter()
         p = subprocess.Popen(argv, env=env_for(lib), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              stdin=open(SQL) if argv[0] == "sqlite3" else None)
-        s = Sampler(p.pid)
-        _, status, ru = os.wait4(p.pid, 0)
+        s = Sampler(p.pid, argv[-1])
+        _, status, _ = os.wait4(p.pid, 0)
         wall = time.perf_counter() - t0
         p.returncode = status
         hwm, pss = s.done()
         if status != 0:
             raise RuntimeError(f"{argv[0]} failed: {p.stderr.read().decode()[-300:]}")
-        return 1 / wall, max(hwm, ru.ru_maxrss), pss
+        return 1 / wall, hwm, pss
 
     return run
 

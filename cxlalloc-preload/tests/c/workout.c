@@ -71,12 +71,16 @@ static int aligned_to(const void *p, size_t a) { return ((uintptr_t)p & (a - 1))
 static int api(void) {
   /* malloc: 16-byte alignment above 8 bytes, usable size covers the request. */
   for (size_t n = 0; n < 5000; n += 7) {
-    unsigned char *p = malloc(n);
-    CHECK(p != NULL, "malloc(%zu)", n);
-    if (n > 8) CHECK(aligned_to(p, 16), "malloc(%zu) = %p not 16-aligned", n, (void *)p);
-    CHECK(malloc_usable_size(p) >= n, "usable %zu < %zu", malloc_usable_size(p), n);
-    memset(p, 0xab, malloc_usable_size(p));
-    free(p);
+    unsigned char *live[8];
+    /* Eight live at once: consecutive blocks of one class, not the same block reused. */
+    for (int k = 0; k < 8; k++) {
+      unsigned char *p = live[k] = malloc(n);
+      CHECK(p != NULL, "malloc(%zu)", n);
+      if (n > 8) CHECK(aligned_to(p, 16), "malloc(%zu) = %p not 16-aligned", n, (void *)p);
+      CHECK(malloc_usable_size(p) >= n, "usable %zu < %zu", malloc_usable_size(p), n);
+      memset(p, 0xab, malloc_usable_size(p));
+    }
+    for (int k = 0; k < 8; k++) free(live[k]);
   }
   void *z1 = malloc(0), *z2 = malloc(0);
   CHECK(z1 && z2 && z1 != z2, "malloc(0) gives distinct pointers");
