@@ -83,3 +83,12 @@ pub(crate) fn put(p: NonNull<u8>, usable: usize) -> bool {
         true
     })
 }
+
+/// Empties the cache without freeing its blocks: a forked child of a shared heap, whose cached
+/// blocks are its parent's (the parent may take them back), calls it with the lock held.
+pub(crate) fn forget_locked() {
+    // SAFETY: the caller holds LOCK (the fork handlers took it before `fork`).
+    let c = unsafe { &mut *CACHE.0.get() };
+    c.blocks = [(0, 0); ENTRIES];
+    c.bytes = 0;
+}

@@ -664,8 +664,11 @@ extern "C" fn fork_parent() {
 /// next call attaches a slot of the child's own.
 extern "C" fn fork_child() {
     meta::unlock();
-    // The cached blocks are the child's own: its copy of the private heap, or blocks of a
-    // shared heap that stay allocated.
+    // In a private heap the cached blocks are the child's own (its copy). In a shared heap
+    // they are its parent's, which may reuse them: the child must not.
+    if global().is_some_and(|g| g.settings.place != Place::Private) {
+        cache::forget_locked();
+    }
     cache::unlock();
     SPARE.store(ptr::null_mut(), Ordering::Relaxed);
     spare_unlock();
