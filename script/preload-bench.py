@@ -219,13 +219,16 @@ PROGRAMS = {
 
 
 def main():
-    print(f"{REPS} runs each, medians; this machine: {os.cpu_count()} cores, shared with other jobs")
+    print(f"{REPS} runs each, interleaved, medians; this machine: {os.cpu_count()} cores, shared with other jobs")
     rows = []
     for name, fn in PROGRAMS.items():
-        res = {}
-        for a, lib in ALLOCATORS.items():
-            runs = [fn(lib) for _ in range(REPS)]
-            res[a] = tuple(statistics.median(r[i] for r in runs) for i in range(3))
+        # Interleaved (glibc, mimalloc, cxlalloc, glibc, ...): a change in the machine's load
+        # during the runs then weighs on every allocator alike.
+        runs = {a: [] for a in ALLOCATORS}
+        for _ in range(REPS):
+            for a, lib in ALLOCATORS.items():
+                runs[a].append(fn(lib))
+        res = {a: tuple(statistics.median(r[i] for r in rs) for i in range(3)) for a, rs in runs.items()}
         g = res["glibc"][0]
         for a, (tput, hwm, pss) in res.items():
             rows.append((name, a, tput, tput / g, hwm, pss))

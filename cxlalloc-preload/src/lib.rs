@@ -543,6 +543,14 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
 /// before it came from `meta`.
 extern "C" fn init() {
     let _ = LOCAL.try_with(|l| l.busy.set(true));
+    // From the start, not only once the heap opens: `meta`'s lock must not be inherited held
+    // either. (Registering allocates; this thread is busy, so that comes from `meta`.)
+    // SAFETY: the three handlers are plain functions that stay loaded with the library.
+    if unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) } != 0 {
+        eprintln!("cxlalloc: pthread_atfork failed; this process allocates without the heap");
+        let _ = LOCAL.try_with(|l| l.busy.set(false));
+        return;
+    }
     let r = catch_unwind(|| config::read(&|k| std::env::var(k).ok()));
     match r {
         Ok(Ok(settings)) => {
@@ -637,10 +645,6 @@ fn open(settings: Settings) -> Result<Global, String> {
     // SAFETY: key is writable; thread_exit has the destructor signature.
     if unsafe { libc::pthread_key_create(&mut key, Some(thread_exit)) } != 0 {
         return Err("pthread_key_create failed".into());
-    }
-    // SAFETY: the three handlers are plain functions that stay loaded with the library.
-    if unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) } != 0 {
-        return Err("pthread_atfork failed".into());
     }
     Ok(Global { heap, start, end: start + len, settings, key })
 }
