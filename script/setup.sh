@@ -52,8 +52,12 @@ sysdep_files() {
     libpython3) echo "/usr/lib/*/$(sysdep_package libpython3).so.1.0" ;;
     nix-bin) echo "/usr/bin/nix-instantiate" ;;
     valgrind) echo "/usr/bin/valgrind /usr/libexec/valgrind/callgrind-*-linux" ;;
+    redis-server) echo "/usr/bin/redis-server" ;;
+    redis-tools) echo "/usr/bin/redis-benchmark /usr/bin/redis-cli" ;;
     memcached) echo "/usr/bin/memcached" ;;
     libmemcached-tools) echo "/usr/bin/memccapable /usr/bin/memcslap" ;;
+    sqlite3) echo "/usr/bin/sqlite3" ;;
+    libmimalloc2.0) echo "/usr/lib/*/libmimalloc.so.2" ;;
     *)
       echo "setup: no files known for system dependency '$1'" >&2
       return 1

@@ -3,8 +3,9 @@
 # and the crash-point enumeration of the `crash-points` feature),
 # the loom models, miri over the unsafe code, the Nix dev shell's syntax, the plot/ Python tests, the fpga/
 # RTL testbenches and co-simulation (script/fpga.sh), and the
-# main job end to end on workloads/mini.toml, the crash test on workloads/crash.toml, and cxlkv
-# (the memcached on one heap) under memccapable, pymemcache and SIGKILLs (script/kvserver.sh).
+# main job end to end on workloads/mini.toml, the crash test on workloads/crash.toml, cxlkv
+# (the memcached on one heap) under memccapable, pymemcache and SIGKILLs (script/kvserver.sh), and
+# Debian programs (redis, memcached, python3, sqlite3, shell pipelines) on the LD_PRELOAD library.
 #
 # Usage: script/test.sh
 # Every step runs even when an earlier one fails; the summary at the end lists each step's
@@ -41,6 +42,7 @@ declare -A STEP_DEPS=(
   [main-job]="build-essential libboost-dev libpmemobj-dev python3 python3-venv"
   [crash-job]="build-essential libboost-dev python3 python3-venv"
   [kvserver]="build-essential memcached libmemcached-tools python3 python3-venv"
+  [preload]="build-essential python3 redis-server redis-tools memcached libmemcached-tools sqlite3"
 )
 
 logs=target/test-logs
@@ -140,6 +142,10 @@ step crash-job script/run.sh workloads/crash.toml
 # functional and crash-point tests, and a 10-kill crash test (about 1.5 min; KV_CRASH_SOAK=1 adds
 # the minute-long one).
 step kvserver script/kvserver.sh test
+
+# Debian programs on the LD_PRELOAD library: redis, memcached, python3, sqlite3, shell
+# pipelines, a thread-heavy C program; same output as without it, clean heaps (about a minute).
+step preload script/preload.sh
 
 echo
 echo "==> summary"

@@ -52,6 +52,14 @@ mod not_loom {
     pub use crate::coherence::{hwcc::inject_latency, Site, DEVICE_FILE, PROCESS_REQUESTERS, WINDOW_FILE};
     pub use crate::layout::{RegionId, REGIONS};
 
+    /// `(start, len)`: the address range `heap` reserves in this process (every region, slab
+    /// data and the huge span). Every block of the heap lies in it and nothing else is ever
+    /// mapped there, so a range check tells the heap's pointers from any others (the
+    /// `LD_PRELOAD` library's `free`, docs/design.md §17).
+    pub fn reserved_span(heap: &crate::Heap) -> (usize, usize) {
+        (heap.base_address(), heap.mem().layout.total)
+    }
+
     /// The mCAS window, its client, the software device and hardware device descriptions.
     pub mod mcas {
         pub use crate::mcas::mmio::has_movdir64b;

@@ -798,6 +798,44 @@ fn a_forked_child_is_refused_huge_blocks_through_an_inherited_heap_until_it_open
     t.free(p).unwrap();
 }
 
+#[test]
+fn a_forked_child_of_an_anonymous_heap_allocates_and_frees_huge_blocks_in_its_private_copy() {
+    let _serial = serial();
+    let heap = Heap::anonymous(&small_config()).unwrap();
+    let t = heap.attach().unwrap();
+    let p = t.alloc(2 * MIB).unwrap();
+    let off = offset(&heap, p);
+    // SAFETY: our fresh 2 MiB block.
+    unsafe { stamp(p, 2 * MIB, off, 21) };
+    let inherited = &heap;
+    fork_child("anonymous inheritor", || {
+        // The child's copy of an anonymous heap is private (copy-on-write): it is the child's
+        // own, huge blocks included — the inherited one as well as new ones.
+        let t = inherited.attach().ctx("attach to the inherited anonymous heap")?;
+        let q = t.alloc(2 * MIB).ctx("huge alloc in the child's copy")?;
+        let qoff = offset(inherited, q);
+        // SAFETY: the child's fresh 2 MiB block.
+        unsafe { stamp(q, 2 * MIB, qoff, 22) };
+        let old = at(inherited, off)?;
+        // SAFETY: inherited, still allocated in this copy.
+        unsafe { check_stamp(old, 2 * MIB, off, 21)? };
+        // SAFETY: ours to write in this copy (copy-on-write: the parent keeps its bytes).
+        unsafe { stamp(old, 2 * MIB, off, 23) };
+        t.free(old).ctx("huge free of the inherited block in the child's copy")?;
+        // SAFETY: stamped just above, still allocated.
+        unsafe { check_stamp(q, 2 * MIB, qoff, 22)? };
+        t.free(q).ctx("huge free in the child's copy")?;
+        ensure!(inherited.check().is_clean(), "check of the child's copy: {:?}", inherited.check().huge_problems);
+        Ok(())
+    })
+    .succeeds();
+    // The child's writes and free did not reach the parent's block.
+    // SAFETY: our block, still allocated.
+    unsafe { check_stamp(p, 2 * MIB, off, 21).unwrap() };
+    t.free(p).unwrap();
+    assert!(heap.check().is_clean());
+}
+
 /// Whether some entry of `/dev/shm` is the directory with inode `ino`.
 fn shm_holds_inode(ino: u64) -> bool {
     use std::os::unix::fs::MetadataExt;

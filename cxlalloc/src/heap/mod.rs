@@ -124,7 +124,9 @@ impl HostInfo {
 /// but every huge allocation or free through it is refused with
 /// [`AllocError::ForeignProcess`](crate::AllocError::ForeignProcess) (huge mappings and their
 /// hazards belong to the process that opened the heap): the child opens the heap by name itself
-/// to use huge blocks (docs/design.md §7.5).
+/// to use huge blocks (docs/design.md §7.5). An [`anonymous`](Heap::anonymous) heap is the
+/// exception: it is private memory, so the child's copy is wholly its own and serves huge
+/// blocks too.
 #[derive(Clone, Debug)]
 pub struct Heap {
     inner: Arc<HeapInner>,

@@ -143,10 +143,13 @@ impl HugeView {
         self.dir_fd >= 0
     }
 
-    /// Whether the calling process is the one that opened the heap (async-signal-safe).
+    /// Whether the calling process may run huge operations through this view: it opened the
+    /// heap, or the heap is anonymous (neither a directory nor a device) (async-signal-safe). An anonymous heap is private memory,
+    /// so a forked child holds a copy-on-write copy of all of it — mappings, hazard sets, leases
+    /// and lists — that no other process sees: that copy is the child's own (docs/design.md §7.5).
     pub(crate) fn in_own_process(&self) -> bool {
         // SAFETY: getpid has no preconditions and cannot fail.
-        (unsafe { libc::getpid() }) as u32 == self.pid
+        (self.dir_fd < 0 && self.device_fd < 0) || (unsafe { libc::getpid() }) as u32 == self.pid
     }
 
     /// Number of huge slots.
