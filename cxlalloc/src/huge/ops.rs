@@ -548,7 +548,7 @@ pub(crate) fn release(mem: &HeapMem, view: &HugeView, b: &HugeBlock) -> bool {
 pub(crate) fn finish_release(mem: &HeapMem, view: &HugeView, b: &HugeBlock) -> bool {
     let Some(d) = view.descriptor(b.desc) else { return false };
     let releasing = HugeState::Releasing.word(b.generation);
-    let next = if hazard_anywhere(view, HazardKey::new(b.offset, b.generation)) {
+    let next = if hazard_anywhere(mem, view, HazardKey::new(b.offset, b.generation)) {
         HugeState::Freed
     } else {
         let _ = mem.backing().huge_remove(&b.name());
