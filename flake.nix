@@ -23,7 +23,10 @@
             pkgs.rustfmt
             pkgs.gcc
             pkgs.pkg-config
-            (pkgs.python3.withPackages (ps: [ ps.matplotlib ps.pandas ]))
+            (pkgs.python3.withPackages (ps: [ ps.matplotlib ps.pandas ps.pymemcache ]))
+            # cxlkv's tests and load comparison: memcached and its client tools.
+            pkgs.memcached
+            pkgs.libmemcached
             pkgs.iverilog
             pkgs.verilator
             # script/fpga.sh formal and synth: Yosys (with yosys-smtbmc and ABC), Z3, nextpnr.

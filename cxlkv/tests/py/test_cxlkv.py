@@ -4,6 +4,7 @@ heap checker on what is left. Not a benchmark."""
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -240,6 +241,43 @@ class Restart(unittest.TestCase):
             s2 = Server(workers=3, heap=s.heap)
             try:
                 self.assertEqual(client(s2).get("persist"), b"yes")
+            finally:
+                self.assertEqual(s2.stop(), 0)
+        finally:
+            s.close()
+
+
+class FewerWorkers(unittest.TestCase):
+    def test_a_restart_with_fewer_workers_recovers_the_indexes_it_does_not_start(self):
+        # Three workers die inside a write (pinned, blocks staged) while the supervisor is
+        # stopped, so nobody replaces them; then the server goes. A new one with two workers
+        # must recover index 2 itself, or its pinned announcement holds the epoch forever
+        # (writes stall once the retire rings fill) and its staged blocks leak.
+        s = Server(workers=3, env={"CXLKV_CRASH_POINT": "prepared:3"})
+        try:
+            os.kill(s.proc.pid, signal.SIGSTOP)
+            conns = [client(s, timeout=1) for _ in range(3)]
+            for c in conns:
+                try:
+                    for i in range(10):
+                        c.set(f"x{i}", b"v")
+                except Exception:
+                    pass
+            deadline = time.time() + 10
+            while time.time() < deadline and any(os.path.exists(f"/proc/{p}/stat") and open(f"/proc/{p}/stat").read().split()[2] != "Z" for p in s.worker_pids()):
+                time.sleep(0.05)
+            os.kill(s.proc.pid, signal.SIGKILL)
+            s.proc.wait()
+            s2 = Server(workers=2, heap=s.heap)
+            try:
+                self.assertIn("recovered unused worker index 2", s2.output())
+                c = client(s2, timeout=5)
+                for i in range(3000):
+                    c.set(f"y{i % 100}", b"w" * 10)
+                self.assertEqual(c.get("y99"), b"w" * 10)
+                time.sleep(0.2)
+                owned = int(stats(s2.port, "cxlkv")["owned_blocks"])
+                self.assertEqual(owned, s2.check()["live_blocks"], "blocks the table owns vs live blocks")
             finally:
                 self.assertEqual(s2.stop(), 0)
         finally:
