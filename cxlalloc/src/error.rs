@@ -148,6 +148,10 @@ pub enum AttachError {
     /// No-HWcc heap: no mCAS device serves its window (start `cxlalloc-mcasd --heap NAME`).
     #[error("no mCAS device serves {0} (start cxlalloc-mcasd for this heap)")]
     DeviceUnserved(String),
+    /// This process's host could not register: every entry of the heap's host table is taken
+    /// by other hosts (docs/design.md §8.6).
+    #[error("the heap's host table is full ({0} hosts registered); recover a dead host to free an entry")]
+    HostsExhausted(u32),
 }
 
 /// Why a slot could not be adopted ([`crate::Heap::adopt`]).
@@ -197,6 +201,9 @@ pub enum AdoptError {
     /// No-HWcc heap: no mCAS device serves its window.
     #[error("no mCAS device serves {0} (start cxlalloc-mcasd for this heap)")]
     DeviceUnserved(String),
+    /// This process's host could not register: the heap's host table is full.
+    #[error("the heap's host table is full ({0} hosts registered); recover a dead host to free an entry")]
+    HostsExhausted(u32),
 }
 
 impl From<&AdoptError> for ErrorCode {
@@ -210,6 +217,7 @@ impl From<&AdoptError> for ErrorCode {
             AdoptError::RecoveryDisabled => ErrorCode::Unsupported,
             AdoptError::OutOfMemory(_) => ErrorCode::OutOfMemory,
             AdoptError::DeviceUnserved(_) => ErrorCode::Io,
+            AdoptError::HostsExhausted(_) => ErrorCode::SlotsExhausted,
         }
     }
 }
@@ -243,6 +251,7 @@ impl From<&AttachError> for ErrorCode {
             AttachError::SlotsExhausted { .. } => ErrorCode::SlotsExhausted,
             AttachError::OutOfMemory(_) => ErrorCode::OutOfMemory,
             AttachError::DeviceUnserved(_) => ErrorCode::Io,
+            AttachError::HostsExhausted(_) => ErrorCode::SlotsExhausted,
         }
     }
 }

@@ -172,8 +172,10 @@ pub(crate) struct HeapMem {
     recent_huge_frees: [AtomicU64; RECENT_HUGE_FREES],
     /// Next entry of `recent_huge_frees` to overwrite (wraps).
     recent_huge_next: AtomicU32,
-    /// This process's entry in the heap's host table (docs/design.md §8.6).
-    host: u16,
+    /// This process's entry in the heap's host table (docs/design.md §8.6), once registered:
+    /// at open, or for a no-HWcc heap whose mCAS window nobody serves yet, at the first attach
+    /// (registering is a CAS the device executes; `cxlalloc-mcasd` itself opens the heap).
+    host: std::sync::OnceLock<u16>,
     /// Wall-clock second of this process's last heartbeat for `host` (so a beat writes the
     /// HWcc word at most once a second).
     last_beat: AtomicU64,
@@ -194,11 +196,11 @@ impl HeapMem {
     /// host in its host table. For a fresh anonymous heap, writes the header into the mapping.
     pub(crate) fn map(header: Header, backing: Box<dyn Backing>) -> Result<Self, OpenError> {
         let mut mem = Self::map_regions(header, backing)?;
-        let host = mem
-            .hosts()
-            .register(crate::identity::domain(), &crate::identity::host_name())
-            .ok_or(OpenError::HostsExhausted(MAX_HOSTS))?;
-        mem.host = host;
+        if mem.mcas.as_ref().is_some_and(|hub| hub.served().is_err()) {
+            // No huge heap without full coherence: nothing below needs the host yet.
+            return Ok(mem);
+        }
+        let host = mem.register_host().map_err(OpenError::HostsExhausted)?;
         let holder = crate::identity::current(host);
         if let Some(view) = mem.huge.as_mut() {
             view.holder = holder.pack();
@@ -254,7 +256,7 @@ impl HeapMem {
             mcas: None,
             recent_huge_frees: [const { AtomicU64::new(0) }; RECENT_HUGE_FREES],
             recent_huge_next: AtomicU32::new(0),
-            host: 0,
+            host: std::sync::OnceLock::new(),
             last_beat: AtomicU64::new(0),
         };
         // If anything below fails, dropping `mem` releases the reservation.
@@ -497,14 +499,27 @@ impl HeapMem {
         HostTable::new(entries, self.mcas.as_ref().map(McasHub::process_port))
     }
 
-    /// This process's host: its entry in the host table.
-    pub(crate) fn host(&self) -> u16 {
-        self.host
+    /// This process's host, its entry in the host table, if registered yet.
+    pub(crate) fn host(&self) -> Option<u16> {
+        self.host.get().copied()
     }
 
-    /// This process's holder identity in this heap (its host's index included).
-    pub(crate) fn holder(&self) -> crate::word::Holder {
-        crate::identity::current(self.host)
+    /// Registers this process's domain in the host table, once: its entry's index, or
+    /// `Err(entries)` when the table is full. In the no-HWcc model the caller has checked that
+    /// the mCAS device serves the window.
+    pub(crate) fn register_host(&self) -> Result<u16, u32> {
+        if let Some(&id) = self.host.get() {
+            return Ok(id);
+        }
+        let id = self.hosts().register(crate::identity::domain(), &crate::identity::host_name()).ok_or(MAX_HOSTS)?;
+        // A racing thread of this process may have registered first: both found or claimed an
+        // entry of this domain, and either serves (liveness compares domains).
+        Ok(*self.host.get_or_init(|| id))
+    }
+
+    /// This process's holder identity on host `host` (its registered entry).
+    pub(crate) fn holder_on(&self, host: u16) -> crate::word::Holder {
+        crate::identity::current(host)
     }
 
     /// Whether `holder` is alive, as this process can judge it (docs/design.md §8.6): from
@@ -518,8 +533,10 @@ impl HeapMem {
     pub(crate) fn beat(&self) {
         let now = crate::host::now_secs();
         // Relaxed: a process-local rate limit; two threads racing both write the same second.
-        if self.last_beat.swap(now, Ordering::Relaxed) != now {
-            self.hosts().beat(self.host, now);
+        if let Some(host) = self.host() {
+            if self.last_beat.swap(now, Ordering::Relaxed) != now {
+                self.hosts().beat(host, now);
+            }
         }
     }
 

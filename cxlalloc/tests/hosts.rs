@@ -104,7 +104,7 @@ fn helper(name: &str, base: usize) -> Result<(), String> {
     for _ in 0..THREADS {
         rx.recv_timeout(Duration::from_secs(60)).map_err(|e| format!("a thread did not get ready: {e}"))??;
     }
-    println!("ready {}", heap.host_id());
+    println!("ready {}", heap.host_id().map_or(u16::MAX, |h| h));
     std::io::stdout().flush().map_err(|e| e.to_string())?;
     let mut sink = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut sink);
@@ -211,7 +211,7 @@ fn holders_in_another_pid_namespace_are_never_listed_dead_adopted_or_recovered()
     let a = Foreign::start(name.as_str(), 0);
     let b = Foreign::start(name.as_str(), HELPER_ROOTS);
     assert_ne!(a.host, b.host, "two pid namespaces are two hosts");
-    assert_ne!(a.host, heap.host_id());
+    assert_ne!(a.host, heap.host_id().expect("registered at open"));
     assert!(heap.dead_slots().is_empty(), "a foreign holder was listed dead");
     assert!(heap.recovery_plan().is_empty(), "a foreign holder was planned for recovery");
     assert!(heap.recover_dead().is_empty(), "a foreign holder was recovered");
@@ -250,7 +250,10 @@ fn a_dead_hosts_slots_are_recovered_only_once_it_is_declared_dead() {
     assert!(heap.dead_slots().is_empty());
     assert!(heap.recover_dead().is_empty());
     assert_eq!(heap.slots().len(), THREADS);
-    assert_eq!(heap.recover_host(heap.host_id()).err(), Some(RecoverHostError::OwnHost(heap.host_id())));
+    assert_eq!(
+        heap.recover_host(heap.host_id().expect("registered at open")).err(),
+        Some(RecoverHostError::OwnHost(heap.host_id().expect("registered at open")))
+    );
     let done = heap.recover_host(host).expect("recover_host");
     assert_eq!(done.declared, vec![host]);
     assert_eq!(done.reports.len(), THREADS, "{done:?}");
@@ -277,11 +280,15 @@ fn a_host_sees_itself_and_the_others_in_the_host_table() {
     let name = HeapName::new("hosts-table");
     let heap = Heap::create(name.as_str(), &config()).expect("create");
     let again = Heap::open(name.as_str()).expect("open");
-    assert_eq!(heap.host_id(), again.host_id(), "one domain registers once");
+    assert_eq!(
+        heap.host_id().expect("registered at open"),
+        again.host_id().expect("registered at open"),
+        "one domain registers once"
+    );
     let foreign = Foreign::start(name.as_str(), 0);
     let hosts = heap.hosts();
     assert_eq!(hosts.len(), 2, "{hosts:?}");
-    let me = hosts.iter().find(|h| h.id == heap.host_id()).expect("own entry");
+    let me = hosts.iter().find(|h| h.id == heap.host_id().expect("registered at open")).expect("own entry");
     let other = hosts.iter().find(|h| h.id == foreign.host).expect("foreign entry");
     assert!(me.own && !other.own && !other.declared_dead);
     assert!(other.silent_for.is_some_and(|s| s < 60), "{other:?}");

@@ -272,14 +272,20 @@ fn a_heap_is_described_from_its_files_through_the_curated_api() {
     let info: HeapInfo = Heap::info_at(&dir).unwrap();
     let (regions, holders, hosts, mcas) = description(&info);
     let hosts: &Vec<HostInfo> = hosts.as_ref().unwrap();
-    assert!(hosts.len() == 1 && hosts[0].own && hosts[0].id == heap.host_id(), "{hosts:?}");
+    assert!(
+        hosts.len() == 1 && hosts[0].own && hosts[0].id == heap.host_id().expect("registered at open"),
+        "{hosts:?}"
+    );
     assert!(regions.iter().any(|r: &RegionInfo| r.hwcc) && mcas.is_none(), "{regions:?}");
     let holders: &Vec<SlotInfo> = holders.as_ref().unwrap();
     assert_eq!(holders.len(), 1, "this thread's slot");
     let slots: Vec<SlotInfo> = heap.slots();
-    assert!(slots.iter().all(|s| s.alive && s.local && s.host == heap.host_id() && s.pid == std::process::id()));
-    let own: RecoverHostError = heap.recover_host(heap.host_id()).unwrap_err();
-    assert_eq!(own, RecoverHostError::OwnHost(heap.host_id()));
+    assert!(slots.iter().all(|s| s.alive
+        && s.local
+        && s.host == heap.host_id().expect("registered at open")
+        && s.pid == std::process::id()));
+    let own: RecoverHostError = heap.recover_host(heap.host_id().expect("registered at open")).unwrap_err();
+    assert_eq!(own, RecoverHostError::OwnHost(heap.host_id().expect("registered at open")));
     let none: Result<HostRecovery, RecoverHostError> = heap.recover_host(63);
     assert_eq!(none, Err(RecoverHostError::NoSuchHost(63)));
     let in_flight: Vec<&Interrupted> = slots.iter().flat_map(|s| &s.in_flight).collect();

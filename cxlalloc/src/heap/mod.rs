@@ -372,8 +372,10 @@ impl Heap {
     }
 
     /// This process's host in the heap: its entry in the heap's host table, the id that
-    /// [`Heap::recover_host`] and `cxlalloc recover --host` take (docs/design.md §8.6).
-    pub fn host_id(&self) -> u16 {
+    /// [`Heap::recover_host`] and `cxlalloc recover --host` take (docs/design.md §8.6). `None`
+    /// until registered: a process registers when it opens the heap, or for a no-HWcc heap
+    /// whose mCAS device was not serving then, when its first thread attaches.
+    pub fn host_id(&self) -> Option<u16> {
         self.mem().host()
     }
 

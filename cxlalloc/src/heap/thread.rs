@@ -74,8 +74,9 @@ pub enum ReallocError {
 pub(crate) fn attach(heap: &Heap) -> Result<ThreadHandle, AttachError> {
     let mem = heap.mem();
     served(mem).map_err(AttachError::DeviceUnserved)?;
+    let host = mem.register_host().map_err(AttachError::HostsExhausted)?;
     mem.beat();
-    let holder = mem.holder().pack();
+    let holder = mem.holder_on(host).pack();
     let slots = mem.layout.slots;
     // Lowest free slot first: the slots in use, and so the lease, record and help words every
     // process touches, stay on the fewest pages (each touched HWcc page counts in every
@@ -157,8 +158,9 @@ pub(crate) fn adopt(heap: &Heap, slot: u32) -> Result<(ThreadHandle, RecoveryRep
             AdoptError::ForeignHost { slot, pid: dead.pid, host: dead.host }
         });
     }
+    let host = mem.register_host().map_err(AdoptError::HostsExhausted)?;
     mem.beat();
-    let holder = mem.holder().pack();
+    let holder = mem.holder_on(host).pack();
     if !lease::take_over(lease, held, holder) {
         return Err(AdoptError::Raced(slot));
     }
@@ -169,6 +171,7 @@ pub(crate) fn adopt(heap: &Heap, slot: u32) -> Result<(ThreadHandle, RecoveryRep
             AttachError::OutOfMemory(errno) => AdoptError::OutOfMemory(errno),
             AttachError::SlotsExhausted { .. } => AdoptError::Raced(slot),
             AttachError::DeviceUnserved(w) => AdoptError::DeviceUnserved(w),
+            AttachError::HostsExhausted(n) => AdoptError::HostsExhausted(n),
         }
     })?;
     let view = mem.huge().filter(|v| v.in_own_process());
