@@ -113,8 +113,9 @@ impl Link {
 /// block's link to the current head's payload before each CAS attempt; the CAS publishes it.
 /// `help(seen)` runs before each attempt with the word about to be overwritten (the
 /// detectable-CAS help step, [`crate::protocol::detectable::help`]). `Err(Closed)`, with nothing
-/// written to the head, when the mailbox is closed.
-#[inline]
+/// written to the head, when the mailbox is closed. Always inlined, as
+/// [`crate::protocol::remote::subtract`]: it is the usual remote free's only CAS.
+#[inline(always)]
 pub fn push(
     head: &(impl HwWord + ?Sized),
     tag: Tag,

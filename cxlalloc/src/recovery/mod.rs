@@ -94,7 +94,7 @@ pub(crate) fn recover(t: &SlabThread<'_>, huge: Option<&HugeView>, dead: Option<
     t.flush_remote_batch();
     // The rest of a harvest the dead holder had taken (docs/design.md §4.6): its blocks are on
     // no mailbox any more, only in the record.
-    t.resume_harvest();
+    t.resume_harvest(true);
     let huge = huge.map(|view| HugeThread { t, view });
     if let Some(h) = &huge {
         h.end_epoch();

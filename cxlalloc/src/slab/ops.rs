@@ -835,8 +835,9 @@ impl<'a> SlabThread<'a> {
     /// `owner` (slot + 1). The block's first word becomes a link carrying the mark's high half
     /// (claimed by one CAS, so a second free of it is a double free); the push CAS publishes it.
     /// A closed mailbox (the owner detached meanwhile) turns the free into a counted one.
-    #[cold]
-    #[inline(never)]
+    /// Always inlined: it is the usual remote free now, folded into each bracket's copy of the
+    /// full model's path as the counted free is.
+    #[inline(always)]
     fn free_to_mailbox(
         &self,
         at: &Located<'_>,
@@ -879,7 +880,15 @@ impl<'a> SlabThread<'a> {
             self.clear_log();
             return Ok(());
         }
-        // Closed: nobody will harvest it. Counted instead, as a logged remote free of its own.
+        self.count_instead(at, mark, coherent)
+    }
+
+    /// A push that found the mailbox closed: nobody will harvest the block. Counted instead, as
+    /// a logged remote free of its own.
+    #[cold]
+    #[inline(never)]
+    fn count_instead(&self, at: &Located<'_>, mark: u64, coherent: bool) -> Result<(), FreeError> {
+        let word = self.mark_word(at);
         let version = self.next_version();
         self.log(Redo::new(Op::RemoteFree, at.bracket, at.slab.index(), version));
         word.store(mark, Ordering::Relaxed);
@@ -942,14 +951,15 @@ impl<'a> SlabThread<'a> {
         }
         crash_point!(HarvestTaken);
         self.clear_log();
-        self.resume_harvest();
+        self.resume_harvest(false);
     }
 
     /// Returns the blocks of the harvest in progress (the record's `harvest`), one at a time:
     /// to this slot's bitsets when it owns their slab (a local free, T6/T7 as usual), else
     /// counted on the slab's counter (a push that raced with a disown or abandon of ours).
-    /// Resumable at any block: recovery calls it to finish a dead holder's harvest.
-    pub(crate) fn resume_harvest(&self) {
+    /// Resumable at any block: recovery calls it (`resumed`) to finish a dead holder's harvest,
+    /// whose first block may have been returned already.
+    pub(crate) fn resume_harvest(&self, resumed: bool) {
         let Some(h) = Harvest::unpack(self.rec.harvest.load(Ordering::Relaxed)) else { return };
         let b = h.bracket;
         // Bounded walk: a chain cannot hold more blocks than the heap has; a corrupt or cyclic
@@ -959,7 +969,7 @@ impl<'a> SlabThread<'a> {
         let mut returned = 0u64;
         while cursor != mailbox::EMPTY && budget > 0 {
             budget -= 1;
-            let Some(next) = self.return_harvested(b, cursor) else { break };
+            let Some(next) = self.return_harvested(b, cursor, resumed && returned == 0) else { break };
             self.rec.harvest.store(
                 if next == mailbox::EMPTY { 0 } else { Harvest { bracket: b, cursor: next }.pack() },
                 Ordering::Relaxed,
@@ -979,7 +989,7 @@ impl<'a> SlabThread<'a> {
     /// `None` when the name or the block's link is corrupt. Idempotent: a block already
     /// returned (a crash before the cursor moved) is recognised and skipped, its successor read
     /// from the record.
-    fn return_harvested(&self, b: Bracket, cursor: u32) -> Option<u32> {
+    fn return_harvested(&self, b: Bracket, cursor: u32, maybe_returned: bool) -> Option<u32> {
         let id = BlockId::from_payload(cursor, b.block_shift())?;
         let slab = self.mem.slab(b, id.slab)?;
         let d = self.mem.desc(b, slab);
@@ -1012,7 +1022,9 @@ impl<'a> SlabThread<'a> {
             None => self.rec.harvest_next.load(Ordering::Relaxed),
         };
         if owner == self.me() {
-            if !self.is_free_in(&at, true) {
+            // Only the first block of a resumed harvest can have been returned already: every
+            // other one was in the chain a moment ago, so neither free nor allocated.
+            if !(maybe_returned && self.is_free_in(&at, true)) {
                 // Neither a link nor returned: not a block of this chain.
                 Link::unpack(raw, mark)?;
                 self.return_block(&at);
