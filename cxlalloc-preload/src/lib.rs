@@ -42,6 +42,8 @@ struct Global {
     /// `[start, end)`: the heap's reservation in this process; a pointer in it is the heap's.
     start: usize,
     end: usize,
+    /// Start of the huge span (`usize::MAX`: none): blocks at or above it are huge blocks.
+    huge_start: usize,
     settings: Settings,
     /// The pthread key whose destructor releases a thread's slot at thread exit.
     key: libc::pthread_key_t,
@@ -298,8 +300,12 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
 pub unsafe extern "C" fn free(p: *mut c_void) {
     let Some(nn) = NonNull::new(p.cast::<u8>()) else { return };
     match owner(p) {
-        Owner::Heap => match with_heap(|_, h| {
-            // A huge block may be kept for reuse instead (see `cache`).
+        Owner::Heap => match with_heap(|g, h| {
+            // A huge block may be kept for reuse instead (see `cache`); a slab block (below
+            // the huge span) goes straight back.
+            if (p as usize) < g.huge_start {
+                return h.free(nn);
+            }
             match h.usable_size(nn) {
                 Ok(n) if n > LARGE_MAX && cache::put(nn, n) => Ok(()),
                 _ => h.free(nn),
@@ -646,7 +652,8 @@ fn open(settings: Settings) -> Result<Global, String> {
     if unsafe { libc::pthread_key_create(&mut key, Some(thread_exit)) } != 0 {
         return Err("pthread_key_create failed".into());
     }
-    Ok(Global { heap, start, end: start + len, settings, key })
+    let huge_start = cxlalloc::internal::huge_start(&heap);
+    Ok(Global { heap, start, end: start + len, huge_start, settings, key })
 }
 
 /// Before `fork`: hold both locks, so the child does not inherit one held by a thread that

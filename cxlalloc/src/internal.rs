@@ -60,6 +60,16 @@ mod not_loom {
         (heap.base_address(), heap.mem().layout.total)
     }
 
+    /// The address where `heap`'s huge span starts in this process (the span runs to the end
+    /// of [`reserved_span`]); `usize::MAX` when the heap has no huge heap. Every block at or
+    /// above it is a huge block, every block below it a slab block.
+    pub fn huge_start(heap: &crate::Heap) -> usize {
+        match heap.mem().huge() {
+            Some(view) => heap.base_address() + view.span.offset,
+            None => usize::MAX,
+        }
+    }
+
     /// The mCAS window, its client, the software device and hardware device descriptions.
     pub mod mcas {
         pub use crate::mcas::mmio::has_movdir64b;
