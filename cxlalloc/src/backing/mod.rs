@@ -44,6 +44,12 @@ impl HugeName {
         Self(b)
     }
 
+    /// The name of huge block `b`'s backing object (named after its first allocation's
+    /// generation, kept while the owner reuses the object).
+    pub(crate) fn of_block(b: &crate::persist::huge::HugeBlock) -> Self {
+        Self::new(b.offset, b.object)
+    }
+
     /// The name as a C string.
     pub(crate) fn as_cstr(&self) -> &CStr {
         // The buffer always holds 38 ASCII characters followed by NULs.

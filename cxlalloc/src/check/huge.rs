@@ -81,7 +81,7 @@ pub(crate) fn check(mem: &HeapMem, problems: &mut Vec<String>) -> HugeCensus {
                 }
             } else if b.state == Some(HugeState::Released) {
                 problems.push(format!("released huge block at {:#x} still has its backing object", b.offset));
-            } else if let Some(why) = mem.backing().huge_object_problem(&b.name()) {
+            } else if let Some(why) = mem.backing().huge_object_problem(&crate::backing::HugeName::of_block(b)) {
                 // A process the heap admits could not map it: its first touch would be a SIGSEGV.
                 problems.push(format!("huge block at {:#x}: backing object {why}", b.offset));
             }

@@ -83,7 +83,10 @@ impl ClassCensus {
     /// (which the report's issues name) the counts may exceed the blocks, and a census must
     /// not panic.
     pub fn live_blocks(&self) -> u64 {
-        self.blocks.saturating_sub(self.free_blocks).saturating_sub(self.remote_freed).saturating_sub(self.mailbox_blocks)
+        self.blocks
+            .saturating_sub(self.free_blocks)
+            .saturating_sub(self.remote_freed)
+            .saturating_sub(self.mailbox_blocks)
     }
 }
 

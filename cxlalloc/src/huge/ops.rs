@@ -183,7 +183,7 @@ impl HugeThread<'_> {
             }
             Err(e) => {
                 let _ = view.unmap(c.offset, c.size as usize);
-                self.discard(c.desc, &c.name());
+                self.discard(c.desc, &HugeName::of_block(&c));
                 self.t.settle();
                 space.insert(c.offset, c.size);
                 Err(e)
@@ -509,7 +509,7 @@ impl HugeThread<'_> {
         let _ = self.view.unmap(b.offset, b.size as usize);
         self.t.announce(Pending::new(PendingKind::HugeReclaim, b.generation), b.offset, 0, b.desc);
         crash_point!(HugeReclaimAnnounced);
-        self.discard(b.desc, &b.name());
+        self.discard(b.desc, &HugeName::of_block(b));
         self.t.settle();
         space.insert(b.offset, b.size);
     }
@@ -551,7 +551,7 @@ pub(crate) fn finish_release(mem: &HeapMem, view: &HugeView, b: &HugeBlock) -> b
     let next = if hazard_anywhere(mem, view, HazardKey::new(b.offset, b.generation)) {
         HugeState::Freed
     } else {
-        let _ = mem.backing().huge_remove(&b.name());
+        let _ = mem.backing().huge_remove(&HugeName::of_block(b));
         crash_point!(HugeObjectReleased);
         HugeState::Released
     };

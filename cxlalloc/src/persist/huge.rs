@@ -118,11 +118,6 @@ impl HugeBlock {
         (self.desc, self.offset, self.size, self.generation, self.state, self.object)
             == (other.desc, other.offset, other.size, other.generation, other.state, other.object)
     }
-
-    /// The name of the block's backing object.
-    pub(crate) fn name(&self) -> crate::backing::HugeName {
-        crate::backing::HugeName::new(self.offset, self.object)
-    }
 }
 
 #[cfg(test)]

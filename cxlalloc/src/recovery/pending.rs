@@ -97,7 +97,7 @@ pub(crate) fn resolve(t: &SlabThread<'_>, huge: Option<&HugeThread<'_>>, p: Pend
                 return PendingOutcome::NotTaken;
             }
             match h.list().into_iter().find(|b| b.desc == desc) {
-                Some(b) => h.discard(desc, &b.name()),
+                Some(b) => h.discard(desc, &crate::backing::HugeName::of_block(&b)),
                 None => {
                     // `slab_allocated` above checked that `desc` is in slab data.
                     if let Some(ptr) = in_slab_data(t, desc) {
@@ -132,7 +132,7 @@ pub(crate) fn resolve(t: &SlabThread<'_>, huge: Option<&HugeThread<'_>>, p: Pend
             let Some(h) = huge else { return PendingOutcome::Finished };
             if slab_allocated(t, desc) {
                 if let Some(b) = h.view.read(desc).filter(|b| b.offset == block && p.names(b.generation)) {
-                    h.discard(desc, &b.name());
+                    h.discard(desc, &crate::backing::HugeName::of_block(&b));
                 }
             }
             h.end_epoch();

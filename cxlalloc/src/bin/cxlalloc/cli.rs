@@ -932,7 +932,11 @@ fn recover(out: &mut Out, heap: &Target, host: Option<u16>, json: bool) -> Resul
                 ])
             })
             .collect();
-        let mut fields = vec![("recovered", Json::Array(recovered)), ("still_dead", still_dead.into()), ("huge_objects_released", released.into())];
+        let mut fields = vec![
+            ("recovered", Json::Array(recovered)),
+            ("still_dead", still_dead.into()),
+            ("huge_objects_released", released.into()),
+        ];
         if let Some(r) = &of_host {
             fields.push(("hosts_declared_dead", r.declared.clone().into()));
             fields.push(("hazard_sets_cleared", r.hazard_sets_cleared.into()));
