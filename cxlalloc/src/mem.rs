@@ -193,14 +193,17 @@ unsafe impl Sync for HeapMem {}
 
 impl HeapMem {
     /// Maps a heap described by `header` from `backing` and registers the calling process's
-    /// host in its host table. For a fresh anonymous heap, writes the header into the mapping.
+    /// host in its host table when it can. For a fresh anonymous heap, writes the header into the mapping.
     pub(crate) fn map(header: Header, backing: Box<dyn Backing>) -> Result<Self, OpenError> {
         let mut mem = Self::map_regions(header, backing)?;
         if mem.mcas.as_ref().is_some_and(|hub| hub.served().is_err()) {
             // No huge heap without full coherence: nothing below needs the host yet.
             return Ok(mem);
         }
-        let host = mem.register_host().map_err(OpenError::HostsExhausted)?;
+        // A full (or damaged) host table does not keep the heap from opening: inspecting and
+        // checking it need no host. Attaching a thread registers again and reports the error;
+        // until then this process leases no hazard set (its holder stays 0).
+        let Ok(host) = mem.register_host() else { return Ok(mem) };
         let holder = crate::identity::current(host);
         if let Some(view) = mem.huge.as_mut() {
             view.holder = holder.pack();

@@ -414,6 +414,10 @@ impl HugeView {
     /// blocks evicts its own mappings rather than starve the next process of sets. An
     /// anonymous heap has one process and cannot evict: it takes every set.
     fn publish_in_new_set(&self, word: u64, pages: u64) -> Option<Entry> {
+        if self.holder == 0 {
+            // This process has no host entry (docs/design.md §8.6): no lease it could name.
+            return None;
+        }
         if self.dir_fd >= 0 {
             let held = self.my_sets().count();
             // Relaxed: a count for the policy only; the claim below is the synchronizing step.
