@@ -342,6 +342,38 @@ fn a_no_hwcc_heap_on_a_device_runs_through_the_window_carved_in_it() {
 }
 
 #[test]
+fn a_device_window_served_from_another_host_lets_threads_attach() {
+    let config = Config { coherence: Coherence::NoHwcc, huge_capacity: 0, thread_slots: 8, ..config() };
+    let dev = DevFile::sized_for("remote-server", &config);
+    let heap = Heap::format_device(dev.path(), &config).unwrap();
+    let window = cxlalloc::internal::mcas::device_window(dev.path()).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = stop.clone();
+    let server = std::thread::spawn(move || {
+        cxlalloc::internal::mcas::device::serve(&window, Duration::ZERO, &s).map(|r| r.requests).unwrap_or(0)
+    });
+    while cxlalloc::internal::mcas::device_window(dev.path()).ok().and_then(|w| w.served_by()).is_none() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The window's server word now names a process of another host (a pid above this host's
+    // pid_max): only that host could judge it, so the word alone says the window is served.
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(dev.path()).unwrap();
+    let mut magic = [0u8; 8];
+    let window_at = (0..Heap::device_bytes(&config).unwrap())
+        .step_by(2 << 20)
+        .find(|&at| f.read_exact_at(&mut magic, at).is_ok() && &magic == b"CXLMCAS1")
+        .expect("the device carries an mCAS window");
+    f.write_all_at(&0x3fff_fff0u64.to_le_bytes(), window_at + 24).unwrap();
+    let t = heap.attach().unwrap();
+    let b = t.alloc(100).unwrap();
+    t.free(b).unwrap();
+    drop(t);
+    stop.store(true, Ordering::Relaxed);
+    assert!(server.join().unwrap() > 0);
+}
+
+#[test]
 fn a_device_that_was_never_formatted_holds_no_heap() {
     let dev = DevFile::new("blank", 64 << 20);
     assert!(matches!(Heap::open_device(dev.path()), Err(OpenError::NotFormatted(_))));
