@@ -406,7 +406,7 @@ module mcas_unit #(
       if (f_busy && !rsp_valid && f_age != 8'hff) f_age <= f_age + 8'd1;
       if (f_rsp_fire) begin
         f_busy <= 1'b0;
-        // Rule 4 of the shadow: only a successful answer changes the word, to its swap value.
+        // The shadow: only a successful answer for the word changes it (to the swap value).
         if (rsp_line[64] && f_kind == F_CAS && f_cword == f_addr) f_shadow <= f_cswp;
       end
       // Rule 1: a sprd takes its requester's operands.
