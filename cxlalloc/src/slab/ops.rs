@@ -618,18 +618,22 @@ impl<'a> SlabThread<'a> {
         if before == 0 || before + 1 == at.blocks {
             self.log(Redo::new(Op::LocalFree, b, at.slab.index(), at.block));
             let free = d.put(at.block);
+            // Marked while the slab is still ours: T7 may hand it to the global list below,
+            // and a mark written after that could land on a block of its next sizing.
+            self.mark_freed(at, mark);
             self.after_local_free(b, at.class, at.slab, free == at.blocks);
             self.clear_log();
         } else {
             d.put(at.block);
+            self.mark_freed(at, mark);
         }
-        self.mark_freed(at, mark);
         Ok(())
     }
 
     /// Limited and no-HWcc models: a block the owner just freed takes its slab's mark, after
     /// its bit (a crash in between leaves the block free and unmarked: a later double free of
-    /// it goes undetected, but no legitimate free is refused).
+    /// it goes undetected, but no legitimate free is refused) and before the slab can change
+    /// hands.
     #[inline(always)]
     fn mark_freed(&self, at: &Located<'_>, mark: u64) {
         if self.marks_free {
