@@ -502,7 +502,8 @@ impl<'a> SlabThread<'a> {
         let owner = at.desc.head.owner.load(Ordering::Relaxed);
         // Without coherence another host's bitset and cached word reach memory only when its
         // slabs change hands, so they name blocks it has allocated since: they would refuse
-        // good frees. A remote free then relies on the free mark and the counter alone.
+        // good frees. There every free block carries the slab's mark instead (`marks_free`),
+        // which the callers check.
         if !coherent && owner != self.me() && !self.mem.swcc.is_coherent() {
             return false;
         }
