@@ -268,12 +268,12 @@ impl<'a> SlabThread<'a> {
         let rest = bits & bits.wrapping_sub(1);
         let offset = cur.block0.load(Ordering::Relaxed) as usize + bits.trailing_zeros() as usize * info.size as usize;
         announce(offset);
-        if self.marks_free {
-            // Cleared before the bit is taken: a crash in between leaves a free block without
-            // its mark (a later double free of it goes undetected), never an allocated block
-            // with one (whose legitimate free would be refused).
-            self.block_word(offset).store(0, Ordering::Relaxed);
-        }
+        // Limited and no-HWcc models: every free block carries the mark (`marks_free`), so
+        // the block leaves it here. Cleared before the bit is taken: a crash in between leaves
+        // a free block without its mark (a later double free of it goes undetected), never an
+        // allocated block with one (whose legitimate free would be refused). Done in every
+        // model: one store costs the full model less than a branch (script/icount.sh).
+        self.block_word(offset).store(0, Ordering::Relaxed);
         cur.bits.store(rest, Ordering::Relaxed);
         if rest == 0 {
             // We still hold the block just taken, which T4/T5 rely on.
@@ -554,12 +554,34 @@ impl<'a> SlabThread<'a> {
             }
             return self.free_remote(ptr);
         }
+        if self.marks_free {
+            return self.free_local_reduced(b, &at, ptr, offset, rel);
+        }
+        // Full coherence: the copy of the full model's own fast path, with nothing of the
+        // reduced models' (script/icount.sh: a shared copy cost the full model 16
+        // instructions per local free).
+        let cur = &self.rec.lists(b).current[at.class as usize - 1];
+        self.free_local::<false>(b, &at, cur, cur.id())
+    }
+
+    /// The local free of the limited and no-HWcc models: a full slab that is not our current
+    /// one first has its owner read from memory ([`SlabThread::free_owned_full`]), and the
+    /// freed block takes the slab's mark.
+    #[inline(never)]
+    fn free_local_reduced(
+        &self,
+        b: Bracket,
+        at: &Located<'_>,
+        ptr: *const u8,
+        offset: usize,
+        rel: usize,
+    ) -> Result<(), FreeError> {
         let cur = &self.rec.lists(b).current[at.class as usize - 1];
         let id = cur.id();
-        if d.head.free.load(Ordering::Relaxed) == 0 && id.slab != at.slab.link() && !self.mem.swcc.is_coherent() {
+        if at.desc.head.free.load(Ordering::Relaxed) == 0 && id.slab != at.slab.link() {
             return self.free_owned_full(b, ptr, offset, rel);
         }
-        self.free_local(b, &at, cur, id)
+        self.free_local::<true>(b, at, cur, id)
     }
 
     /// Limited and no-HWcc models: a free that our copy of the head line sends down the local
@@ -582,13 +604,20 @@ impl<'a> SlabThread<'a> {
             _ => return self.free_remote(ptr),
         };
         let cur = &self.rec.lists(b).current[at.class as usize - 1];
-        self.free_local(b, &at, cur, cur.id())
+        self.free_local::<true>(b, &at, cur, cur.id())
     }
 
     /// The local free of block `at` of a slab this thread owns; `cur` is the class's current
-    /// slab cache and `id` its identity.
+    /// slab cache and `id` its identity. `MARK`: the limited and no-HWcc models, where the
+    /// freed block takes its slab's mark ([`SlabThread::mark_freed`]).
     #[inline(always)]
-    fn free_local(&self, b: Bracket, at: &Located<'_>, cur: &Current, id: CurrentId) -> Result<(), FreeError> {
+    fn free_local<const MARK: bool>(
+        &self,
+        b: Bracket,
+        at: &Located<'_>,
+        cur: &Current,
+        id: CurrentId,
+    ) -> Result<(), FreeError> {
         let d = at.desc;
         // A block remotely freed before carries its slab's mark and never returns to the owner.
         let mark = d.head.mark.load(Ordering::Relaxed);
@@ -604,7 +633,7 @@ impl<'a> SlabThread<'a> {
                 return Err(FreeError::DoubleFree);
             }
             cur.bits.store(bits | bit, Ordering::Relaxed);
-            self.mark_freed(at, mark);
+            self.mark_freed::<MARK>(at, mark);
             return Ok(());
         }
         let word = d.bits[w].load(Ordering::Relaxed);
@@ -621,12 +650,12 @@ impl<'a> SlabThread<'a> {
             let free = d.put(at.block);
             // Marked while the slab is still ours: T7 may hand it to the global list below,
             // and a mark written after that could land on a block of its next sizing.
-            self.mark_freed(at, mark);
+            self.mark_freed::<MARK>(at, mark);
             self.after_local_free(b, at.class, at.slab, free == at.blocks);
             self.clear_log();
         } else {
             d.put(at.block);
-            self.mark_freed(at, mark);
+            self.mark_freed::<MARK>(at, mark);
         }
         Ok(())
     }
@@ -636,8 +665,8 @@ impl<'a> SlabThread<'a> {
     /// it goes undetected, but no legitimate free is refused) and before the slab can change
     /// hands.
     #[inline(always)]
-    fn mark_freed(&self, at: &Located<'_>, mark: u64) {
-        if self.marks_free {
+    fn mark_freed<const MARK: bool>(&self, at: &Located<'_>, mark: u64) {
+        if MARK {
             self.mark_word(at).store(mark, Ordering::Relaxed);
         }
     }
