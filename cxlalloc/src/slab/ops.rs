@@ -22,7 +22,7 @@ use crate::crash::crash_point;
 use crate::error::{AllocError, FreeError};
 use crate::mem::{HeapMem, Slab};
 use crate::persist::descriptor::Descriptor;
-use crate::persist::record::{Current, CurrentId, RemoteBatch, ThreadRecord};
+use crate::persist::record::{Current, RemoteBatch, ThreadRecord};
 use crate::persist::redo::{Op, Pending, Redo};
 use crate::protocol::{detectable, global_list, length, remote};
 use crate::sync::{fence, AtomicU64, Ordering};
@@ -268,12 +268,12 @@ impl<'a> SlabThread<'a> {
         let rest = bits & bits.wrapping_sub(1);
         let offset = cur.block0.load(Ordering::Relaxed) as usize + bits.trailing_zeros() as usize * info.size as usize;
         announce(offset);
-        // Limited and no-HWcc models: every free block carries the mark (`marks_free`), so
-        // the block leaves it here. Cleared before the bit is taken: a crash in between leaves
-        // a free block without its mark (a later double free of it goes undetected), never an
-        // allocated block with one (whose legitimate free would be refused). Done in every
-        // model: one store costs the full model less than a branch (script/icount.sh).
-        self.block_word(offset).store(0, Ordering::Relaxed);
+        if self.marks_free {
+            // Cleared before the bit is taken: a crash in between leaves a free block without
+            // its mark (a later double free of it goes undetected), never an allocated block
+            // with one (whose legitimate free would be refused).
+            self.block_word(offset).store(0, Ordering::Relaxed);
+        }
         cur.bits.store(rest, Ordering::Relaxed);
         if rest == 0 {
             // We still hold the block just taken, which T4/T5 rely on.
@@ -554,34 +554,7 @@ impl<'a> SlabThread<'a> {
             }
             return self.free_remote(ptr);
         }
-        if self.marks_free {
-            return self.free_local_reduced(b, &at, ptr, offset, rel);
-        }
-        // Full coherence: the copy of the full model's own fast path, with nothing of the
-        // reduced models' (script/icount.sh: a shared copy cost the full model 16
-        // instructions per local free).
-        let cur = &self.rec.lists(b).current[at.class as usize - 1];
-        self.free_local::<false>(b, &at, cur, cur.id())
-    }
-
-    /// The local free of the limited and no-HWcc models: a full slab that is not our current
-    /// one first has its owner read from memory ([`SlabThread::free_owned_full`]), and the
-    /// freed block takes the slab's mark.
-    #[inline(never)]
-    fn free_local_reduced(
-        &self,
-        b: Bracket,
-        at: &Located<'_>,
-        ptr: *const u8,
-        offset: usize,
-        rel: usize,
-    ) -> Result<(), FreeError> {
-        let cur = &self.rec.lists(b).current[at.class as usize - 1];
-        let id = cur.id();
-        if at.desc.head.free.load(Ordering::Relaxed) == 0 && id.slab != at.slab.link() {
-            return self.free_owned_full(b, ptr, offset, rel);
-        }
-        self.free_local::<true>(b, at, cur, id)
+        self.free_local(b, &at, ptr, rel)
     }
 
     /// Limited and no-HWcc models: a free that our copy of the head line sends down the local
@@ -603,20 +576,31 @@ impl<'a> SlabThread<'a> {
             Ok(at) if at.desc.head.owner.load(Ordering::Relaxed) == self.me() => at,
             _ => return self.free_remote(ptr),
         };
-        let cur = &self.rec.lists(b).current[at.class as usize - 1];
-        self.free_local::<true>(b, &at, cur, cur.id())
+        // Memory names us: no need to look again.
+        self.free_local_checked(b, &at)
     }
 
-    /// The local free of block `at` of a slab this thread owns; `cur` is the class's current
-    /// slab cache and `id` its identity. `MARK`: the limited and no-HWcc models, where the
-    /// freed block takes its slab's mark ([`SlabThread::mark_freed`]).
+    /// The local free of block `at` of a slab our copy of its head line says is ours (`ptr`
+    /// and `rel` locate it again, [`SlabThread::free_owned_full`]).
     #[inline(always)]
-    fn free_local<const MARK: bool>(
+    fn free_local(&self, b: Bracket, at: &Located<'_>, ptr: *const u8, rel: usize) -> Result<(), FreeError> {
+        self.free_local_in(b, at, Some((ptr, rel)))
+    }
+
+    /// [`SlabThread::free_local`] of a block whose owner was read from memory.
+    #[inline(never)]
+    fn free_local_checked(&self, b: Bracket, at: &Located<'_>) -> Result<(), FreeError> {
+        self.free_local_in(b, at, None)
+    }
+
+    /// The local free; `recheck`: where to locate the block again if the slab turns out full
+    /// and not current in a reduced model (`None`: its owner was already read from memory).
+    #[inline(always)]
+    fn free_local_in(
         &self,
         b: Bracket,
         at: &Located<'_>,
-        cur: &Current,
-        id: CurrentId,
+        recheck: Option<(*const u8, usize)>,
     ) -> Result<(), FreeError> {
         let d = at.desc;
         // A block remotely freed before carries its slab's mark and never returns to the owner.
@@ -625,6 +609,8 @@ impl<'a> SlabThread<'a> {
             return Err(FreeError::DoubleFree);
         }
         let (w, bit) = ((at.block / 64) as usize, 1u64 << (at.block % 64));
+        let cur = &self.rec.lists(b).current[at.class as usize - 1];
+        let id = cur.id();
         if id.slab == at.slab.link() && id.word == w as u32 {
             // The block belongs to the cached word: freeing it is one store to the persistent
             // cache, which is also its log record (as for allocation).
@@ -633,8 +619,18 @@ impl<'a> SlabThread<'a> {
                 return Err(FreeError::DoubleFree);
             }
             cur.bits.store(bits | bit, Ordering::Relaxed);
-            self.mark_freed::<MARK>(at, mark);
+            self.mark_freed(at, mark);
             return Ok(());
+        }
+        let before = d.head.free.load(Ordering::Relaxed);
+        // Reduced models: a full slab that is not our current one may be Detached and claimed
+        // since ([`SlabThread::free_owned_full`]). (Checked after the mark and the cached word:
+        // a stale copy passes both harmlessly, as the claimer's sizing re-marked every block
+        // and its allocations cleared theirs, and the slab is not our current one.)
+        if before == 0 && self.marks_free && id.slab != at.slab.link() {
+            if let Some((ptr, rel)) = recheck {
+                return self.free_owned_full(b, ptr, at.offset, rel);
+            }
         }
         let word = d.bits[w].load(Ordering::Relaxed);
         if word & bit != 0 {
@@ -644,18 +640,17 @@ impl<'a> SlabThread<'a> {
         self.validate(b, at.slab, d, at.blocks).map_err(FreeError::Corrupt)?;
         // Only a free that moves the slab (its first free block: T6; its last: T7) is logged;
         // see `Op::LocalFree` for why the others need no record.
-        let before = d.head.free.load(Ordering::Relaxed);
         if before == 0 || before + 1 == at.blocks {
             self.log(Redo::new(Op::LocalFree, b, at.slab.index(), at.block));
             let free = d.put(at.block);
             // Marked while the slab is still ours: T7 may hand it to the global list below,
             // and a mark written after that could land on a block of its next sizing.
-            self.mark_freed::<MARK>(at, mark);
+            self.mark_freed(at, mark);
             self.after_local_free(b, at.class, at.slab, free == at.blocks);
             self.clear_log();
         } else {
             d.put(at.block);
-            self.mark_freed::<MARK>(at, mark);
+            self.mark_freed(at, mark);
         }
         Ok(())
     }
@@ -665,8 +660,8 @@ impl<'a> SlabThread<'a> {
     /// it goes undetected, but no legitimate free is refused) and before the slab can change
     /// hands.
     #[inline(always)]
-    fn mark_freed<const MARK: bool>(&self, at: &Located<'_>, mark: u64) {
-        if MARK {
+    fn mark_freed(&self, at: &Located<'_>, mark: u64) {
+        if self.marks_free {
             self.mark_word(at).store(mark, Ordering::Relaxed);
         }
     }
