@@ -146,15 +146,13 @@ impl Net {
     }
 }
 
+/// What one simulated host runs.
+type HostBody<'a> = Box<dyn FnOnce(&Net) -> Result<(), String> + 'a>;
+
 /// Forks one simulated host per body (body `i` is host `i`, removing `skip` from its
 /// protocol), waits for them, then asks the checker, which reads memory: clean, and no block
 /// live. `Err` says what went wrong.
-fn run_hosts(
-    heap: &Heap,
-    net: Net,
-    skip: Option<Site>,
-    bodies: Vec<Box<dyn FnOnce(&Net) -> Result<(), String> + '_>>,
-) -> Result<(), String> {
+fn run_hosts(heap: &Heap, net: Net, skip: Option<Site>, bodies: Vec<HostBody<'_>>) -> Result<(), String> {
     let n = bodies.len();
     let mut children: Vec<_> = bodies
         .into_iter()
@@ -392,10 +390,10 @@ fn run_random(model: Coherence, skip: Option<Site>) -> Result<(), String> {
     let name = HeapName::new("sim");
     let heap = Heap::create(name.as_str(), &config(model)).ctx("create")?;
     let _device = (model == Coherence::NoHwcc).then(|| Device::serve(name.as_str(), Duration::ZERO));
-    let bodies: Vec<Box<dyn FnOnce(&Net) -> Result<(), String>>> = (0..HOSTS)
+    let bodies: Vec<HostBody<'_>> = (0..HOSTS)
         .map(|me| {
             let name = name.as_str();
-            Box::new(move |net: &Net| host(name, me, net)) as Box<dyn FnOnce(&Net) -> Result<(), String>>
+            Box::new(move |net: &Net| host(name, me, net)) as HostBody<'_>
         })
         .collect();
     run_hosts(&heap, Net::new(HOSTS), skip, bodies)

@@ -162,10 +162,33 @@ impl Host {
             if Self::dirty(r, off) {
                 Self::copy(r.cache, r.memory.as_ptr() as usize, off);
             }
-            Self::copy(r.memory.as_ptr() as usize, r.cache, off);
-            Self::copy(r.memory.as_ptr() as usize, r.snapshot.as_ptr() as usize, off);
+            let line = Self::read_line(r.memory.as_ptr() as usize, off);
+            for (i, v) in line.iter().enumerate() {
+                word(r.cache, off + 8 * i).store(*v, Ordering::Relaxed);
+                word(r.snapshot.as_ptr() as usize, off + 8 * i).store(*v, Ordering::Relaxed);
+            }
         }
         crate::sync::fence(Ordering::SeqCst);
+    }
+
+    /// Reads one line of memory as a CPU fills it: whole. Another host may be writing the
+    /// line back word by word meanwhile (a line transfer is atomic on hardware, not here), so
+    /// the line is read until two reads agree. One copy goes to both the cache and the
+    /// snapshot: two separate reads could differ, and the line would look dirty with bytes
+    /// this host never wrote, which a later write-back would put over another host's.
+    fn read_line(memory: usize, off: usize) -> [u64; LINE / 8] {
+        let read =
+            || std::array::from_fn::<u64, { LINE / 8 }, _>(|i| word(memory, off + 8 * i).load(Ordering::Relaxed));
+        let mut line = read();
+        for _ in 0..1000 {
+            crate::sync::fence(Ordering::SeqCst);
+            let again = read();
+            if again == line {
+                break;
+            }
+            line = again;
+        }
+        line
     }
 }
 

@@ -35,7 +35,9 @@ pub(crate) struct DescriptorHead {
     pub summary: AtomicU64,
     /// Value a remote free writes into a block's first word, drawn when the slab is sized: a
     /// block freed remotely is never reallocated within its slab's sizing, so finding the mark
-    /// there means the block was already freed.
+    /// there means the block was already freed. In the limited and no-HWcc models every free
+    /// block carries it (written at sizing and by local frees, cleared at allocation), since
+    /// a remote freer cannot see the owner's bitset (docs/design.md §4.1).
     pub mark: AtomicU64,
     /// Block size of the class, copied here when the slab is sized so that a free finds the
     /// block geometry on the line it already reads (0 while unsized).

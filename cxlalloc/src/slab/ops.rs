@@ -22,7 +22,7 @@ use crate::crash::crash_point;
 use crate::error::{AllocError, FreeError};
 use crate::mem::{HeapMem, Slab};
 use crate::persist::descriptor::Descriptor;
-use crate::persist::record::{Current, CurrentId, Harvest, RemoteBatch, ThreadRecord};
+use crate::persist::record::{Current, Harvest, RemoteBatch, ThreadRecord};
 use crate::persist::redo::{Op, Pending, Redo};
 use crate::protocol::mailbox::{self, BlockId, Link};
 use crate::protocol::{detectable, global_list, length, remote};
@@ -540,7 +540,8 @@ impl<'a> SlabThread<'a> {
         let owner = at.desc.head.owner.load(Ordering::Relaxed);
         // Without coherence another host's bitset and cached word reach memory only when its
         // slabs change hands, so they name blocks it has allocated since: they would refuse
-        // good frees. A remote free then relies on the free mark and the counter alone.
+        // good frees. There every free block carries the slab's mark instead (`marks_free`),
+        // which the callers check.
         if !coherent && owner != self.me() && !self.mem.swcc.is_coherent() {
             return false;
         }
@@ -591,12 +592,7 @@ impl<'a> SlabThread<'a> {
             }
             return self.free_remote(ptr);
         }
-        let cur = &self.rec.lists(b).current[at.class as usize - 1];
-        let id = cur.id();
-        if d.head.free.load(Ordering::Relaxed) == 0 && id.slab != at.slab.link() && !self.mem.swcc.is_coherent() {
-            return self.free_owned_full(b, ptr, offset, rel);
-        }
-        self.free_local(b, &at, cur, id)
+        self.free_local(b, &at, ptr, rel)
     }
 
     /// Limited and no-HWcc models: a free that our copy of the head line sends down the local
@@ -618,14 +614,32 @@ impl<'a> SlabThread<'a> {
             Ok(at) if at.desc.head.owner.load(Ordering::Relaxed) == self.me() => at,
             _ => return self.free_remote(ptr),
         };
-        let cur = &self.rec.lists(b).current[at.class as usize - 1];
-        self.free_local(b, &at, cur, cur.id())
+        // Memory names us: no need to look again.
+        self.free_local_checked(b, &at)
     }
 
-    /// The local free of block `at` of a slab this thread owns; `cur` is the class's current
-    /// slab cache and `id` its identity.
+    /// The local free of block `at` of a slab our copy of its head line says is ours (`ptr`
+    /// and `rel` locate it again, [`SlabThread::free_owned_full`]).
     #[inline(always)]
-    fn free_local(&self, b: Bracket, at: &Located<'_>, cur: &Current, id: CurrentId) -> Result<(), FreeError> {
+    fn free_local(&self, b: Bracket, at: &Located<'_>, ptr: *const u8, rel: usize) -> Result<(), FreeError> {
+        self.free_local_in(b, at, Some((ptr, rel)))
+    }
+
+    /// [`SlabThread::free_local`] of a block whose owner was read from memory.
+    #[inline(never)]
+    fn free_local_checked(&self, b: Bracket, at: &Located<'_>) -> Result<(), FreeError> {
+        self.free_local_in(b, at, None)
+    }
+
+    /// The local free; `recheck`: where to locate the block again if the slab turns out full
+    /// and not current in a reduced model (`None`: its owner was already read from memory).
+    #[inline(always)]
+    fn free_local_in(
+        &self,
+        b: Bracket,
+        at: &Located<'_>,
+        recheck: Option<(*const u8, usize)>,
+    ) -> Result<(), FreeError> {
         let d = at.desc;
         // A block freed before carries its slab's mark: freed locally (reduced models), counted
         // remotely (never returns to the owner) or waiting in a mailbox (returns at the owner's
@@ -635,6 +649,8 @@ impl<'a> SlabThread<'a> {
             return Err(FreeError::DoubleFree);
         }
         let (w, bit) = ((at.block / 64) as usize, 1u64 << (at.block % 64));
+        let cur = &self.rec.lists(b).current[at.class as usize - 1];
+        let id = cur.id();
         if id.slab == at.slab.link() && id.word == w as u32 {
             // The block belongs to the cached word: freeing it is one store to the persistent
             // cache, which is also its log record (as for allocation).
@@ -646,6 +662,16 @@ impl<'a> SlabThread<'a> {
             self.mark_freed(at, mark);
             return Ok(());
         }
+        let before = d.head.free.load(Ordering::Relaxed);
+        // Reduced models: a full slab that is not our current one may be Detached and claimed
+        // since ([`SlabThread::free_owned_full`]). (Checked after the mark and the cached word:
+        // a stale copy passes both harmlessly, as the claimer's sizing re-marked every block
+        // and its allocations cleared theirs, and the slab is not our current one.)
+        if before == 0 && self.marks_free && id.slab != at.slab.link() {
+            if let Some((ptr, rel)) = recheck {
+                return self.free_owned_full(b, ptr, at.offset, rel);
+            }
+        }
         let word = d.bits[w].load(Ordering::Relaxed);
         if word & bit != 0 {
             return Err(FreeError::DoubleFree);
@@ -654,22 +680,25 @@ impl<'a> SlabThread<'a> {
         self.validate(b, at.slab, d, at.blocks).map_err(FreeError::Corrupt)?;
         // Only a free that moves the slab (its first free block: T6; its last: T7) is logged;
         // see `Op::LocalFree` for why the others need no record.
-        let before = d.head.free.load(Ordering::Relaxed);
         if before == 0 || before + 1 == at.blocks {
             self.log(Redo::new(Op::LocalFree, b, at.slab.index(), at.block));
             let free = d.put(at.block);
+            // Marked while the slab is still ours: T7 may hand it to the global list below,
+            // and a mark written after that could land on a block of its next sizing.
+            self.mark_freed(at, mark);
             self.after_local_free(b, at.class, at.slab, free == at.blocks);
             self.clear_log();
         } else {
             d.put(at.block);
+            self.mark_freed(at, mark);
         }
-        self.mark_freed(at, mark);
         Ok(())
     }
 
     /// Limited and no-HWcc models: a block the owner just freed takes its slab's mark, after
     /// its bit (a crash in between leaves the block free and unmarked: a later double free of
-    /// it goes undetected, but no legitimate free is refused).
+    /// it goes undetected, but no legitimate free is refused) and before the slab can change
+    /// hands.
     #[inline(always)]
     fn mark_freed(&self, at: &Located<'_>, mark: u64) {
         if self.marks_free {
