@@ -47,6 +47,12 @@ sysdep_files() {
     libpython3) echo "/usr/lib/*/$(sysdep_package libpython3).so.1.0" ;;
     nix-bin) echo "/usr/bin/nix-instantiate" ;;
     valgrind) echo "/usr/bin/valgrind /usr/libexec/valgrind/callgrind-*-linux" ;;
+    # The pod (script/pod.sh): QEMU with SeaBIOS and the PVH boot ROM, a static busybox for the
+    # guests' initramfs, cpio to pack it, and Debian's kernel with the 9p modules.
+    qemu-system-x86) echo "/usr/bin/qemu-system-x86_64 /usr/share/seabios/bios-256k.bin /usr/share/qemu/pvh.bin" ;;
+    busybox-static) echo "/bin/busybox" ;;
+    cpio) echo "/usr/bin/cpio" ;;
+    linux-image-amd64) echo "/boot/vmlinuz-*-amd64 /lib/modules/*-amd64/kernel/fs/9p/9p.ko /lib/modules/*-amd64/kernel/net/9p/9pnet_virtio.ko" ;;
     *)
       echo "setup: no files known for system dependency '$1'" >&2
       return 1

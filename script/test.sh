@@ -39,6 +39,7 @@ declare -A STEP_DEPS=(
   [fpga]="build-essential iverilog python3 python3-venv libpython3"
   [main-job]="build-essential libboost-dev libpmemobj-dev python3 python3-venv"
   [crash-job]="build-essential libboost-dev python3 python3-venv"
+  [pod]="build-essential python3 qemu-system-x86 busybox-static cpio linux-image-amd64"
 )
 
 logs=target/test-logs
@@ -124,6 +125,12 @@ if ensure_venv; then
 else
   skip plot "the Python venv for plot/ could not be set up"
 fi
+
+# The pod: QEMU guests (each a host of its own) and this machine on one heap device; blocks
+# allocated on one guest, checked and freed on another; a guest holding every slot never adopted
+# from here; a guest killed mid-workload recovered with `recover --host` (about 1-2 minutes on
+# this machine under TCG, plus the kernel package's install on a fresh one).
+step pod script/pod.sh test
 
 # The mCAS unit's RTL: lint, Icarus and cocotb testbenches, the Figure 6 waveform, and the
 # Verilator co-simulation behind a shared-memory window (about 45 s on a fresh machine).
