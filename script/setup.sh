@@ -22,10 +22,11 @@ apt_install() {
     return 1
   fi
   if [ -z "$_apt_updated" ]; then
-    $sudo apt-get update -qq || return 1
+    $sudo apt-get -o DPkg::Lock::Timeout=300 update -qq || return 1
     _apt_updated=1
   fi
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@"
+  # Another apt may hold the lock for a while (a shared machine, unattended upgrades): wait.
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=300 install -y -qq "$@"
 }
 
 # ---- system dependencies ------------------------------------------------------------------------
