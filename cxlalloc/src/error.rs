@@ -61,10 +61,6 @@ pub enum OpenError {
     /// A no-HWcc heap's mCAS window could not be used.
     #[error("mCAS window: {0}")]
     Mcas(String),
-    /// Every entry of the heap's host table is taken by other hosts (domains); recovering a
-    /// dead host (`cxlalloc recover --host`) frees its entry (docs/design.md §8.6).
-    #[error("the heap's host table is full ({0} hosts registered); recover a dead host to free an entry")]
-    HostsExhausted(u32),
     /// A heap name breaks the grammar of [`crate::Heap::check_name`], or a path given to a
     /// `*_at` function has no usable final component.
     #[error("invalid heap name {name:?}: {reason}")]
@@ -397,7 +393,6 @@ impl From<&OpenError> for ErrorCode {
             OpenError::InvalidConfig(_) => ErrorCode::InvalidArgument,
             OpenError::Map(_) | OpenError::TooManyHeaps(_) => ErrorCode::OutOfMemory,
             OpenError::Mcas(_) => ErrorCode::Io,
-            OpenError::HostsExhausted(_) => ErrorCode::SlotsExhausted,
             OpenError::InvalidName { .. } => ErrorCode::InvalidArgument,
             OpenError::PermissionDenied { .. } | OpenError::MixedPermissions { .. } => ErrorCode::PermissionDenied,
             OpenError::ForeignRegion { .. } => ErrorCode::BadHeap,

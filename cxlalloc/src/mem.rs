@@ -200,7 +200,10 @@ impl HeapMem {
             // No huge heap without full coherence: nothing below needs the host yet.
             return Ok(mem);
         }
-        let host = mem.register_host().map_err(OpenError::HostsExhausted)?;
+        // A full (or corrupt) host table still lets tools open the heap to read or check it;
+        // attaching a thread then fails with `HostsExhausted`, and without a thread nothing
+        // uses the holder below.
+        let Ok(host) = mem.register_host() else { return Ok(mem) };
         let holder = crate::identity::current(host);
         if let Some(view) = mem.huge.as_mut() {
             view.holder = holder.pack();
