@@ -432,8 +432,9 @@ impl Heap {
             .collect();
         let meta = file.metadata().map_err(|source| OpenError::Io { op: "stat", path: path.to_path_buf(), source })?;
         let stored_bytes = if meta.is_file() && meta.blocks() > 0 { meta.blocks() * 512 } else { carving.bytes };
-        let read =
-            |r: RegionId, at: u64, buf: &mut [u8]| read_mapped(&file, path, carving.regions[r as usize] + at, buf);
+        let read = |r: RegionId, at: u64, buf: &mut [u8]| {
+            DeviceBacking::read_mapped(&file, path, carving.regions[r as usize] + at, buf)
+        };
         let mcas = (header.config().coherence == Coherence::NoHwcc).then(|| match DeviceBacking::window(path) {
             Ok(w) => McasInfo::Window { served_by: w.served_by(), path: path.to_path_buf() },
             Err(e) => McasInfo::WindowUnusable { path: path.to_path_buf(), reason: e.to_string() },
@@ -457,24 +458,6 @@ fn read_region(dir: &Path, header: &Header, r: RegionId, at: u64, buf: &mut [u8]
     let (path, base) = files::region_file(dir, header, r)?;
     let file = File::open(&path).map_err(|source| OpenError::Io { op: "open", path: path.clone(), source })?;
     file.read_exact_at(buf, base + at).map_err(|source| OpenError::Io { op: "read", path, source })
-}
-
-/// Reads `buf.len()` bytes at byte `at` of a device through a read-only mapping of the pages
-/// that hold them.
-fn read_mapped(file: &File, path: &Path, at: u64, buf: &mut [u8]) -> Result<(), OpenError> {
-    let page = crate::layout::page_size() as u64;
-    let start = at / page * page;
-    let len = (at - start) as usize + buf.len();
-    let map = memmap2::MmapOptions::new()
-        .offset(start)
-        .len(len)
-        .map_raw_read_only(file)
-        .map_err(|source| OpenError::Io { op: "map", path: path.to_path_buf(), source })?;
-    // SAFETY: the mapping holds `len` readable bytes, of which `buf.len()` from `at - start`;
-    // `buf` is distinct memory. Words other processes write meanwhile may read torn, as any
-    // survey's `pread` would: the survey is a snapshot, advisory.
-    unsafe { std::ptr::copy_nonoverlapping(map.as_ptr().add((at - start) as usize), buf.as_mut_ptr(), buf.len()) };
-    Ok(())
 }
 
 /// How the survey reads a heap: `buf.len()` bytes at byte `at` of a region.

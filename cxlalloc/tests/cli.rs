@@ -420,6 +420,8 @@ fn format_carves_a_heap_that_every_read_command_opens_with_device() -> TestResul
     let info = json(&cxlalloc(&["inspect", "--device", dev.arg(), "--json"]));
     assert_eq!(info["holders"].as_array().map(Vec::len), Some(1), "{info}");
     assert_eq!(cxlalloc(&["check", "--device", dev.arg()]).status.code(), Some(0));
+    let listed = json(&cxlalloc(&["list", dev.arg(), "--json"]));
+    assert_eq!(listed["heaps"][0]["slots_leased"].as_u64(), Some(1), "{listed}");
     assert!(cxlalloc(&["stats", "--device", dev.arg()]).status.success());
     // A device that holds a heap is formatted again only with --force.
     let again = cxlalloc(&["format", dev.arg()]);

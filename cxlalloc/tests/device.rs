@@ -1,9 +1,11 @@
 //! A heap on a device (docs/design.md §2.4): one fixed-size object, here a plain file in
 //! `/dev/shm` of the size a pod's device would have, formatted once and opened by every process.
-//! The public API's shapes run on it: several processes × several threads (more threads than
-//! cores) allocating small, large and huge blocks whose bytes other processes check and free, a
-//! holder killed mid-workload and recovered, and devices that are not heaps (never formatted,
-//! too small, damaged, of another heap, not a device at all). Not a benchmark.
+//! The conformance shapes run on every shared backing (a heap directory and a device): several
+//! processes × several threads (more threads than cores) allocating small, large and huge
+//! blocks whose bytes another process checks and frees, a holder killed mid-workload and
+//! recovered. Then what only a device does: bytes at their carved places, and devices that are
+//! not heaps (never formatted, too small, damaged, of another heap, not a device at all). Not a
+//! benchmark.
 
 mod common;
 
@@ -75,11 +77,46 @@ fn verify(heap: &Heap, off: u64, size: usize, salt: u64) -> Result<(), String> {
     unsafe { common::verify(p.as_ptr(), size / 8 * 8, off, salt) }
 }
 
+/// Where the conformance shapes run: every backing a shared heap can have.
+enum Backing {
+    /// A heap directory in /dev/shm.
+    Directory(common::HeapName),
+    /// A device (a plain file standing in for one).
+    Device(DevFile),
+}
+
+impl Backing {
+    fn all(tag: &str) -> [Backing; 2] {
+        [Backing::Directory(common::HeapName::new(tag)), Backing::Device(DevFile::sized_for(tag, &config()))]
+    }
+
+    fn create(&self) -> Heap {
+        match self {
+            Backing::Directory(name) => Heap::create(name.as_str(), &config()).unwrap(),
+            Backing::Device(dev) => Heap::format_device(dev.path(), &config()).unwrap(),
+        }
+    }
+
+    fn open(&self) -> Result<Heap, OpenError> {
+        match self {
+            Backing::Directory(name) => Heap::open(name.as_str()),
+            Backing::Device(dev) => Heap::open_device(dev.path()),
+        }
+    }
+}
+
 #[test]
 fn blocks_of_every_size_written_by_several_processes_are_read_and_freed_by_another() {
     let _g = serial();
-    let dev = DevFile::sized_for("mp", &config());
-    let heap = Heap::format_device(dev.path(), &config()).unwrap();
+    for backing in Backing::all("mp") {
+        blocks_of_every_size_across_processes(&backing);
+    }
+}
+
+/// The conformance shape: several processes × threads write blocks of every size, another
+/// process checks every byte and frees them all, and the heap checks clean and empty.
+fn blocks_of_every_size_across_processes(backing: &Backing) {
+    let heap = backing.create();
     // 2 processes × 5 threads (more threads than this machine's cores), each thread one block
     // of every size, published in root `(process × threads + thread) × sizes + size index`.
     const PROCS: usize = 2;
@@ -88,9 +125,8 @@ fn blocks_of_every_size_written_by_several_processes_are_read_and_freed_by_anoth
     const _: () = assert!(BLOCKS <= Heap::ROOTS);
     let mut children = Vec::new();
     for p in 0..PROCS {
-        let path = dev.path().to_path_buf();
-        children.push(fork_child(&format!("writer {p}"), move || {
-            let heap = Heap::open_device(&path).ctx("open_device")?;
+        children.push(fork_child(&format!("writer {p}"), || {
+            let heap = backing.open().ctx("open")?;
             std::thread::scope(|s| {
                 let handles: Vec<_> = (0..THREADS)
                     .map(|t| {
@@ -115,13 +151,21 @@ fn blocks_of_every_size_written_by_several_processes_are_read_and_freed_by_anoth
     for (p, c) in children.into_iter().enumerate() {
         wait_ok(c, &format!("writer {p}"));
     }
-    // This process never wrote a block: huge ones are mapped here lazily, from the device.
+    // This process never wrote a block: huge ones are mapped here lazily.
     let t = heap.attach().unwrap();
     for root in 0..BLOCKS {
         let size = SIZES[root % SIZES.len()];
         let off = heap.root(root).unwrap().load(Ordering::Acquire);
         assert_ne!(off, 0, "root {root} empty");
         verify(&heap, off, size, 7).unwrap();
+        if let (Backing::Device(dev), true) = (backing, size <= 512 << 10) {
+            // Slab data sits on the device at its heap offset (the carving keeps the
+            // reservation's offsets up to the end of the data region).
+            let mut word = [0u8; 8];
+            let file = std::fs::File::open(dev.path()).unwrap();
+            std::os::unix::fs::FileExt::read_exact_at(&file, &mut word, off).unwrap();
+            assert_eq!(u64::from_ne_bytes(word), common::pattern(off, 7), "block {off:#x} is not at its place");
+        }
         t.free(heap.pointer(Offset::<u8>::from_raw(off)).unwrap()).unwrap();
     }
     drop(t);
@@ -145,29 +189,37 @@ fn a_huge_block_lives_in_the_devices_huge_range_and_no_other_file_is_made() {
     let child = fork_child("huge writer", || {
         let heap = Heap::open_device(&path).ctx("open")?;
         let t = heap.attach().ctx("attach")?;
-        let b = t.alloc(5 << 20).ctx("alloc")?;
-        let off = heap.offset_of(b.as_ptr()).ctx("offset")?.raw();
-        fill(b, 5 << 20, off, 11);
-        heap.root(0).ctx("root")?.store(off, Ordering::Release);
-        ready.send_u64(off);
-        // Keep the block live while the parent reads it: wait for the parent to close the pipe.
-        std::thread::sleep(Duration::from_millis(200));
+        // Two blocks: the second sits past the first in the huge range.
+        for _ in 0..2 {
+            let b = t.alloc(5 << 20).ctx("alloc")?;
+            let off = heap.offset_of(b.as_ptr()).ctx("offset")?.raw();
+            fill(b, 5 << 20, off, 11);
+            ready.send_u64(off);
+        }
+        // The child leaves without closing the heap: its blocks stay live for the parent.
         Ok(())
     });
-    let off = ready.recv_u64(CHILD_DEADLINE).expect("child published a block");
-    verify(&heap, off, 5 << 20, 11).unwrap();
+    let first = ready.recv_u64(CHILD_DEADLINE).expect("child published a block");
+    let second = ready.recv_u64(CHILD_DEADLINE).expect("child published a block");
+    verify(&heap, first, 5 << 20, 11).unwrap();
+    verify(&heap, second, 5 << 20, 11).unwrap();
     wait_ok(child, "huge writer");
     // The first huge block of a fresh heap starts its huge range, which a full-coherence heap
-    // carves last: the block's bytes are the device file's there.
-    let at = Heap::device_bytes(&config()).unwrap() - config().huge_capacity;
-    let mut word = [0u8; 8];
-    std::os::unix::fs::FileExt::read_exact_at(&std::fs::File::open(dev.path()).unwrap(), &mut word, at + 8).unwrap();
-    assert_eq!(u64::from_ne_bytes(word), common::pattern(off + 8, 11), "the block is not at its place on the device");
+    // carves last: each block's bytes are the device file's at its place in that range.
+    let range = Heap::device_bytes(&config()).unwrap() - config().huge_capacity;
+    let file = std::fs::File::open(dev.path()).unwrap();
+    for off in [first, second] {
+        let mut word = [0u8; 8];
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut word, range + (off - first) + 8).unwrap();
+        assert_eq!(u64::from_ne_bytes(word), common::pattern(off + 8, 11), "block {off:#x} is not at its place");
+    }
     let after: Vec<_> = std::fs::read_dir("/dev/shm").unwrap().flatten().map(|e| e.file_name()).collect();
     let made: Vec<_> = after.iter().filter(|n| !before.contains(n)).collect();
     assert!(made.is_empty(), "a huge block made files: {made:?}");
     let t = heap.attach().unwrap();
-    t.free(heap.pointer(Offset::<u8>::from_raw(off)).unwrap()).unwrap();
+    for off in [first, second] {
+        t.free(heap.pointer(Offset::<u8>::from_raw(off)).unwrap()).unwrap();
+    }
     drop(t);
     assert!(heap.check().is_clean());
 }
@@ -194,12 +246,18 @@ fn a_freed_huge_range_is_reused_from_the_device_by_the_next_allocation() {
 #[test]
 fn a_holder_killed_mid_workload_is_recovered_and_the_heap_checks_clean() {
     let _g = serial();
-    let dev = DevFile::sized_for("crash", &config());
-    let heap = Heap::format_device(dev.path(), &config()).unwrap();
+    for backing in Backing::all("crash") {
+        killed_holder_recovered(&backing);
+    }
+}
+
+/// The conformance shape: a holder allocating and freeing blocks of every size is killed, and
+/// another process recovers its slot.
+fn killed_holder_recovered(backing: &Backing) {
+    let heap = backing.create();
     let ready = Pipe::new();
-    let path = dev.path().to_path_buf();
     let mut child = fork_child("victim", || {
-        let heap = Heap::open_device(&path).ctx("open")?;
+        let heap = backing.open().ctx("open")?;
         let t = heap.attach().ctx("attach")?;
         let mut live = Vec::new();
         let mut n = 0usize;
@@ -281,6 +339,38 @@ fn a_no_hwcc_heap_on_a_device_runs_through_the_window_carved_in_it() {
     let requests = server.join().unwrap();
     assert!(r.is_clean(), "{r}");
     assert!(requests > 0, "no CAS went through the device's window");
+}
+
+#[test]
+fn a_device_window_served_from_another_host_lets_threads_attach() {
+    let config = Config { coherence: Coherence::NoHwcc, huge_capacity: 0, thread_slots: 8, ..config() };
+    let dev = DevFile::sized_for("remote-server", &config);
+    let heap = Heap::format_device(dev.path(), &config).unwrap();
+    let window = cxlalloc::internal::mcas::device_window(dev.path()).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = stop.clone();
+    let server = std::thread::spawn(move || {
+        cxlalloc::internal::mcas::device::serve(&window, Duration::ZERO, &s).map(|r| r.requests).unwrap_or(0)
+    });
+    while cxlalloc::internal::mcas::device_window(dev.path()).ok().and_then(|w| w.served_by()).is_none() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The window's server word now names a process of another host (a pid above this host's
+    // pid_max): only that host could judge it, so the word alone says the window is served.
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(dev.path()).unwrap();
+    let mut magic = [0u8; 8];
+    let window_at = (0..Heap::device_bytes(&config).unwrap())
+        .step_by(2 << 20)
+        .find(|&at| f.read_exact_at(&mut magic, at).is_ok() && &magic == b"CXLMCAS1")
+        .expect("the device carries an mCAS window");
+    f.write_all_at(&0x3fff_fff0u64.to_le_bytes(), window_at + 24).unwrap();
+    let t = heap.attach().unwrap();
+    let b = t.alloc(100).unwrap();
+    t.free(b).unwrap();
+    drop(t);
+    stop.store(true, Ordering::Relaxed);
+    assert!(server.join().unwrap() > 0);
 }
 
 #[test]

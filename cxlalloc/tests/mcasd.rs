@@ -1,5 +1,6 @@
-//! `cxlalloc-mcasd` serving a no-HWcc heap (`--heap NAME`, `--heap-dir PATH`): threads attach
-//! only while it serves the heap's window, which it opens with the window's own geometry.
+//! `cxlalloc-mcasd` serving a no-HWcc heap (`--heap NAME`, `--heap-dir PATH`, `--device
+//! PATH`): threads attach only while it serves the heap's window, which it opens with the
+//! window's own geometry.
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -113,4 +114,43 @@ fn a_heap_without_a_window_is_an_error_not_a_new_window() {
 
 fn run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cxlalloc-mcasd")).args(args).output().unwrap()
+}
+
+#[test]
+fn the_daemon_serves_the_window_carved_in_a_heap_device() {
+    let dev = std::path::PathBuf::from(format!("/dev/shm/cxlalloc-mcasd-dev-{}", std::process::id()));
+    let _remove = RemoveFile(dev.clone());
+    let f = std::fs::File::create(&dev).unwrap();
+    f.set_len(Heap::device_bytes(&no_hwcc()).unwrap()).unwrap();
+    let heap = Heap::format_device(&dev, &no_hwcc()).unwrap();
+    assert!(matches!(heap.attach(), Err(AttachError::DeviceUnserved(_))));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cxlalloc-mcasd"))
+        .args(["--device", dev.to_str().unwrap(), "--latency-ns", "0"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let window = cxlalloc::internal::mcas::device_window(&dev).unwrap();
+    let started = Instant::now();
+    while window.served_by() != Some(child.id()) {
+        assert!(started.elapsed() < Duration::from_secs(10), "the daemon never served the device's window");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let t = heap.attach().unwrap();
+    let blocks: Vec<_> = (0..100).map(|i| t.alloc(16 + i).unwrap()).collect();
+    for b in blocks {
+        t.free(b).unwrap();
+    }
+    drop(t);
+    assert!(heap.check().is_clean());
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert!(child.wait().unwrap().success());
+}
+
+/// Removes a file on drop.
+struct RemoveFile(std::path::PathBuf);
+
+impl Drop for RemoveFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }

@@ -279,6 +279,22 @@ fn read_header_page(file: &File, path: &Path) -> Result<Vec<u8>, OpenError> {
     Ok(page)
 }
 
+/// Refuses a no-HWcc carving on a device that maps only units larger than a page: the window
+/// packs the HWcc regions at page offsets of its target area.
+fn check_window_unit(path: &Path, carving: &Carving, probe: &Probe) -> Result<(), OpenError> {
+    if carving.window.is_some() && probe.align > page_size() {
+        return Err(OpenError::NotADevice {
+            path: path.to_path_buf(),
+            what: format!(
+                "maps only {}-byte units, and a no-HWcc heap's mCAS window packs its regions at page \
+                 offsets (use a BAR's resource file or a plain file, or another coherence model)",
+                probe.align
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// The header and label of the device at `path`, validated; with the open file and its probe.
 fn read_validated(path: &Path, file: File) -> Result<(File, Probe, Header, Carving), OpenError> {
     let probe = probe(&file, path)?;
@@ -331,6 +347,7 @@ fn read_validated(path: &Path, file: File) -> Result<(File, Probe, Header, Carvi
     if probe.bytes < carving.bytes {
         return Err(OpenError::Truncated { path: path.to_path_buf(), expected: carving.bytes, actual: probe.bytes });
     }
+    check_window_unit(path, &carving, &probe)?;
     Ok((file, probe, header, carving))
 }
 
@@ -377,6 +394,7 @@ impl DeviceBacking {
                 actual: probe.bytes,
             });
         }
+        check_window_unit(path, &carving, &probe)?;
         let page = map(&file, path, 0, HEADER_BYTES as u64)?;
         // SAFETY: the mapping holds HEADER_BYTES writable bytes, ours until dropped.
         unsafe { std::ptr::write_bytes(page.as_mut_ptr(), 0, HEADER_BYTES) };
@@ -474,6 +492,24 @@ impl DeviceBacking {
         let (file, _, header, carving) = read_validated(path, file)?;
         Ok((file, header, carving))
     }
+
+    /// Reads `buf.len()` bytes at byte `at` of a device through a read-only mapping of the pages
+    /// that hold them.
+    pub(crate) fn read_mapped(file: &File, path: &Path, at: u64, buf: &mut [u8]) -> Result<(), OpenError> {
+        let page = page_size() as u64;
+        let start = at / page * page;
+        let len = (at - start) as usize + buf.len();
+        let map = memmap2::MmapOptions::new()
+            .offset(start)
+            .len(len)
+            .map_raw_read_only(file)
+            .map_err(|source| OpenError::Io { op: "map", path: path.to_path_buf(), source })?;
+        // SAFETY: the mapping holds `len` readable bytes, of which `buf.len()` from `at - start`;
+        // `buf` is distinct memory. Words other processes write meanwhile may read torn, as any
+        // survey's `pread` would: the survey is a snapshot, advisory.
+        unsafe { std::ptr::copy_nonoverlapping(map.as_ptr().add((at - start) as usize), buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
 }
 
 impl Backing for DeviceBacking {
@@ -568,6 +604,18 @@ mod tests {
                 assert!(at + len <= c.bytes, "{coherence:?}: range past the device");
             }
         }
+    }
+
+    #[test]
+    fn a_no_hwcc_window_is_refused_on_a_device_that_maps_only_2_mib_units() {
+        let config = Config { coherence: Coherence::NoHwcc, huge_capacity: 0, ..Config::with_capacity(64 << 20) };
+        let carving = Carving::of(&Header::new(&config, 1));
+        let dax = Probe { bytes: carving.bytes, align: 2 << 20, regular: false };
+        let bar = Probe { bytes: carving.bytes, align: 0, regular: false };
+        assert!(matches!(check_window_unit(Path::new("d"), &carving, &dax), Err(OpenError::NotADevice { .. })));
+        assert!(check_window_unit(Path::new("d"), &carving, &bar).is_ok());
+        let full = Carving::of(&Header::new(&Config::with_capacity(64 << 20), 1));
+        assert!(check_window_unit(Path::new("d"), &full, &dax).is_ok());
     }
 
     #[test]

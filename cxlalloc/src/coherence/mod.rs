@@ -238,6 +238,9 @@ pub(crate) struct McasHub {
     process: McasPort,
     /// Holds the lock on the process requester (released when the process closes it or dies).
     _lock: std::fs::File,
+    /// The window is carved in a heap device (docs/design.md §2.4), which hosts with other
+    /// kernels share: its server may run on another host, whose pid this one cannot judge.
+    shared_device: bool,
 }
 
 /// Why a process could not connect to a heap's mCAS window or device.
@@ -303,7 +306,8 @@ impl McasHub {
         };
         let (index, lock) = lease_process_requester(home.lock_file(), geometry.slots - PROCESS_REQUESTERS)?;
         let process = McasPort::new(link.clone(), index, targets)?;
-        Ok(Self { link, targets, process, _lock: lock })
+        let shared_device = matches!(home, McasHome::DeviceWindow { .. });
+        Ok(Self { link, targets, process, _lock: lock, shared_device })
     }
 
     /// The port of thread slot `slot`'s requester.
@@ -320,6 +324,10 @@ impl McasHub {
     /// co-simulation); a hardware device always answers.
     pub(crate) fn served(&self) -> Result<(), String> {
         match &self.link {
+            // A device's window may be served from another host: a server word is taken as
+            // served, since its pid names a process of that host (a server that died without
+            // clearing it shows as requests that time out, `McasError`).
+            Link::Window(w) if self.shared_device && w.server().load(crate::sync::Ordering::Acquire) != 0 => Ok(()),
             Link::Window(w) if w.served_by().is_none() => Err(w.path().display().to_string()),
             _ => Ok(()),
         }

@@ -199,7 +199,8 @@ enum Command {
     /// model, slot holders (alive or dead) and whether a check is advised. Reads the heaps'
     /// files only: nothing is mapped, adopted or changed.
     List {
-        /// Directory to list (every subdirectory is taken as a heap).
+        /// Directory to list (every subdirectory is taken as a heap), or a heap device (listed
+        /// alone).
         dir: Option<PathBuf>,
         /// Print JSON.
         #[arg(long)]
@@ -471,8 +472,8 @@ fn advice(info: &HeapInfo) -> Option<String> {
 
 /// One entry of `list`: a heap's summary, or why the entry is not a usable heap.
 fn list_entry(out: &mut Out, name: &str, path: &Path, json: bool) -> std::io::Result<Json> {
-    let found =
-        if path.is_dir() { Heap::info_at(path).map_err(|e| e.to_string()) } else { Err("not a directory".to_string()) };
+    // A directory's entries are directories; a path that is not one was given as a device.
+    let found = if path.is_dir() { Heap::info_at(path) } else { Heap::info_device(path) }.map_err(|e| e.to_string());
     let info = match found {
         Ok(info) => info,
         Err(reason) => {
@@ -536,6 +537,10 @@ fn list(out: &mut Out, dir: Option<PathBuf>, json: bool) -> Result<(), Error> {
             let dir = Heap::named_dir();
             let entries = Heap::named_heaps().map_err(|e| Error::List(dir.clone(), e))?;
             (dir, entries)
+        }
+        Some(dev) if !dev.is_dir() => {
+            let name = dev.file_name().map_or_else(|| dev.display().to_string(), |n| n.to_string_lossy().into_owned());
+            (dev.clone(), vec![(name, dev)])
         }
         Some(dir) => {
             let mut entries: Vec<(String, PathBuf)> = std::fs::read_dir(&dir)
