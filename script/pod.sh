@@ -27,6 +27,7 @@ GUEST_TIMEOUT=${POD_GUEST_TIMEOUT:-150}
 PROFILE_DIR=$ROOT/target/debug
 CLI=$PROFILE_DIR/cxlalloc
 WORKER=$PROFILE_DIR/examples/pod_worker
+MCASD=$PROFILE_DIR/cxlalloc-mcasd
 # The modules a 9p root needs, in load order (the kernel package has no modules.dep).
 MODULES="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci netfs fscache 9pnet 9pnet_virtio 9p"
 
@@ -58,7 +59,7 @@ setup() {
   ensure_sysdeps build-essential qemu-system-x86 busybox-static cpio linux-image-amd64
   ensure_rust
   export CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-1}
-  cargo build -q -p cxlalloc --bin cxlalloc --example pod_worker
+  cargo build -q -p cxlalloc --bin cxlalloc --bin cxlalloc-mcasd --example pod_worker
   mkdir -p "$POD"
   local kv
   kv=$(kernel_version)
@@ -284,9 +285,41 @@ print(" ".join(str(h["host"]) for h in d["holders"] if not h["local"]))')
   check_clean
 }
 
+# Test 5: the reduced coherence models in the pod: blocks allocated on one guest, checked and
+# freed on another, in a limited heap and in a no-HWcc heap whose mCAS window (carved in the
+# device) this machine serves for every host with cxlalloc-mcasd.
+test_models() {
+  local model mcasd
+  for model in limited none; do
+    echo "coherence $model"
+    new_device
+    "$CLI" format "$DEV" --slots 8 --coherence "$model" >/dev/null
+    mcasd=""
+    if [ "$model" = none ]; then
+      "$MCASD" --device "$DEV" >"$POD/mcasd.log" 2>&1 &
+      mcasd=$!
+      pids+=("$mcasd")
+      sleep 1
+    fi
+    start 1 "$WORKER \$POD_DEV alloc 0"
+    wait_guests 1
+    show_guest 1
+    [ "$(guest_status 1)" = 0 ] || { [ -z "$mcasd" ] || kill "$mcasd"; fail "$model: guest 1 could not allocate"; return 1; }
+    start 2 "$WORKER \$POD_DEV verify-free 0"
+    wait_guests 2
+    show_guest 2
+    [ "$(guest_status 2)" = 0 ] || { [ -z "$mcasd" ] || kill "$mcasd"; fail "$model: guest 2 found the blocks changed"; return 1; }
+    check_clean || { [ -z "$mcasd" ] || kill "$mcasd"; return 1; }
+    if [ -n "$mcasd" ]; then
+      kill "$mcasd"
+      wait "$mcasd" 2>/dev/null || true
+    fi
+  done
+}
+
 run_tests() {
   local t failed=0
-  for t in ${POD_TESTS:-test_blocks test_foreign test_kill}; do
+  for t in ${POD_TESTS:-test_blocks test_foreign test_kill test_models}; do
     echo "==> pod $t"
     if "$t"; then echo "==> pod $t: ok"; else echo "==> pod $t: FAILED"; failed=$((failed + 1)); fi
     for p in "$POD"/qemu-*.pid; do

@@ -4,8 +4,9 @@
 //! checked held; a failed check says why on stderr and exits 1. Not a benchmark.
 //!
 //! ```text
-//! pod_worker DEVICE alloc BASE        blocks of every size (small, large, huge), filled with a
-//!                                      pattern, published in roots BASE..BASE+3; kept live
+//! pod_worker DEVICE alloc BASE        blocks of every size (small, large, and huge if the heap
+//!                                      has a huge heap), filled with a pattern, published in
+//!                                      roots BASE..BASE+3; kept live
 //! pod_worker DEVICE verify-free BASE  checks those blocks' bytes and frees them
 //! pod_worker DEVICE hold THREADS SECS holds THREADS slots for SECS seconds, allocating and
 //!                                      freeing all the while (prints "holding host H")
@@ -41,9 +42,18 @@ fn root(heap: &Heap, r: usize) -> Res<&std::sync::atomic::AtomicU64> {
     heap.root(r).ok_or_else(|| format!("no root {r}"))
 }
 
+/// The sizes of `alloc` this heap serves: the huge one only with a huge heap (coherence full).
+fn sizes(heap: &Heap) -> &'static [usize] {
+    if heap.config().huge_capacity > 0 {
+        &SIZES
+    } else {
+        &SIZES[..2]
+    }
+}
+
 fn alloc(heap: &Heap, base: usize) -> Res<()> {
     let t = heap.attach().map_err(|e| format!("attach: {e}"))?;
-    for (i, &size) in SIZES.iter().enumerate() {
+    for (i, &size) in sizes(heap).iter().enumerate() {
         let r = base + i;
         let p = t.alloc(size).map_err(|e| format!("alloc {size}: {e}"))?;
         // SAFETY: a fresh block of `size` bytes, ours alone until published below.
@@ -60,7 +70,7 @@ fn alloc(heap: &Heap, base: usize) -> Res<()> {
 
 fn verify_free(heap: &Heap, base: usize) -> Res<()> {
     let t = heap.attach().map_err(|e| format!("attach: {e}"))?;
-    for (i, &size) in SIZES.iter().enumerate() {
+    for (i, &size) in sizes(heap).iter().enumerate() {
         let r = base + i;
         let raw = root(heap, r)?.load(Ordering::Acquire);
         let p = heap.pointer::<u8>(Offset::from_raw(raw)).map_err(|e| format!("root {r}: {e}"))?;
