@@ -68,6 +68,8 @@ pub const POINTS: &[&str] = &[
     "HugeUnlinked",
     "RecoveryResolved",
     "RecoveryRebuilt",
+    "RecoveryHostDeclared",
+    "RecoveryHostSlot",
 ];
 
 /// Marks a crash point (see the module docs); nothing unless the `crash-points` feature is on.
