@@ -92,7 +92,7 @@ step clippy cargo clippy --workspace --all-targets -- -D warnings
 step doc env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 step test cargo test --workspace --no-fail-fast
 step test-validate cargo test -p cxlalloc --features validate
-step crash-points cargo test -p cxlalloc --features crash-points --test crash_points
+step crash-points cargo test -p cxlalloc --features crash-points --test crash_points --test hosts
 step noncoherent cargo test -p cxlalloc --features noncoherent-sim --test noncoherent
 # Instruction counts of the fast paths (local alloc/free, remote free, batched remote free,
 # refill) in every coherence model under callgrind, against script/icount.baseline: fails when
