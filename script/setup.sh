@@ -22,10 +22,11 @@ apt_install() {
     return 1
   fi
   if [ -z "$_apt_updated" ]; then
-    $sudo apt-get update -qq || return 1
+    $sudo apt-get -o DPkg::Lock::Timeout=300 update -qq || return 1
     _apt_updated=1
   fi
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@"
+  # Another apt may hold the lock for a while (a shared machine, unattended upgrades): wait.
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=300 install -y -qq "$@"
 }
 
 # ---- system dependencies ------------------------------------------------------------------------
@@ -58,6 +59,12 @@ sysdep_files() {
     libmemcached-tools) echo "/usr/bin/memccapable /usr/bin/memcslap" ;;
     sqlite3) echo "/usr/bin/sqlite3" ;;
     libmimalloc2.0) echo "/usr/lib/*/libmimalloc.so.2" ;;
+    # The pod (script/pod.sh): QEMU with SeaBIOS and the PVH boot ROM, a static busybox for the
+    # guests' initramfs, cpio to pack it, and Debian's kernel with the 9p modules.
+    qemu-system-x86) echo "/usr/bin/qemu-system-x86_64 /usr/share/seabios/bios-256k.bin /usr/share/qemu/pvh.bin" ;;
+    busybox-static) echo "/bin/busybox" ;;
+    cpio) echo "/usr/bin/cpio" ;;
+    linux-image-amd64) echo "/boot/vmlinuz-*-amd64 /lib/modules/*-amd64/kernel/fs/9p/9p.ko /lib/modules/*-amd64/kernel/net/9p/9pnet_virtio.ko" ;;
     *)
       echo "setup: no files known for system dependency '$1'" >&2
       return 1

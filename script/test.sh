@@ -43,6 +43,7 @@ declare -A STEP_DEPS=(
   [crash-job]="build-essential libboost-dev python3 python3-venv"
   [kvserver]="build-essential memcached libmemcached-tools python3 python3-venv"
   [preload]="build-essential python3 redis-server redis-tools memcached libmemcached-tools sqlite3"
+  [pod]="build-essential python3 qemu-system-x86 busybox-static cpio linux-image-amd64"
 )
 
 logs=target/test-logs
@@ -95,7 +96,7 @@ step clippy cargo clippy --workspace --all-targets -- -D warnings
 step doc env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 step test cargo test --workspace --no-fail-fast
 step test-validate cargo test -p cxlalloc --features validate
-step crash-points cargo test -p cxlalloc --features crash-points --test crash_points
+step crash-points cargo test -p cxlalloc --features crash-points --test crash_points --test hosts
 step noncoherent cargo test -p cxlalloc --features noncoherent-sim --test noncoherent
 # Instruction counts of the fast paths (local alloc/free, remote free, batched remote free,
 # refill) in every coherence model under callgrind, against script/icount.baseline: fails when
@@ -128,6 +129,12 @@ if ensure_venv; then
 else
   skip plot "the Python venv for plot/ could not be set up"
 fi
+
+# The pod: QEMU guests (each a host of its own) and this machine on one heap device; blocks
+# allocated on one guest, checked and freed on another; a guest holding every slot never adopted
+# from here; a guest killed mid-workload recovered with `recover --host` (about 1-2 minutes on
+# this machine under TCG, plus the kernel package's install on a fresh one).
+step pod script/pod.sh test
 
 # The mCAS unit's RTL: lint, Icarus and cocotb testbenches, the Figure 6 waveform, the
 # Verilator co-simulation behind a shared-memory window, the formal properties with their mutants,

@@ -83,6 +83,8 @@ pub const POINTS: &[&str] = &[
     "HugeObjectReleased",
     "RecoveryResolved",
     "RecoveryRebuilt",
+    "RecoveryHostDeclared",
+    "RecoveryHostSlot",
 ];
 
 /// Marks a crash point (see the module docs); nothing unless the `crash-points` feature is on.

@@ -294,3 +294,48 @@ fn a_host_sees_itself_and_the_others_in_the_host_table() {
     assert!(other.silent_for.is_some_and(|s| s < 60), "{other:?}");
     assert!(foreign.finish());
 }
+
+/// A recoverer that dies after declaring the host dead, or after recovering some of its slots,
+/// is followed by another run that recovers the rest (each step is idempotent). Needs the
+/// `crash-points` feature: `cargo test -p cxlalloc --features crash-points --test hosts`.
+#[cfg(feature = "crash-points")]
+#[test]
+fn a_host_recovery_cut_short_by_a_crash_is_finished_by_the_next_run() {
+    let _serial = common::serial();
+    for point in ["RecoveryHostDeclared", "RecoveryHostSlot@1"] {
+        let name = HeapName::new("hosts-crash");
+        let heap = Heap::create(name.as_str(), &config()).expect("create");
+        let foreign = Foreign::start(name.as_str(), 0);
+        let host = foreign.host;
+        foreign.kill();
+        let heap_name = name.as_str().to_string();
+        let mut child = common::fork_code(point, move || {
+            cxlalloc::internal::crash::arm(point);
+            match Heap::open(&heap_name) {
+                Ok(h) => {
+                    let _ = h.recover_host(host);
+                    0
+                }
+                Err(_) => common::EXIT_FAILED,
+            }
+        });
+        assert_eq!(child.killed_by(), nix::sys::signal::Signal::SIGKILL, "{point} not reached");
+        assert!(heap.hosts().iter().any(|h| h.id == host && h.declared_dead), "{point}: not declared");
+        // The next run recovers what is left: every slot, or all but the one recovered (and
+        // released) before the crash.
+        let done = heap.recover_host(host).expect("recover_host again");
+        let expected = if point.starts_with("RecoveryHostSlot") { THREADS - 2 } else { THREADS };
+        assert_eq!(done.reports.len(), expected, "{point}: {done:?}");
+        assert!(done.remaining.is_empty() && done.released == vec![host], "{point}: {done:?}");
+        assert!(heap.recover_dead().is_empty(), "{point}: the dead recoverer left a slot");
+        let t = heap.attach().expect("attach");
+        for root in 0..HELPER_ROOTS {
+            check_block(&heap, root).unwrap_or_else(|e| panic!("{point}: {e}"));
+            let raw = heap.root(root).expect("root").swap(0, std::sync::atomic::Ordering::AcqRel);
+            t.free(heap.pointer::<u8>(cxlalloc::Offset::from_raw(raw)).expect("pointer")).expect("free");
+        }
+        drop(t);
+        let report = heap.check();
+        assert!(report.is_clean() && report.live_blocks() == 0, "{point}: {report}");
+    }
+}

@@ -8,6 +8,7 @@ use crate::backing::anon::AnonBacking;
 use crate::backing::device::DeviceBacking;
 use crate::backing::files::{self, FileBacking};
 use crate::class::Bracket;
+use crate::crash::crash_point;
 use crate::error::{AdoptError, AttachError, OffsetError, OpenError, RecoverHostError};
 use crate::host::DeclareError;
 use crate::huge;
@@ -397,12 +398,20 @@ impl Heap {
             DeclareError::NoSuchHost => RecoverHostError::NoSuchHost(host),
             DeclareError::OwnHost => RecoverHostError::OwnHost(host),
         })?;
+        crash_point!(RecoveryHostDeclared);
         let of_host = |slot: u32| {
             crate::word::Holder::unpack(mem.lease(slot).holder.load(Ordering::Acquire))
                 .is_some_and(|h| declared.contains(&h.host))
         };
-        let reports: Vec<RecoveryReport> =
-            (0..mem.layout.slots).filter(|&s| of_host(s)).filter_map(|s| self.adopt(s).ok().map(|(_, r)| r)).collect();
+        let reports: Vec<RecoveryReport> = (0..mem.layout.slots)
+            .filter(|&s| of_host(s))
+            .filter_map(|s| {
+                // The handle drops at once: the slot is repaired and released before the next.
+                let report = self.adopt(s).ok().map(|(_, r)| r);
+                crash_point!(RecoveryHostSlot);
+                report
+            })
+            .collect();
         let hazard_sets_cleared = mem
             .huge()
             .filter(|v| v.in_own_process())

@@ -1041,6 +1041,31 @@ pub fn main() -> ExitCode {
 mod tests {
     use super::*;
 
+    fn host(id: u16, own: bool, declared_dead: bool, silent_for: Option<u64>) -> HostInfo {
+        HostInfo { id, name: format!("h{id}"), own, declared_dead, silent_for }
+    }
+
+    fn held_by(slot: u32, host: u16) -> SlotInfo {
+        SlotInfo { slot, pid: 7, host, local: false, alive: true, in_flight: Vec::new() }
+    }
+
+    #[test]
+    fn a_silent_foreign_host_holding_slots_gets_advice_and_nothing_else_does() {
+        let hosts = [
+            host(0, true, false, Some(99)),  // this host: never advised about
+            host(1, false, false, Some(14)), // silent and holding: advised
+            host(2, false, false, Some(3)),  // recently heard from
+            host(3, false, true, Some(99)),  // already declared dead
+            host(4, false, false, Some(99)), // silent but holding nothing
+            host(5, false, false, None),     // heartbeat ahead of this clock
+        ];
+        let holders = [held_by(0, 0), held_by(1, 1), held_by(2, 1), held_by(3, 2), held_by(4, 3), held_by(5, 5)];
+        let advice = silent_hosts(&hosts, &holders, "pod");
+        assert_eq!(advice.len(), 1, "{advice:?}");
+        assert!(advice[0].starts_with("host 1 silent for 14 s, holding 2 slot(s)"), "{advice:?}");
+        assert!(advice[0].contains("cxlalloc recover pod --host 1"), "{advice:?}");
+    }
+
     #[test]
     fn byte_sizes_accept_suffixes() {
         assert_eq!(parse_bytes("512"), Ok(512));
