@@ -873,7 +873,10 @@ impl<'a> SlabThread<'a> {
             // An earlier attempt may have announced a chain it then failed to take.
             self.rec.harvest.store(0, Ordering::Relaxed);
         }
-        crash_point!(HarvestTaken);
+        // Only where a chain was taken: the case whose recovery must walk it.
+        if taken.is_some_and(|chain| chain != mailbox::EMPTY) {
+            crash_point!(HarvestTaken);
+        }
         self.clear_log();
         self.resume_harvest(false);
     }
