@@ -99,7 +99,6 @@ fn remote_frees_are_reused_before_their_slab_drains_under_limited_coherence() {
     owner_reuses_remote_frees(Coherence::Limited);
 }
 
-
 /// A block waiting in its owner's mailbox is freed: freeing it again, remotely or by its owner,
 /// is a double free, and the owner's harvest returns it exactly once.
 #[test]
