@@ -63,6 +63,10 @@ pub(crate) struct SlabThread<'a> {
     /// The heap's `return_pages` setting, read once: empty slabs going global give their pages
     /// back (docs/design.md §4.7).
     return_pages: bool,
+    /// `return_pages` under `commit_on_grow`: a slab popped from the global list is reserved
+    /// again (read once, like the others: building the header's `Config` on every pop cost the
+    /// refill ~150 instructions, script/icount.sh).
+    recommit: bool,
     /// No-HWcc model: this slot's mCAS requester, through which every HWcc CAS goes.
     port: Option<McasPort>,
     /// Limited and no-HWcc models: remote frees are counted per slab in the record and
@@ -131,13 +135,14 @@ impl<'a> SlabThread<'a> {
         let port = mem.mcas().and_then(|hub| hub.thread_port(slot).ok());
         let batching = mem.coherence != crate::layout::Coherence::Full;
         let batch_used = std::array::from_fn(|_| AtomicU64::new(0));
-        let return_pages = mem.header.config().return_pages;
+        let config = mem.header.config();
         Self {
             mem,
             slot,
             rec: mem.record(slot),
             recoverable: mem.recoverable(),
-            return_pages,
+            return_pages: config.return_pages,
+            recommit: config.return_pages && config.commit_on_grow,
             port,
             batching,
             mailboxes: mem.coherence != crate::layout::Coherence::NoHwcc,
@@ -1171,10 +1176,7 @@ impl<'a> SlabThread<'a> {
         self.push_unsized(b, slab, d);
         ThreadRecord::bump(&self.rec.counters.global_pops);
         self.clear_log();
-        if self.return_pages
-            && mem.header.config().commit_on_grow
-            && mem.commit(b, slab.index(), slab.index() + 1).is_err()
-        {
+        if self.recommit && mem.commit(b, slab.index(), slab.index() + 1).is_err() {
             // Its pages were given back at T9: reserved again here, so that a full device is an
             // error now and not a SIGBUS at first touch. Back on the global list if it cannot be.
             let len = self.rec.lists(b).unsized_len.load(Ordering::Relaxed);
