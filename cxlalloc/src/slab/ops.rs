@@ -1176,7 +1176,7 @@ impl<'a> SlabThread<'a> {
         self.push_unsized(b, slab, d);
         ThreadRecord::bump(&self.rec.counters.global_pops);
         self.clear_log();
-        if self.recommit && mem.commit(b, slab.index(), slab.index() + 1).is_err() {
+        if self.recommit && mem.recommit_slab(b, slab).is_err() {
             // Its pages were given back at T9: reserved again here, so that a full device is an
             // error now and not a SIGBUS at first touch. Back on the global list if it cannot be.
             let len = self.rec.lists(b).unsized_len.load(Ordering::Relaxed);
