@@ -446,9 +446,22 @@ impl HeapMem {
 
     /// Gives the data pages of empty `slab` back to the system (docs/design.md §4.7).
     pub(crate) fn release_slab(&self, b: Bracket, slab: Slab) -> Result<(), Errno> {
+        let (off, size) = self.slab_data(b, slab);
+        self.backing.release(RegionId::Data, off, size)
+    }
+
+    /// Reserves the data pages of `slab` again after [`HeapMem::release_slab`] (its descriptor
+    /// and counter were never given back).
+    pub(crate) fn recommit_slab(&self, b: Bracket, slab: Slab) -> Result<(), Errno> {
+        let (off, size) = self.slab_data(b, slab);
+        self.backing.commit(RegionId::Data, off, size)
+    }
+
+    /// Offset in the data region's file and size of `slab`'s data.
+    fn slab_data(&self, b: Bracket, slab: Slab) -> (usize, usize) {
         let size = b.spec().slab_size();
         let start = self.layout.bracket(b).data.offset - self.layout.region(RegionId::Data).offset;
-        self.backing.release(RegionId::Data, start + slab.index() as usize * size, size)
+        (start + slab.index() as usize * size, size)
     }
 
     /// Reserves backing store for `len` bytes at offset `off` of a whole-mapped region

@@ -40,7 +40,8 @@
 //! | T7 | Local-sized → Local-unsized | the owner's free that returns the last block to the bitset; a refill finding a slab whose blocks all came back, some remotely | `after_local_free` (`LocalFree`), `reclaim_empty_sized` (`Reclaim`) |
 //! | T8 | Detached / Disowned → freer's Local-unsized | the remote free (or batch) taking the counter to 0 | `free_remote`, `apply_batch` → `claim` (`RemoteFree`, flagged) |
 //! | T9 | Local-unsized → Global | an owner caching more than `cache_local` empty slabs, or detaching | `trim_cache`, `drain_unsized` → `release_unsized` (`GlobalPush`) |
-//! | T10 | none | a remote free that is not the last | `free_remote`, `free_batched` (`RemoteFree`) |
+//! | T10 | none | a counted remote free that is not the last | `free_remote`, `free_batched` (`RemoteFree`) |
+//! | T11 | none | a remote free to a live owner's mailbox; its harvest returns the block as a local free | `free_to_mailbox` (`MailboxPush`), `take_mailbox` (`Harvest`) |
 //!
 //! Outside the numbered transitions: `take_word` (`TakeWord`) moves a bitset word into the
 //! current-slab cache and `return_cached_word` moves it back; `abandon` (`Abandon`) disowns a

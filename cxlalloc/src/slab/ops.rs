@@ -63,6 +63,10 @@ pub(crate) struct SlabThread<'a> {
     /// The heap's `return_pages` setting, read once: empty slabs going global give their pages
     /// back (docs/design.md §4.7).
     return_pages: bool,
+    /// `return_pages` under `commit_on_grow`: a slab popped from the global list is reserved
+    /// again (read once, like the others: building the header's `Config` on every pop cost the
+    /// refill ~150 instructions, script/icount.sh).
+    recommit: bool,
     /// No-HWcc model: this slot's mCAS requester, through which every HWcc CAS goes.
     port: Option<McasPort>,
     /// Limited and no-HWcc models: remote frees are counted per slab in the record and
@@ -74,6 +78,10 @@ pub(crate) struct SlabThread<'a> {
     /// that a remote freer, which cannot see the owner's bitset or cached word, still tells
     /// a free block from an allocated one (docs/design.md §4.1, "Free mark").
     marks_free: bool,
+    /// Whether remote frees go to their owners' mailboxes (docs/design.md §4.6): not in the
+    /// no-HWcc model, where each push would be one mCAS (2.3 µs in the paper's device) against
+    /// one per batch of counted frees (measured: xmalloc at 0.03× of the batched path).
+    mailboxes: bool,
     /// When each batch entry was last used (this thread's remote-free count then): a free of a
     /// slab no entry names applies the least recently used one.
     batch_used: [AtomicU64; RemoteBatch::ENTRIES],
@@ -132,16 +140,18 @@ impl<'a> SlabThread<'a> {
         let port = mem.mcas().and_then(|hub| hub.thread_port(slot).ok());
         let batching = mem.coherence != crate::layout::Coherence::Full;
         let batch_used = std::array::from_fn(|_| AtomicU64::new(0));
-        let return_pages = mem.header.config().return_pages;
+        let config = mem.header.config();
         Self {
             mem,
             slot,
             rec: mem.record(slot),
             recoverable: mem.recoverable(),
+            return_pages: config.return_pages,
+            recommit: config.return_pages && config.commit_on_grow,
             port,
             batching,
+            mailboxes: mem.coherence != crate::layout::Coherence::NoHwcc,
             marks_free: batching,
-            return_pages,
             batch_used,
         }
     }
@@ -848,6 +858,9 @@ impl<'a> SlabThread<'a> {
     /// after a harvest would mislead), or the block has no mailbox name.
     #[inline(always)]
     fn try_mailbox(&self, at: &Located<'_>, coherent: bool) -> Option<Result<(), FreeError>> {
+        if !self.mailboxes {
+            return None;
+        }
         let owner = at.desc.head.owner.load(Ordering::Relaxed);
         if owner == 0 || owner == self.me() || owner > self.mem.layout.slots {
             return None;
@@ -978,7 +991,10 @@ impl<'a> SlabThread<'a> {
             // An earlier attempt may have announced a chain it then failed to take.
             self.rec.harvest.store(0, Ordering::Relaxed);
         }
-        crash_point!(HarvestTaken);
+        // Only where a chain was taken: the case whose recovery must walk it.
+        if taken.is_some_and(|chain| chain != mailbox::EMPTY) {
+            crash_point!(HarvestTaken);
+        }
         self.clear_log();
         self.resume_harvest(false);
     }
@@ -1281,10 +1297,7 @@ impl<'a> SlabThread<'a> {
         self.push_unsized(b, slab, d);
         ThreadRecord::bump(&self.rec.counters.global_pops);
         self.clear_log();
-        if self.return_pages
-            && mem.header.config().commit_on_grow
-            && mem.commit(b, slab.index(), slab.index() + 1).is_err()
-        {
+        if self.recommit && mem.recommit_slab(b, slab).is_err() {
             // Its pages were given back at T9: reserved again here, so that a full device is an
             // error now and not a SIGBUS at first touch. Back on the global list if it cannot be.
             let len = self.rec.lists(b).unsized_len.load(Ordering::Relaxed);
