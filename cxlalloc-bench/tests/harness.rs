@@ -170,7 +170,7 @@ timeout_s = 120
 [[benchmark]]
 name = "memcached"
 cluster = ["MC-37"]
-requests = 20000
+requests = 60000
 "#,
     );
     let o = s.command(&w, &[]);

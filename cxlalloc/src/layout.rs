@@ -577,14 +577,16 @@ pub(crate) struct Layout {
     /// Offset of the slot table (in the shared region).
     pub slot_table: usize,
     /// Offset of the detectable-CAS help words (in the shared region, after the slot table):
-    /// one per slot, see [`crate::protocol::detectable`].
+    /// one per slot, see [`crate::protocol::detectable`], each followed by the slot's mailbox
+    /// heads ([`Layout::help_words`] words a slot).
     pub help_table: usize,
-    /// Offset of the host table (in the shared region, after the help words): [`MAX_HOSTS`]
+    /// Offset of the host table (in the shared region, after the help table): [`MAX_HOSTS`]
     /// entries (docs/design.md §8.6).
     pub host_table: usize,
-    /// Offset of the remote-free mailbox heads (in the shared region, after the host table):
-    /// one per slot and bracket, slot-major, see [`crate::protocol::mailbox`].
-    pub mailbox_table: usize,
+    /// Words per slot in the help table: the detectable-CAS help word, then the slot's two
+    /// remote-free mailbox heads (small, large; [`crate::protocol::mailbox`]). Interleaved so
+    /// that a slot's mailboxes share the page its help word already touches.
+    pub help_words: usize,
     /// Bytes between consecutive slot leases.
     pub lease_stride: usize,
     /// Bytes between consecutive remote counters and between help words
@@ -605,6 +607,9 @@ pub(crate) struct Layout {
     /// Total reservation size.
     pub total: usize,
 }
+
+/// Words per slot in the help table (see [`Layout::help_words`]).
+const HELP_WORDS: usize = 3;
 
 /// Bytes of one hazard set: [`HAZARDS_PER_SET`] entries of two words.
 pub(crate) const HAZARD_SET_BYTES: usize = HAZARDS_PER_SET * 16;
@@ -632,9 +637,9 @@ impl Layout {
         let lease_stride = std::mem::size_of::<SlotLease>().max(stride);
         let slot_table = std::mem::size_of::<SharedHeader>();
         let help_table = slot_table + h.slots as usize * lease_stride;
-        let host_table = align_up(help_table + h.slots as usize * stride, std::mem::align_of::<HostEntry>());
-        let mailbox_table = align_up(host_table + MAX_HOSTS as usize * std::mem::size_of::<HostEntry>(), stride);
-        let shared = mailbox_table + 2 * h.slots as usize * stride;
+        let host_table =
+            align_up(help_table + h.slots as usize * HELP_WORDS * stride, std::mem::align_of::<HostEntry>());
+        let shared = host_table + MAX_HOSTS as usize * std::mem::size_of::<HostEntry>();
         let shared_off = place(RegionId::Shared, shared, &mut regions);
         let hazard_sets = h.slots;
         let claims = h.huge_slots as usize * 8;
@@ -667,7 +672,7 @@ impl Layout {
             slot_table: shared_off + slot_table,
             help_table: shared_off + help_table,
             host_table: shared_off + host_table,
-            mailbox_table: shared_off + mailbox_table,
+            help_words: HELP_WORDS,
             lease_stride,
             hwcc_stride: stride,
             slots: h.slots,

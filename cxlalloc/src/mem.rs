@@ -561,9 +561,11 @@ impl HeapMem {
     pub(crate) fn help(&self, slot: u32) -> Option<&AtomicU64> {
         (slot < self.layout.slots).then(|| {
             // SAFETY: the help table lies in the mapped shared region, 8-byte aligned, with
-            // `slots` words, and the index was checked; AtomicU64 is valid for any bits.
+            // `help_words` words per slot, and the slot was checked; AtomicU64 is valid for any
+            // bits.
             unsafe {
-                &*(self.addr(self.layout.help_table + slot as usize * self.layout.hwcc_stride) as *const AtomicU64)
+                &*(self.addr(self.layout.help_table + slot as usize * self.layout.help_words * self.layout.hwcc_stride)
+                    as *const AtomicU64)
             }
         })
     }
@@ -573,10 +575,11 @@ impl HeapMem {
     #[inline]
     pub(crate) fn mailbox(&self, b: Bracket, slot: u32) -> Option<&AtomicU64> {
         (slot < self.layout.slots).then(|| {
-            let index = slot as usize * 2 + b as usize;
-            // SAFETY: the mailbox table lies in the mapped shared region, 8-byte aligned, with
-            // 2 · `slots` words, and the index was checked; AtomicU64 is valid for any bits.
-            unsafe { &*(self.addr(self.layout.mailbox_table + index * self.layout.hwcc_stride) as *const AtomicU64) }
+            let index = slot as usize * self.layout.help_words + 1 + b as usize;
+            // SAFETY: the help table lies in the mapped shared region, 8-byte aligned, with
+            // `help_words` words per slot (the help word, then the two mailbox heads), and the
+            // slot was checked; AtomicU64 is valid for any bits.
+            unsafe { &*(self.addr(self.layout.help_table + index * self.layout.hwcc_stride) as *const AtomicU64) }
         })
     }
 
