@@ -602,7 +602,7 @@ impl<'a> SlabThread<'a> {
             }
             return self.free_remote(ptr);
         }
-        self.free_local(b, &at, ptr, rel)
+        self.free_local(b, at, ptr, rel)
     }
 
     /// Limited and no-HWcc models: a free that our copy of the head line sends down the local
@@ -625,31 +625,28 @@ impl<'a> SlabThread<'a> {
             _ => return self.free_remote(ptr),
         };
         // Memory names us: no need to look again.
-        self.free_local_checked(b, &at)
+        self.free_local_checked(b, at)
     }
 
     /// The local free of block `at` of a slab our copy of its head line says is ours (`ptr`
     /// and `rel` locate it again, [`SlabThread::free_owned_full`]).
     #[inline(always)]
-    fn free_local(&self, b: Bracket, at: &Located<'_>, ptr: *const u8, rel: usize) -> Result<(), FreeError> {
+    fn free_local(&self, b: Bracket, at: Located<'_>, ptr: *const u8, rel: usize) -> Result<(), FreeError> {
         self.free_local_in(b, at, Some((ptr, rel)))
     }
 
     /// [`SlabThread::free_local`] of a block whose owner was read from memory.
     #[inline(never)]
-    fn free_local_checked(&self, b: Bracket, at: &Located<'_>) -> Result<(), FreeError> {
+    fn free_local_checked(&self, b: Bracket, at: Located<'_>) -> Result<(), FreeError> {
         self.free_local_in(b, at, None)
     }
 
     /// The local free; `recheck`: where to locate the block again if the slab turns out full
     /// and not current in a reduced model (`None`: its owner was already read from memory).
+    /// `at` by value: by reference it was stored to the stack ahead of every local free.
     #[inline(always)]
-    fn free_local_in(
-        &self,
-        b: Bracket,
-        at: &Located<'_>,
-        recheck: Option<(*const u8, usize)>,
-    ) -> Result<(), FreeError> {
+    fn free_local_in(&self, b: Bracket, at: Located<'_>, recheck: Option<(*const u8, usize)>) -> Result<(), FreeError> {
+        let at = &at;
         let d = at.desc;
         // A block freed before carries its slab's mark: freed locally (reduced models), counted
         // remotely (never returns to the owner) or waiting in a mailbox (returns at the owner's
