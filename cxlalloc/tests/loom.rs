@@ -867,7 +867,7 @@ impl Slots {
 }
 
 fn holder(t: u32) -> u64 {
-    Holder { pid: 100 + t, start: 7 }.pack()
+    Holder { pid: 100 + t, host: 0, start: 7 }.pack()
 }
 
 type Claim = fn(&AtomicU64, u64) -> bool;

@@ -78,9 +78,12 @@ pub(crate) struct SlabThread<'a> {
     /// that a remote freer, which cannot see the owner's bitset or cached word, still tells
     /// a free block from an allocated one (docs/design.md §4.1, "Free mark").
     marks_free: bool,
-    /// Whether remote frees go to their owners' mailboxes (docs/design.md §4.6): not in the
-    /// no-HWcc model, where each push would be one mCAS (2.3 µs in the paper's device) against
-    /// one per batch of counted frees (measured: xmalloc at 0.03× of the batched path).
+    /// Whether remote frees go to their owners' mailboxes (docs/design.md §4.6): only in the
+    /// full model. Without HWcc each push would be one mCAS (2.3 µs in the paper's device)
+    /// against one per batch of counted frees (measured: xmalloc at 0.03× of the batched path);
+    /// in the limited model the harvest's view of a retired slab's head line is not shown safe
+    /// against the T4 handoff (the simulator's workload failed with mailboxes on), so both
+    /// reduced models keep counting their remote frees in batches.
     mailboxes: bool,
     /// When each batch entry was last used (this thread's remote-free count then): a free of a
     /// slab no entry names applies the least recently used one.
@@ -150,7 +153,7 @@ impl<'a> SlabThread<'a> {
             recommit: config.return_pages && config.commit_on_grow,
             port,
             batching,
-            mailboxes: mem.coherence != crate::layout::Coherence::NoHwcc,
+            mailboxes: mem.coherence == crate::layout::Coherence::Full,
             marks_free: batching,
             batch_used,
         }
