@@ -635,20 +635,29 @@ impl<'a> SlabThread<'a> {
     /// and `rel` locate it again, [`SlabThread::free_owned_full`]).
     #[inline(always)]
     fn free_local(&self, b: Bracket, at: Located<'_>, ptr: *const u8, rel: usize) -> Result<(), FreeError> {
-        self.free_local_in(b, at, Some((ptr, rel)))
+        if self.marks_free {
+            self.free_local_in::<true>(b, at, Some((ptr, rel)))
+        } else {
+            self.free_local_in::<false>(b, at, None)
+        }
     }
 
     /// [`SlabThread::free_local`] of a block whose owner was read from memory.
     #[inline(never)]
     fn free_local_checked(&self, b: Bracket, at: Located<'_>) -> Result<(), FreeError> {
-        self.free_local_in(b, at, None)
+        self.free_local_in::<true>(b, at, None)
     }
 
     /// The local free; `recheck`: where to locate the block again if the slab turns out full
     /// and not current in a reduced model (`None`: its owner was already read from memory).
     /// `at` by value: by reference it was stored to the stack ahead of every local free.
     #[inline(always)]
-    fn free_local_in(&self, b: Bracket, at: Located<'_>, recheck: Option<(*const u8, usize)>) -> Result<(), FreeError> {
+    fn free_local_in<const MARK: bool>(
+        &self,
+        b: Bracket,
+        at: Located<'_>,
+        recheck: Option<(*const u8, usize)>,
+    ) -> Result<(), FreeError> {
         let at = &at;
         let d = at.desc;
         // A block freed before carries its slab's mark: freed locally (reduced models), counted
@@ -669,7 +678,7 @@ impl<'a> SlabThread<'a> {
                 return Err(FreeError::DoubleFree);
             }
             cur.bits.store(bits | bit, Ordering::Relaxed);
-            self.mark_freed(at, mark);
+            self.mark_freed::<MARK>(at, mark);
             return Ok(());
         }
         let before = d.head.free.load(Ordering::Relaxed);
@@ -677,7 +686,7 @@ impl<'a> SlabThread<'a> {
         // since ([`SlabThread::free_owned_full`]). (Checked after the mark and the cached word:
         // a stale copy passes both harmlessly, as the claimer's sizing re-marked every block
         // and its allocations cleared theirs, and the slab is not our current one.)
-        if before == 0 && self.marks_free && id.slab != at.slab.link() {
+        if MARK && before == 0 && id.slab != at.slab.link() {
             if let Some((ptr, rel)) = recheck {
                 return self.free_owned_full(b, ptr, at.offset, rel);
             }
@@ -695,12 +704,12 @@ impl<'a> SlabThread<'a> {
             let free = d.put(at.block);
             // Marked while the slab is still ours: T7 may hand it to the global list below,
             // and a mark written after that could land on a block of its next sizing.
-            self.mark_freed(at, mark);
+            self.mark_freed::<MARK>(at, mark);
             self.after_local_free(b, at.class, at.slab, free == at.blocks);
             self.clear_log();
         } else {
             d.put(at.block);
-            self.mark_freed(at, mark);
+            self.mark_freed::<MARK>(at, mark);
         }
         Ok(())
     }
@@ -710,8 +719,8 @@ impl<'a> SlabThread<'a> {
     /// it goes undetected, but no legitimate free is refused) and before the slab can change
     /// hands.
     #[inline(always)]
-    fn mark_freed(&self, at: &Located<'_>, mark: u64) {
-        if self.marks_free {
+    fn mark_freed<const MARK: bool>(&self, at: &Located<'_>, mark: u64) {
+        if MARK {
             self.mark_word(at).store(mark, Ordering::Relaxed);
         }
     }
