@@ -332,7 +332,7 @@ impl<'a> SlabThread<'a> {
             return Err(AllocError::Corrupt("current word without a current slab"));
         };
         let d = self.mem.desc(b, slab);
-        if d.lowest_word().is_none() && self.mailbox_waiting(b) {
+        if d.lowest_word().is_none() && self.mailboxes && self.mailbox_waiting(b) {
             // Full: blocks freed remotely may be waiting, maybe this slab's own (docs/design.md
             // §4.6). A harvested block of the cached word goes straight back into it.
             self.harvest(b);
@@ -919,10 +919,6 @@ impl<'a> SlabThread<'a> {
             |next| {
                 // The block is ours until the CAS succeeds: a plain store of its link.
                 word.store(Link { next }.pack(mark), Ordering::Relaxed);
-                if !coherent {
-                    // The owner may read the link on another host: in memory before the CAS.
-                    self.mem.swcc.publish(Site::MailboxLink, word as *const AtomicU64 as *const u8, 8);
-                }
             },
             self.helper(tag),
         );
@@ -957,6 +953,9 @@ impl<'a> SlabThread<'a> {
     #[cold]
     #[inline(never)]
     pub(crate) fn harvest(&self, b: Bracket) {
+        if !self.mailboxes {
+            return;
+        }
         if self.mailbox_waiting(b) {
             self.take_mailbox(b, mailbox::EMPTY);
         }
@@ -964,6 +963,9 @@ impl<'a> SlabThread<'a> {
 
     /// Opens this slot's mailboxes (a new holder), taking back anything waiting in them.
     pub(crate) fn open_mailboxes(&self) {
+        if !self.mailboxes {
+            return;
+        }
         for b in Bracket::ALL {
             self.take_mailbox(b, mailbox::EMPTY);
         }
@@ -972,6 +974,9 @@ impl<'a> SlabThread<'a> {
     /// Closes this slot's mailboxes (its holder detaching) and takes back what they held: later
     /// remote frees of its slabs are counted instead.
     pub(crate) fn close_mailboxes(&self) {
+        if !self.mailboxes {
+            return;
+        }
         for b in Bracket::ALL {
             self.take_mailbox(b, mailbox::CLOSED);
         }
@@ -1062,9 +1067,6 @@ impl<'a> SlabThread<'a> {
         let offset = self.mem.data_offset(b, slab, id.block as usize * size as usize);
         let at = Located { bracket: b, slab, desc: d, class, size, blocks, block: id.block, offset };
         let word = self.mark_word(&at);
-        let line = word as *const AtomicU64 as *const u8;
-        // The pusher wrote the link, maybe on another host.
-        self.refresh(Site::MailboxRead, (line, 8));
         let mark = d.head.mark.load(Ordering::Relaxed);
         let raw = word.load(Ordering::Relaxed);
         let next = match Link::unpack(raw, mark) {
@@ -1084,14 +1086,10 @@ impl<'a> SlabThread<'a> {
                 self.return_block(&at);
             }
             crash_point!(HarvestReturned);
-            // Full model: a free block must not look freed (allocation does not clear the
-            // word, so the next owner's free would be refused). Limited and no-HWcc: a free
-            // block carries the plain mark, as after a local free, so that a non-owner's
-            // second free of it is refused (allocation clears it).
-            let free_word = if self.marks_free { mark } else { 0 };
-            if word.load(Ordering::Relaxed) != free_word {
-                word.store(free_word, Ordering::Relaxed);
-                self.mem.swcc.publish_unfenced(Site::MailboxCleared, line, 8);
+            // A free block must not look freed: allocation does not clear the word in the full
+            // model (the only one with mailboxes), so the next owner's free would be refused.
+            if Link::freed(word.load(Ordering::Relaxed), mark) {
+                word.store(0, Ordering::Relaxed);
             }
         } else if raw != mark {
             Link::unpack(raw, mark)?;
