@@ -131,8 +131,9 @@ else
 fi
 
 # The pod: QEMU guests (each a host of its own) and this machine on one heap device; blocks
-# allocated on one guest, checked and freed on another; a guest holding every slot never adopted
-# from here; a guest killed mid-workload recovered with `recover --host` (about 1-2 minutes on
+# allocated on one guest, checked and freed on another; the cxlkv table under YCSB A with a
+# worker on two guests and here, every value read checked (~30 s); a guest holding every slot
+# never adopted from here; a guest killed mid-workload recovered with `recover --host` (about 2-2.5 minutes on
 # this machine under TCG, plus the kernel package's install on a fresh one).
 step pod script/pod.sh test
 

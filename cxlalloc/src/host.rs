@@ -7,6 +7,9 @@
 //! ([`HostTable::declare_dead`], run by an operator once the host is known down); then every
 //! holder of it is dead, on every host.
 //!
+//! The entry protocol itself (claim, declare, release, heartbeat) is `crate::protocol::host`,
+//! model-checked by loom; this module adds the allocator's view: names, `/proc`, the mCAS port.
+//!
 //! Registration is lock-free: a process scans the table for a live entry of its domain and
 //! otherwise claims a free one with one CAS. Two processes of one domain registering at once
 //! may claim two entries; that is harmless, because liveness compares domains, not indices, and
@@ -14,6 +17,7 @@
 
 use crate::coherence::hwcc::{Hw, McasPort};
 use crate::persist::shared::HostEntry;
+use crate::protocol::host as protocol;
 use crate::protocol::HwWord;
 use crate::sync::Ordering;
 use crate::word::{Holder, HostWord};
@@ -68,41 +72,25 @@ impl<'a> HostTable<'a> {
     /// Entry `id`'s state; `None` for a free entry or an index beyond the table.
     pub(crate) fn get(&self, id: u16) -> Option<HostWord> {
         let e = self.entries.get(usize::from(id))?;
-        // Acquire: pairs with the registrant's claim, so its advice words are seen after.
-        HostWord::unpack(self.hw(&e.word).load(Ordering::Acquire))
+        protocol::judge(&self.hw(&e.word))
+    }
+
+    /// Entry `i`'s state word, as the protocol reaches it.
+    fn word(&self, i: usize) -> Hw<'a> {
+        self.hw(&self.entries[i].word)
     }
 
     /// The live entry of `domain` (a raw [`crate::identity::domain`]) for the calling process,
     /// claimed if the domain has none: its index, or `None` when every entry is taken.
     pub(crate) fn register(&self, domain: u64, name: &str) -> Option<u16> {
-        let me = HostWord { domain: HostWord::fingerprint(domain), dead: false };
-        let id = self.find_live(me.domain).or_else(|| self.claim(me, name))?;
+        let n = self.entries.len();
+        let (id, claimed) = protocol::register(n, |i| self.word(i), HostWord::fingerprint(domain))?;
+        if claimed {
+            self.write_advice(&self.entries[id], name_words(name));
+        }
+        let id = id as u16;
         self.beat(id, now_secs());
         Some(id)
-    }
-
-    /// The lowest live entry of fingerprint `fp`.
-    fn find_live(&self, fp: u64) -> Option<u16> {
-        (0..self.entries.len() as u16).find(|&i| self.get(i).is_some_and(|w| w.domain == fp && !w.dead))
-    }
-
-    /// Claims the first free entry for `me`, or joins a live entry of `me`'s domain that a
-    /// sibling process claimed meanwhile.
-    fn claim(&self, me: HostWord, name: &str) -> Option<u16> {
-        for (i, e) in self.entries.iter().enumerate() {
-            let word = self.hw(&e.word);
-            // Acquire on success: nothing to see yet, but the claim orders the advice stores
-            // below after it; Acquire on failure: a sibling's entry is read whole.
-            match word.compare_exchange(0, me.pack(), Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => {
-                    self.write_advice(e, name_words(name));
-                    return Some(i as u16);
-                }
-                Err(seen) if seen == me.pack() => return Some(i as u16),
-                Err(_) => continue,
-            }
-        }
-        None
     }
 
     fn write_advice(&self, e: &'a HostEntry, name: [u64; 4]) {
@@ -116,8 +104,7 @@ impl<'a> HostTable<'a> {
     /// Records a sign of life of host `id` at wall-clock second `now`.
     pub(crate) fn beat(&self, id: u16, now: u64) {
         if let Some(e) = self.entries.get(usize::from(id)) {
-            // Relaxed: advice only; no decision reads it.
-            self.hw(&e.heartbeat).store(now, Ordering::Relaxed);
+            protocol::beat(&self.hw(&e.heartbeat), now);
         }
     }
 
@@ -145,28 +132,14 @@ impl<'a> HostTable<'a> {
         if target.domain == HostWord::fingerprint(domain) {
             return Err(DeclareError::OwnHost);
         }
-        let mut declared = Vec::new();
-        for (i, e) in self.entries.iter().enumerate() {
-            let word = self.hw(&e.word);
-            let live = HostWord { domain: target.domain, dead: false };
-            let dead = HostWord { dead: true, ..live };
-            // AcqRel: the verdict is published before any adoption that acts on it; pairs with
-            // the Acquire load in `get` of every later judgement.
-            let r = word.compare_exchange(live.pack(), dead.pack(), Ordering::AcqRel, Ordering::Acquire);
-            if r.is_ok() || r == Err(dead.pack()) {
-                declared.push(i as u16);
-            }
-        }
-        Ok(declared)
+        let n = self.entries.len();
+        Ok(protocol::declare_dead(n, |i| self.word(i), target.domain).into_iter().map(|i| i as u16).collect())
     }
 
     /// Frees entry `id`, declared dead, once nothing names it any more (the caller checked):
     /// false if it is not (any longer) in that state.
     pub(crate) fn release(&self, id: u16) -> bool {
-        let Some(e) = self.entries.get(usize::from(id)) else { return false };
-        let Some(w) = self.get(id).filter(|w| w.dead) else { return false };
-        // Release: the recovery that emptied the host happens before a new registrant's claim.
-        self.hw(&e.word).compare_exchange(w.pack(), 0, Ordering::Release, Ordering::Relaxed).is_ok()
+        self.entries.get(usize::from(id)).is_some_and(|e| protocol::release(&self.hw(&e.word)))
     }
 
     /// Every claimed entry.

@@ -31,14 +31,14 @@ pub mod sync {
 
 /// Decoders of the packed words several threads update with one CAS.
 pub mod word {
-    pub use crate::word::{Holder, Tag, Tagged};
+    pub use crate::word::{Holder, HostWord, Tag, Tagged};
 }
 
 /// The lock-free CAS protocols (the loom models' subjects). They touch only the atomics they
 /// are given: safe with any argument.
 pub mod protocol {
     pub use crate::protocol::{
-        cached_word, detectable, global_list, hazard, lease, length, mailbox, registry, remote, HwWord,
+        cached_word, detectable, global_list, hazard, host, lease, length, mailbox, registry, remote, HwWord,
     };
 }
 

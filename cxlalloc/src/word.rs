@@ -155,7 +155,7 @@ pub(crate) const MAX_HOST_INDEX: u32 = 1 << HOST_BITS;
 /// namespace (docs/design.md §8.6). `D` is set when an operator declares the host dead
 /// (`cxlalloc recover --host`). 0 means the entry is free.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct HostWord {
+pub struct HostWord {
     /// The domain's fingerprint, 63 bits, non-zero.
     pub domain: u64,
     /// Declared dead: its slots may be adopted from any host.
@@ -165,19 +165,19 @@ pub(crate) struct HostWord {
 impl HostWord {
     /// Fits a 64-bit fingerprint into the word's 63 bits, never 0.
     #[inline]
-    pub(crate) fn fingerprint(hash: u64) -> u64 {
+    pub fn fingerprint(hash: u64) -> u64 {
         (hash >> 1).max(1)
     }
 
     /// The raw word.
     #[inline]
-    pub(crate) fn pack(self) -> u64 {
+    pub fn pack(self) -> u64 {
         (self.domain << 1) | u64::from(self.dead)
     }
 
     /// Decodes an entry word; `None` for a free entry.
     #[inline]
-    pub(crate) fn unpack(word: u64) -> Option<Self> {
+    pub fn unpack(word: u64) -> Option<Self> {
         (word != 0).then_some(Self { domain: word >> 1, dead: word & 1 != 0 })
     }
 }

@@ -1,7 +1,7 @@
 //! `loom` models of the lock-free protocols in `cxlalloc::protocol` (docs/design.md §4, §5, §13).
 //!
 //! Every model drives the *real* protocol functions (`global_list`, `length`, `remote`, `lease`,
-//! `cached_word`, `hazard`, `detectable`, `registry`), which `cxlalloc::sync` compiles against loom's atomics under `--cfg loom`. The
+//! `cached_word`, `hazard`, `detectable`, `registry`, `mailbox`, `host`), which `cxlalloc::sync` compiles against loom's atomics under `--cfg loom`. The
 //! SWcc parts the protocols take as closures (list links, owner fields, bitset counts) are
 //! modelled here with loom atomics, or with `loom::cell::UnsafeCell` where the design says
 //! "written only by the owner": loom then also reports any access to that data which the
@@ -52,6 +52,11 @@
 //! | registry_close_without_waiting_is_caught (−)  | 2   | none  | fails      | <0.1 s |
 //! | mailbox_blocks_are_harvested_or_counted_exactly_once | 3 | 3   | 5,078      | 0.24 s |
 //! | mailbox_take_by_load_then_store_is_caught (−) | 3   | 3     | fails      | <0.1 s |
+//! | host_two_operators_free_a_dead_host_while_a_live_one_registers | 3 | 3 | 2,488 | 0.13 s |
+//! | host_declare_by_load_then_store_is_caught (−)  | 3   | 3     | fails      | <0.1 s |
+//! | host_release_by_load_then_store_is_caught (−)  | 3   | 3     | fails      | <0.1 s |
+//! | host_claims_of_two_domains_never_share_an_entry | 3  | none  | 5,286      | 0.24 s |
+//! | host_claim_without_checking_the_domain_is_caught (−) | 3 | 3 | fails     | <0.1 s |
 //!
 //! Costlier settings measured and not taken: global_list_three_threads unbounded > 600 s;
 //! length unbounded 5,295,890 executions / 199 s; remote_three_blocks unbounded 1,678,988 / 67 s;
@@ -60,7 +65,8 @@
 //! 161 s; the redo model with a second live thread bound 3 166,602 / 13 s, bound 4 1,427,732 /
 //! 112 s, unbounded > 300 s (one live thread making three frees instead: exhaustive, above);
 //! registry_close_waits_for_two_handlers bound 4 42,125 / 9.9 s, bound 5 236,130 / 45 s.
-//! The mapping model at bound 5: 956,867 executions / 106 s, passing.
+//! The mapping model at bound 5: 956,867 executions / 106 s, passing. The host-table operators
+//! model at bound 6: 149,669 executions / 9.0 s, passing.
 //!
 //! (−) = negative control: a deliberately broken variant the model must reject
 //! (`#[should_panic]`), showing that the models can fail.
@@ -75,8 +81,8 @@ use std::sync::{Arc as StdArc, Mutex as StdMutex};
 use std::time::Instant;
 
 use cxlalloc::internal::protocol::registry::Slot;
-use cxlalloc::internal::protocol::{cached_word, detectable, global_list, lease, length, mailbox, remote};
-use cxlalloc::internal::word::{Holder, Tag, Tagged};
+use cxlalloc::internal::protocol::{cached_word, detectable, global_list, host, lease, length, mailbox, remote};
+use cxlalloc::internal::word::{Holder, HostWord, Tag, Tagged};
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use loom::sync::Arc;
@@ -1899,4 +1905,197 @@ fn mailbox_take_by_load_then_store_is_caught() {
         Some(if top == mailbox::CLOSED { mailbox::EMPTY } else { top })
     }
     check("mailbox_take_by_load_then_store_is_caught", Some(3), || mailbox_model(&Seen::default(), broken));
+}
+
+// ------------------------------------------------------------------------------------------------
+// (j) Host table (§8.6): claim an entry, declare a domain dead, free a dead entry, heartbeat
+// ------------------------------------------------------------------------------------------------
+
+/// Domain fingerprints of the host models: X is the host that went down, Y and Z live ones.
+const HOST_X: u64 = 1;
+const HOST_Y: u64 = 2;
+const HOST_Z: u64 = 3;
+
+fn live(fp: u64) -> u64 {
+    HostWord { domain: fp, dead: false }.pack()
+}
+
+/// A host table of two entries: state words and heartbeat words.
+struct Hosts {
+    word: [AtomicU64; 2],
+    heartbeat: [AtomicU64; 2],
+    /// Successful releases of entry 0 (the operators').
+    released: AtomicUsize,
+}
+
+type Declare = fn(usize, &[AtomicU64], u64) -> Vec<usize>;
+type Release = fn(&AtomicU64) -> bool;
+
+fn real_declare(n: usize, word: &[AtomicU64], fp: u64) -> Vec<usize> {
+    host::declare_dead(n, |i| &word[i], fp)
+}
+
+fn real_release(word: &AtomicU64) -> bool {
+    host::release(&word)
+}
+
+/// One survivor's `cxlalloc recover --host` for X: declare X dead, (recover its slots,) free
+/// every entry declared.
+fn host_operator(seen: &Seen, hosts: &Hosts, declare: Declare, release: Release) {
+    let declared = declare(2, &hosts.word, HOST_X);
+    assert!(declared.iter().all(|&i| i == 0), "host violation: declared {declared:?}, but only entry 0 was X's");
+    if declared.is_empty() {
+        seen.mark("an operator found X already freed");
+    }
+    for i in declared {
+        if release(&hosts.word[i]) {
+            hosts.released.fetch_add(1, Ordering::Relaxed);
+        } else {
+            seen.mark("an operator's release lost to the other's");
+        }
+    }
+}
+
+/// Entry 0 holds host X, which went down. Two survivors run `recover --host` for it at once
+/// (declare, then free the entry), while a process of host Y registers and beats. Y's entry
+/// must stay live(Y) with Y's heartbeat (never overwritten by a late declare or release of X),
+/// and entry 0 is freed exactly once.
+fn host_model(seen: &Seen, declare: Declare, release: Release) {
+    let hosts = Arc::new(Hosts {
+        word: [AtomicU64::new(live(HOST_X)), AtomicU64::new(0)],
+        heartbeat: [AtomicU64::new(3), AtomicU64::new(0)],
+        released: AtomicUsize::new(0),
+    });
+    let ops: Vec<_> = (0..2)
+        .map(|_| {
+            let (hosts, seen) = (hosts.clone(), seen.clone());
+            thread::spawn(move || host_operator(&seen, &hosts, declare, release))
+        })
+        .collect();
+    let registered = host::register(2, |i| &hosts.word[i], HOST_Y);
+    let (id, claimed) = registered.unwrap_or_else(|| panic!("host violation: Y found no entry"));
+    assert!(claimed, "host violation: Y joined entry {id}, which it never claimed");
+    host::beat(&hosts.heartbeat[id], 7);
+    seen.mark(format!("Y claimed entry {id}"));
+    for op in ops {
+        op.join().unwrap();
+    }
+    let y = hosts.word[id].load(Ordering::Acquire);
+    assert_eq!(y, live(HOST_Y), "host violation: Y's entry {id} holds {:?}", HostWord::unpack(y));
+    assert_eq!(host::judge(&&hosts.word[id]), Some(HostWord { domain: HOST_Y, dead: false }));
+    assert_eq!(hosts.heartbeat[id].load(Ordering::Relaxed), 7, "host violation: Y's heartbeat lost");
+    if id == 1 {
+        assert_eq!(hosts.word[0].load(Ordering::Acquire), 0, "host violation: X's entry not freed");
+    }
+    let released = hosts.released.load(Ordering::Relaxed);
+    assert_eq!(released, 1, "host violation: X's entry freed {released} times");
+}
+
+#[test]
+fn host_two_operators_free_a_dead_host_while_a_live_one_registers() {
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("host_two_operators_free_a_dead_host_while_a_live_one_registers", Some(3), move || {
+        host_model(&s, real_declare, real_release)
+    });
+    seen.require(&[
+        "Y claimed entry 0",
+        "Y claimed entry 1",
+        "an operator found X already freed",
+        "an operator's release lost to the other's",
+    ]);
+}
+
+/// Negative control: declaring by a load and a store. An operator that read live(X) before the
+/// other declared, freed and Y claimed entry 0 then stores dead(X) over Y's entry.
+#[test]
+#[should_panic(expected = "host violation")]
+fn host_declare_by_load_then_store_is_caught() {
+    fn broken(n: usize, word: &[AtomicU64], fp: u64) -> Vec<usize> {
+        let dead = HostWord { domain: fp, dead: true }.pack();
+        (0..n)
+            .filter(|&i| {
+                let w = word[i].load(Ordering::Acquire);
+                if w == live(fp) {
+                    word[i].store(dead, Ordering::Release);
+                }
+                w == live(fp) || w == dead
+            })
+            .collect()
+    }
+    check("host_declare_by_load_then_store_is_caught", Some(3), || host_model(&Seen::default(), broken, real_release));
+}
+
+/// Negative control: freeing by a load and a store. An operator that read dead(X) before the
+/// other freed the entry and Y claimed it then frees Y's entry.
+#[test]
+#[should_panic(expected = "host violation")]
+fn host_release_by_load_then_store_is_caught() {
+    fn broken(word: &AtomicU64) -> bool {
+        if HostWord::unpack(word.load(Ordering::Acquire)).is_some_and(|w| w.dead) {
+            word.store(0, Ordering::Release);
+            true
+        } else {
+            false
+        }
+    }
+    check("host_release_by_load_then_store_is_caught", Some(3), || host_model(&Seen::default(), real_declare, broken));
+}
+
+type Claim2 = fn(usize, &[AtomicU64], u64) -> Option<(usize, bool)>;
+
+fn real_claim(n: usize, word: &[AtomicU64], fp: u64) -> Option<(usize, bool)> {
+    host::register(n, |i| &word[i], fp)
+}
+
+/// Hosts Y and Z and a second process of Y register at once in a table of two entries: each
+/// gets an entry that holds its own domain, Y and Z never the same one, and Y's two processes
+/// one entry (a claim scans from the first entry and joins a live entry of its own domain; with
+/// no entry freed meanwhile, they meet at the same one).
+fn host_claim_model(seen: &Seen, claim: Claim2) {
+    let words = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+    let run = move |fp: u64, words: &[AtomicU64; 2]| claim(2, words, fp);
+    let others: Vec<_> = [HOST_Z, HOST_Y]
+        .into_iter()
+        .map(|fp| {
+            let words = words.clone();
+            thread::spawn(move || (fp, run(fp, &words)))
+        })
+        .collect();
+    let mut got = vec![(HOST_Y, run(HOST_Y, &words))];
+    got.extend(others.into_iter().map(|t| t.join().unwrap()));
+    let mut entries = BTreeSet::new();
+    for &(fp, r) in &got {
+        let (i, _) = r.unwrap_or_else(|| panic!("host violation: domain {fp} refused with a free entry"));
+        let w = words[i].load(Ordering::Acquire);
+        assert_eq!(w, live(fp), "host violation: domain {fp} registered at entry {i}, which holds {w:#x}");
+        entries.insert((fp, i));
+        if fp == HOST_Z {
+            seen.mark(format!("Z at entry {i}"));
+        }
+    }
+    assert_eq!(entries.len(), 2, "host violation: registrations {got:?}");
+}
+
+#[test]
+fn host_claims_of_two_domains_never_share_an_entry() {
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("host_claims_of_two_domains_never_share_an_entry", None, move || host_claim_model(&s, real_claim));
+    seen.require(&["Z at entry 0", "Z at entry 1"]);
+}
+
+/// Negative control: a claim that joins whatever entry its CAS found taken, without checking
+/// that it holds its own domain.
+#[test]
+#[should_panic(expected = "host violation")]
+fn host_claim_without_checking_the_domain_is_caught() {
+    fn broken(n: usize, word: &[AtomicU64], fp: u64) -> Option<(usize, bool)> {
+        (0..n).find_map(|i| match word[i].compare_exchange(0, live(fp), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => Some((i, true)),
+            Err(seen) if HostWord::unpack(seen).is_some_and(|w| !w.dead) => Some((i, false)),
+            Err(_) => None,
+        })
+    }
+    check("host_claim_without_checking_the_domain_is_caught", Some(3), || host_claim_model(&Seen::default(), broken));
 }

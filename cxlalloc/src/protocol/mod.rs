@@ -8,6 +8,7 @@ pub mod cached_word;
 pub mod detectable;
 pub mod global_list;
 pub mod hazard;
+pub mod host;
 pub(crate) mod hw_word;
 pub mod lease;
 pub mod length;
