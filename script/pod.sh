@@ -104,7 +104,13 @@ mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 hostroo
 mount -t proc proc /host/proc
 mount -t sysfs sys /host/sys
 mount -t devtmpfs dev /host/dev
+# The root is read-only, so the guest's /tmp is a tmpfs of its own; a repository that lives
+# under /tmp (a CI checkout) must stay visible: bound aside before the tmpfs hides it, then back.
+ROOT=$(arg pod.root)
+mkdir -p /keep
+case "$ROOT" in /tmp/*) mount -o bind "/host$ROOT" /keep ;; esac
 mount -t tmpfs tmp /host/tmp 2>/dev/null || true
+case "$ROOT" in /tmp/*) mkdir -p "/host$ROOT" && mount -o bind /keep "/host$ROOT" ;; esac
 BAR=""
 for d in /sys/bus/pci/devices/*; do
   if [ "$(cat "$d/vendor")" = 0x1af4 ] && [ "$(cat "$d/device")" = 0x1110 ]; then BAR="$d/resource2"; fi
@@ -136,7 +142,7 @@ boot() {
   timeout -s KILL "$GUEST_TIMEOUT" qemu-system-x86_64 -M pc -accel tcg,thread=multi -cpu max \
     -smp 1,maxcpus=2 -m 256M -nodefaults -no-user-config -display none -no-reboot -monitor none \
     -pidfile "$POD/qemu-$id.pid" -serial "file:$POD/guest-$id.log" -kernel "$POD/vmlinux-$kv" -initrd "$POD/initrd.gz" \
-    -append "console=ttyS0 panic=-1 quiet pod.id=$id pod.cmd=$script" \
+    -append "console=ttyS0 panic=-1 quiet pod.id=$id pod.cmd=$script pod.root=$ROOT" \
     -object "memory-backend-file,id=hm,share=on,mem-path=$DEV,size=$DEV_SIZE" \
     -device ivshmem-plain,memdev=hm \
     -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
