@@ -27,16 +27,4 @@ impl Backing for AnonBacking {
     fn huge_create(&self, _: &HugeName, _: usize, _: bool) -> Result<Option<OwnedFd>, Errno> {
         Ok(None)
     }
-
-    fn huge_remove(&self, _: &HugeName) -> Result<(), Errno> {
-        Ok(())
-    }
-
-    fn huge_dir(&self) -> Option<RawFd> {
-        None
-    }
-
-    fn huge_objects(&self) -> Vec<(u64, u64)> {
-        Vec::new()
-    }
 }

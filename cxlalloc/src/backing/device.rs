@@ -542,19 +542,6 @@ impl Backing for DeviceBacking {
         self.file.as_fd().try_clone_to_owned().map(Some).map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(0)))
     }
 
-    fn huge_remove(&self, _: &HugeName) -> Result<(), Errno> {
-        // The range goes back to its thread slot's free ranges; there is no object to remove.
-        Ok(())
-    }
-
-    fn huge_dir(&self) -> Option<RawFd> {
-        None
-    }
-
-    fn huge_objects(&self) -> Vec<(u64, u64)> {
-        Vec::new()
-    }
-
     fn region_offset(&self, r: RegionId) -> u64 {
         self.carving.regions[r as usize]
     }

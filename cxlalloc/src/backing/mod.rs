@@ -97,15 +97,22 @@ pub(crate) trait Backing: Send + Sync + std::fmt::Debug {
     /// descriptor to map it. `None` for anonymous memory, which the caller maps privately.
     fn huge_create(&self, name: &HugeName, len: usize, commit: bool) -> Result<Option<OwnedFd>, Errno>;
 
-    /// Removes a huge allocation's backing object; one already gone is not an error.
-    fn huge_remove(&self, name: &HugeName) -> Result<(), Errno>;
+    /// Removes a huge allocation's backing object; one already gone is not an error. Default:
+    /// nothing (anonymous memory and devices have no objects).
+    fn huge_remove(&self, _name: &HugeName) -> Result<(), Errno> {
+        Ok(())
+    }
 
     /// The directory under which huge objects are opened by name (with `openat`, from the
-    /// signal handler); `None` when there are no named objects.
-    fn huge_dir(&self) -> Option<RawFd>;
+    /// signal handler); `None` (the default) when there are no named objects.
+    fn huge_dir(&self) -> Option<RawFd> {
+        None
+    }
 
-    /// The huge objects that exist, as `(offset, generation)`.
-    fn huge_objects(&self) -> Vec<(u64, u64)>;
+    /// The huge objects that exist, as `(offset, generation)`; none by default.
+    fn huge_objects(&self) -> Vec<(u64, u64)> {
+        Vec::new()
+    }
 
     /// What is wrong with the owner, group or mode of the backing object of huge allocation
     /// `name`, which every process that may open the heap must be able to map (its fault
