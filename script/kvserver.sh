@@ -4,6 +4,8 @@
 #   script/kvserver.sh test            # the `kvserver` step of script/test.sh (about 1.5 min)
 #   script/kvserver.sh load WORKLOAD   # the memcslap comparison (script/run.sh workloads/kvserver.toml)
 #   KV_CRASH_SOAK=1 script/kvserver.sh test   # adds the minute-long crash test (60 SIGKILLs)
+#   KV_REPEATS=9 KV_BASELINE=/path/to/old/cxlkv script/run.sh workloads/kvserver.toml
+#                                      # more rounds; a second cxlkv build measured in each round
 #
 # `test` runs Debian's memccapable (libmemcached-tools) in ASCII mode against cxlkv and requires
 # all of its tests to pass, then the Python functional and crash-point tests (pymemcache, in

@@ -15,6 +15,10 @@ use crate::store::{self, Mode, Stored, Worker, STAT_NAMES};
 /// thousand keys (clients batch multi-gets on one line, as memcached accepts).
 pub const MAX_LINE: usize = 1 << 20;
 
+/// Tokens of a command line kept on the stack (memcached's MAX_TOKENS is 24 too): every
+/// command but a multi-get has at most 8.
+const MAX_TOKENS: usize = 24;
+
 /// Exptimes above this many seconds are absolute unix times (memcached's rule).
 const RELATIVE_MAX: i64 = 60 * 60 * 24 * 30;
 
@@ -79,46 +83,64 @@ fn command(
     data: &[u8],
     out: &mut Vec<u8>,
 ) -> Option<usize> {
-    let mut t: Vec<&[u8]> = line.split(|&c| c == b' ').filter(|s| !s.is_empty()).collect();
+    // The tokens, on the stack for every command but a long multi-get (no allocation per
+    // request on the hot path: docs/design.md §16.5).
+    let mut small = [&b""[..]; MAX_TOKENS];
+    let mut big: Vec<&[u8]> = Vec::new();
+    let mut raw_len = 0;
+    for tok in line.split(|&c| c == b' ').filter(|s| !s.is_empty()) {
+        if raw_len < MAX_TOKENS {
+            small[raw_len] = tok;
+        } else {
+            if big.is_empty() {
+                big.extend_from_slice(&small);
+            }
+            big.push(tok);
+        }
+        raw_len += 1;
+    }
+    let mut t: &[&[u8]] = if raw_len > MAX_TOKENS { &big } else { &small[..raw_len] };
     let Some(&cmd) = t.first() else {
         out.extend_from_slice(b"ERROR\r\n");
         return Some(0);
     };
-    let raw_len = t.len();
     let noreply = t.len() > 1 && t.last() == Some(&&b"noreply"[..]);
     if noreply {
-        t.pop();
+        t = &t[..t.len() - 1];
     }
-    let mut reply = Vec::new();
+    // Replies go straight to `out`; a silenced one (noreply) is cut off again at the end.
+    let start = out.len();
+    let reply = &mut *out;
     let used = match cmd {
         b"get" | b"gets" if t.len() >= 2 => {
             for key in &t[1..] {
                 if key.len() > MAX_KEY {
-                    reply.clear();
+                    // The values already written go too: the error is the whole reply.
+                    reply.truncate(start);
                     reply.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
-                    out.extend_from_slice(&reply);
                     return Some(0);
                 }
                 let r = w.get(key, |it| {
                     reply.extend_from_slice(b"VALUE ");
                     reply.extend_from_slice(key);
-                    let _ = write!(reply, " {} {}", it.item.flags, it.data.len());
+                    push_number(reply, b' ', u64::from(it.item.flags));
+                    push_number(reply, b' ', it.data.len() as u64);
                     if cmd == b"gets" {
-                        let _ = write!(reply, " {}", it.item.cas);
+                        push_number(reply, b' ', it.item.cas);
                     }
                     reply.extend_from_slice(b"\r\n");
                     reply.extend_from_slice(it.data);
                     reply.extend_from_slice(b"\r\n");
                 });
                 if let Err(e) = r {
-                    server_error(&mut reply, &e);
+                    server_error(reply, &e);
                 }
             }
             reply.extend_from_slice(b"END\r\n");
             0
         }
         b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => {
-            return storage(w, cmd, &t, noreply, conn, data, out);
+            return storage(w, cmd, t, noreply, conn, data, reply);
         }
         b"delete" if t.len() > 2 && t.len() <= 4 && !(t.len() == 3 && t[2] == b"0") => {
             reply.extend_from_slice(b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n");
@@ -128,7 +150,7 @@ fn command(
             match w.delete(t[1]) {
                 Ok(true) => reply.extend_from_slice(b"DELETED\r\n"),
                 Ok(false) => reply.extend_from_slice(b"NOT_FOUND\r\n"),
-                Err(e) => server_error(&mut reply, &e),
+                Err(e) => server_error(reply, &e),
             }
             0
         }
@@ -137,13 +159,15 @@ fn command(
                 None => reply.extend_from_slice(b"CLIENT_ERROR invalid numeric delta argument\r\n"),
                 Some(delta) => match w.incr(t[1], delta, cmd == b"incr") {
                     Ok(Some(Ok(n))) => {
-                        let _ = write!(reply, "{n}\r\n");
+                        let mut buf = [0u8; 20];
+                        reply.extend_from_slice(store::format_number(n, &mut buf));
+                        reply.extend_from_slice(b"\r\n");
                     }
                     Ok(Some(Err(()))) => {
                         reply.extend_from_slice(b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n")
                     }
                     Ok(None) => reply.extend_from_slice(b"NOT_FOUND\r\n"),
-                    Err(e) => server_error(&mut reply, &e),
+                    Err(e) => server_error(reply, &e),
                 },
             }
             0
@@ -154,7 +178,7 @@ fn command(
                 Some(e) => match w.touch(t[1], exptime(e)) {
                     Ok(true) => reply.extend_from_slice(b"TOUCHED\r\n"),
                     Ok(false) => reply.extend_from_slice(b"NOT_FOUND\r\n"),
-                    Err(e) => server_error(&mut reply, &e),
+                    Err(e) => server_error(reply, &e),
                 },
             }
             0
@@ -175,7 +199,7 @@ fn command(
         }
         b"version" => {
             // memcached ignores version's arguments, noreply included.
-            let _ = write!(out, "VERSION {VERSION}\r\n");
+            let _ = write!(reply, "VERSION {VERSION}\r\n");
             return Some(0);
         }
         b"verbosity" if t.len() == 2 || (noreply && t.len() == 1) => {
@@ -184,12 +208,12 @@ fn command(
         }
         // `stats noreply` is an error in memcached (stats takes no noreply).
         b"stats" if raw_len == 1 => {
-            stats(w, info, &mut reply);
+            stats(w, info, reply);
             0
         }
         // cxlkv's own: the table's census (walks every bucket; for tests and tools).
         b"stats" if raw_len == 2 && t.get(1) == Some(&&b"cxlkv"[..]) => {
-            census(w, &mut reply);
+            census(w, reply);
             0
         }
         b"quit" if t.len() == 1 => {
@@ -198,12 +222,12 @@ fn command(
         }
         _ => {
             // Unknown commands and wrong argument counts are errors even with noreply.
-            out.extend_from_slice(b"ERROR\r\n");
+            reply.extend_from_slice(b"ERROR\r\n");
             return Some(0);
         }
     };
-    if !noreply || reply.starts_with(b"CLIENT_ERROR") {
-        out.extend_from_slice(&reply);
+    if noreply && !out[start..].starts_with(b"CLIENT_ERROR") {
+        out.truncate(start);
     }
     Some(used)
 }
@@ -262,16 +286,16 @@ fn storage(
         b"prepend" => Mode::Prepend,
         _ => Mode::Cas(unique.unwrap_or(0)),
     };
-    let mut reply = Vec::new();
+    let start = out.len();
     match w.store_item(mode, key, flags, exptime(exp), &data[..bytes]) {
-        Ok(Stored::Stored) => reply.extend_from_slice(b"STORED\r\n"),
-        Ok(Stored::NotStored) => reply.extend_from_slice(b"NOT_STORED\r\n"),
-        Ok(Stored::Exists) => reply.extend_from_slice(b"EXISTS\r\n"),
-        Ok(Stored::NotFound) => reply.extend_from_slice(b"NOT_FOUND\r\n"),
-        Err(e) => server_error(&mut reply, &e),
+        Ok(Stored::Stored) => out.extend_from_slice(b"STORED\r\n"),
+        Ok(Stored::NotStored) => out.extend_from_slice(b"NOT_STORED\r\n"),
+        Ok(Stored::Exists) => out.extend_from_slice(b"EXISTS\r\n"),
+        Ok(Stored::NotFound) => out.extend_from_slice(b"NOT_FOUND\r\n"),
+        Err(e) => server_error(out, &e),
     }
-    if !noreply {
-        out.extend_from_slice(&reply);
+    if noreply {
+        out.truncate(start);
     }
     Some(bytes + 2)
 }
@@ -286,8 +310,24 @@ fn exptime(e: i64) -> u64 {
     }
 }
 
-fn number<T: std::str::FromStr>(s: &[u8]) -> Option<T> {
+/// A command argument as a number, with `str::parse`'s rules. Plain digits that cannot
+/// overflow (the common case) are summed here; anything else (signs, long or bad numbers) goes
+/// through `parse`, so both paths accept exactly the same arguments.
+fn number<T: std::str::FromStr + TryFrom<u64>>(s: &[u8]) -> Option<T> {
+    if !s.is_empty() && s.len() <= 9 && s.iter().all(u8::is_ascii_digit) {
+        let n = s.iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
+        // Up to 9 digits fit every T used here (u32, i64, u64); the conversion cannot fail
+        // for them, and a T it failed for is refused as `parse` would refuse it.
+        return T::try_from(n).ok();
+    }
     std::str::from_utf8(s).ok()?.parse().ok()
+}
+
+/// Appends `sep` then `n` in decimal (the reply fields; `write!` costs a formatter per field).
+fn push_number(out: &mut Vec<u8>, sep: u8, n: u64) {
+    let mut buf = [0u8; 20];
+    out.push(sep);
+    out.extend_from_slice(store::format_number(n, &mut buf));
 }
 
 fn server_error(reply: &mut Vec<u8>, e: &StoreError) {

@@ -3,7 +3,6 @@
 //! accepted; each readable connection's complete commands run against the worker's table handle
 //! and the replies are written back, buffered while the socket is full.
 
-use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -76,6 +75,36 @@ struct Connection {
     events: u32,
 }
 
+/// The connections, indexed by their fd (small, dense numbers: a lookup per event without
+/// hashing).
+#[derive(Default)]
+struct Conns(Vec<Option<Connection>>);
+
+impl Conns {
+    fn get_mut(&mut self, fd: &RawFd) -> Option<&mut Connection> {
+        self.0.get_mut(usize::try_from(*fd).ok()?)?.as_mut()
+    }
+
+    fn insert(&mut self, fd: RawFd, c: Connection) {
+        let Ok(i) = usize::try_from(fd) else { return };
+        if self.0.len() <= i {
+            self.0.resize_with(i + 1, || None);
+        }
+        self.0[i] = Some(c);
+    }
+
+    fn remove(&mut self, fd: &RawFd) {
+        if let Some(slot) = usize::try_from(*fd).ok().and_then(|i| self.0.get_mut(i)) {
+            *slot = None;
+        }
+    }
+
+    /// Takes every connection out; yields their fds.
+    fn drain(&mut self) -> impl Iterator<Item = RawFd> + '_ {
+        self.0.iter_mut().enumerate().filter_map(|(fd, c)| c.take().map(|_| fd as RawFd))
+    }
+}
+
 /// The last OS error, as a message.
 fn os_error(what: &str) -> String {
     format!("{what}: {}", std::io::Error::last_os_error())
@@ -101,9 +130,8 @@ pub fn serve(w: &mut Worker<'_>, listen: RawFd, info: ServerInfo) -> Result<(), 
         return Err(os_error("epoll_create1"));
     }
     ctl(ep, libc::EPOLL_CTL_ADD, listen, libc::EPOLLIN as u32)?;
-    let mut conns: HashMap<RawFd, Connection> = HashMap::new();
+    let mut conns = Conns::default();
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
-    let mut buf = vec![0u8; 64 << 10];
     // Set while the listening socket is unwatched after letting a connection pass.
     let mut deferred: Option<Instant> = None;
     let mut take_next = false;
@@ -138,7 +166,7 @@ pub fn serve(w: &mut Worker<'_>, listen: RawFd, info: ServerInfo) -> Result<(), 
             let mut close =
                 ev.events & (libc::EPOLLERR | libc::EPOLLHUP) as u32 != 0 && ev.events & libc::EPOLLIN as u32 == 0;
             if !close && ev.events & libc::EPOLLIN as u32 != 0 {
-                close = read_input(fd, c, &mut buf);
+                close = read_input(fd, c);
             }
             if !close && !c.input.is_empty() && c.output.len() < OUT_HIGH {
                 let used = protocol::process(w, &info, &mut c.state, &c.input, &mut c.output);
@@ -161,7 +189,7 @@ pub fn serve(w: &mut Worker<'_>, listen: RawFd, info: ServerInfo) -> Result<(), 
             }
         }
     }
-    for (fd, _) in conns.drain() {
+    for fd in conns.drain() {
         // SAFETY: connections this loop owns, closed once.
         unsafe { libc::close(fd) };
         w.count(Stat::CurrConnections, -1);
@@ -193,7 +221,7 @@ fn interest(c: &Connection) -> u32 {
 
 /// Accepts one connection (the listening socket stays readable while more wait, and the
 /// balance is judged again for each).
-fn accept_one(ep: RawFd, listen: RawFd, w: &mut Worker<'_>, conns: &mut HashMap<RawFd, Connection>) {
+fn accept_one(ep: RawFd, listen: RawFd, w: &mut Worker<'_>, conns: &mut Conns) {
     {
         // SAFETY: null address arguments are allowed; the flags make the socket non-blocking.
         let fd = unsafe {
@@ -226,11 +254,17 @@ fn accept_one(ep: RawFd, listen: RawFd, w: &mut Worker<'_>, conns: &mut HashMap<
     }
 }
 
-/// Reads what the socket has; returns whether to close.
-fn read_input(fd: RawFd, c: &mut Connection, buf: &mut [u8]) -> bool {
+/// Bytes of room a read asks for (reading straight into the connection's input buffer).
+const READ_CHUNK: usize = 16 << 10;
+
+/// Reads what the socket has, straight into the connection's input; returns whether to close.
+fn read_input(fd: RawFd, c: &mut Connection) -> bool {
     loop {
-        // SAFETY: `buf` is writable for its length.
-        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        c.input.reserve(READ_CHUNK);
+        let spare = c.input.spare_capacity_mut();
+        let room = spare.len();
+        // SAFETY: `spare` is writable for `room` bytes (uninitialized memory is fine for read).
+        let n = unsafe { libc::read(fd, spare.as_mut_ptr().cast(), room) };
         if n == 0 {
             return true;
         }
@@ -244,8 +278,10 @@ fn read_input(fd: RawFd, c: &mut Connection, buf: &mut [u8]) -> bool {
             }
             return true;
         }
-        c.input.extend_from_slice(&buf[..n as usize]);
-        if (n as usize) < buf.len() {
+        let len = c.input.len() + n as usize;
+        // SAFETY: read initialized the first `n` bytes of the spare capacity.
+        unsafe { c.input.set_len(len) };
+        if (n as usize) < room {
             break;
         }
     }

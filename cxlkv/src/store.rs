@@ -331,6 +331,9 @@ pub struct Worker<'s> {
     rng: u64,
     /// Unix time in milliseconds at the last [`Worker::tick`] (item access times).
     ms: u64,
+    /// Scratch for [`Worker::commit`]'s kept item offsets, reused so that a write allocates
+    /// no process memory (only its heap blocks).
+    keep: Vec<u64>,
 }
 
 impl<'s> Worker<'s> {
@@ -360,8 +363,18 @@ impl<'s> Worker<'s> {
         // The previous holder's connections died with it.
         rec.stats[Stat::CurrConnections as usize].store(0, Ordering::Relaxed);
         let rng = mix64(u64::from(std::process::id()) << 8 | k as u64) | 1;
-        let mut w =
-            Self { store, thread, k, rec, since_advance: 0, since_usage: USAGE_EVERY, usage: 0, rng, ms: now_ms() };
+        let mut w = Self {
+            store,
+            thread,
+            k,
+            rec,
+            since_advance: 0,
+            since_usage: USAGE_EVERY,
+            usage: 0,
+            rng,
+            ms: now_ms(),
+            keep: Vec::new(),
+        };
         let mut report = w.recover()?;
         report.adopted_slot = adopted;
         Ok((w, report))
@@ -786,21 +799,44 @@ impl<'s> Worker<'s> {
         make: impl FnOnce(&mut Self) -> Result<Option<(u64, usize)>, StoreError>,
     ) -> Result<bool, StoreError> {
         let store = self.store;
-        let rec = self.rec;
         let gen = store.table().flush_gen.load(Ordering::Relaxed);
         let (old_arr, items) = store.mem.array(old)?;
-        let mut keep: Vec<u64> = Vec::with_capacity(items.len() + 1);
-        let mut dropped: Vec<(u64, usize)> = Vec::new();
+        let mut keep = std::mem::take(&mut self.keep);
+        keep.clear();
+        let mut dropped = [(0u64, 0usize); MAX_DROPPED + 1];
+        let mut n_dropped = 0;
         for o in items {
             let off = o.load(Ordering::Relaxed);
             let it = store.mem.item(off)?;
-            let gone = Some(off) == drop || (dropped.len() < MAX_DROPPED && it.dead(now, gen));
-            if gone && dropped.len() <= MAX_DROPPED {
-                dropped.push((off, it.size()));
+            let gone = Some(off) == drop || (n_dropped < MAX_DROPPED && it.dead(now, gen));
+            if gone && n_dropped <= MAX_DROPPED {
+                dropped[n_dropped] = (off, it.size());
+                n_dropped += 1;
             } else {
                 keep.push(off);
             }
         }
+        let dropped = &dropped[..n_dropped];
+        let r = self.publish_array(b, old, old_arr, &mut keep, dropped, drop.is_some(), make);
+        self.keep = keep;
+        r
+    }
+
+    /// The rest of [`Worker::commit`], with the kept items in `keep` and the dropped ones
+    /// (and their sizes) in `dropped`.
+    #[allow(clippy::too_many_arguments)]
+    fn publish_array(
+        &mut self,
+        b: usize,
+        old: u64,
+        old_arr: Option<&Array>,
+        keep: &mut Vec<u64>,
+        dropped: &[(u64, usize)],
+        replaced: bool,
+        make: impl FnOnce(&mut Self) -> Result<Option<(u64, usize)>, StoreError>,
+    ) -> Result<bool, StoreError> {
+        let store = self.store;
+        let rec = self.rec;
         let new_item = make(self)?;
         if let Some((i, _)) = new_item {
             keep.push(i);
@@ -858,7 +894,7 @@ impl<'s> Worker<'s> {
         // Accounting (drifts by at most one write's blocks when a worker dies here).
         let added = new_item.map_or(0, |(_, s)| s);
         self.count(Stat::CurrItems, i64::from(new_item.is_some()) - dropped.len() as i64);
-        self.count(Stat::Reclaimed, dropped.len() as i64 - i64::from(drop.is_some()));
+        self.count(Stat::Reclaimed, dropped.len() as i64 - i64::from(replaced));
         let bytes = (added + asize) as i64;
         self.count(Stat::Bytes, bytes);
         self.usage += bytes;
@@ -1023,7 +1059,7 @@ fn pad(n: u64, cur: Option<ItemRef<'_>>) -> usize {
 const SPACES: [u8; 20] = [b' '; 20];
 
 /// `n` in decimal, in `buf`.
-fn format_number(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+pub(crate) fn format_number(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
     let mut i = buf.len();
     loop {
         i -= 1;

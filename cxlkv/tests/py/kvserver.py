@@ -82,11 +82,11 @@ class Server:
     """A cxlkv supervisor on a fresh heap and port; `stop()` sends SIGTERM and returns the exit
     status; `close()` also removes the heap."""
 
-    def __init__(self, workers=2, memory_limit=None, heap=None, env=None, buckets_log2=16, port=None):
+    def __init__(self, workers=2, memory_limit=None, heap=None, env=None, buckets_log2=16, port=None, binary=None):
         self.heap = heap or f"cxlkv-test-{uuid.uuid4().hex[:12]}"
         self.port = port or free_port()
         self.workers = workers
-        args = [CXLKV, "--port", str(self.port), "--workers", str(workers), "--heap", self.heap,
+        args = [binary or CXLKV, "--port", str(self.port), "--workers", str(workers), "--heap", self.heap,
                 "--buckets-log2", str(buckets_log2)]
         if memory_limit is not None:
             args += ["--memory-limit", str(memory_limit)]

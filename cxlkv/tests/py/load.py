@@ -5,7 +5,13 @@ memory (RSS and PSS summed over their processes, after the load).
 
     python load.py workloads/kvserver.toml [--json OUT]
 
-Each configuration runs `repeats` times, the two servers alternating, and reports medians.
+    python load.py workloads/kvserver.toml --repeats 7 --baseline /path/to/old/cxlkv
+
+Each configuration runs `repeats` times (the workload's, or --repeats, or $KV_REPEATS), the
+servers taking turns in a rotating order, and reports per server the median with the spread
+(min-max), and per test two ratios: of the medians, and the median of the per-round ratios
+(each round's servers ran back to back, so a round's ratio sees the same machine load).
+--baseline adds a second cxlkv binary (e.g. main's) to every round, to compare two builds.
 On a shared machine only the ratios within one run mean anything.
 """
 
@@ -73,8 +79,8 @@ class Memcached:
 
 
 class Cxlkv:
-    def __init__(self, workers):
-        self.server = Server(workers=workers, buckets_log2=20)
+    def __init__(self, workers, binary=None):
+        self.server = Server(workers=workers, buckets_log2=20, binary=binary)
         self.port = self.server.port
 
     def pids(self):
@@ -88,16 +94,29 @@ class Cxlkv:
             raise RuntimeError(f"cxlkv exited {status}, heap check {report['verdict']}")
 
 
-def run(cfg):
+def servers(baseline):
+    """Names of the servers compared (cxlkv first: the ratios are against it)."""
+    return ["cxlkv", "memcached"] + (["baseline"] if baseline else [])
+
+
+def start(name, workers, cfg, baseline):
+    if name == "memcached":
+        return Memcached(workers, cfg.get("memcached_memory_mib", 1024))
+    return Cxlkv(workers, baseline if name == "baseline" else None)
+
+
+def run(cfg, repeats, baseline=None):
     rows = []
     tests = cfg.get("tests", ["set", "get"])
+    names = servers(baseline)
     for workers in cfg["workers"]:
-        samples = {(s, t): [] for s in ("cxlkv", "memcached") for t in tests}
-        mem = {"cxlkv": [], "memcached": []}
-        for rep in range(cfg.get("repeats", 3)):
-            order = ("cxlkv", "memcached") if rep % 2 == 0 else ("memcached", "cxlkv")
+        samples = {(s, t): [] for s in names for t in tests}
+        mem = {s: [] for s in names}
+        for rep in range(repeats):
+            # Rotating order: no server always runs first (or right after another).
+            order = names[rep % len(names):] + names[:rep % len(names)]
             for name in order:
-                srv = Cxlkv(workers) if name == "cxlkv" else Memcached(workers, cfg.get("memcached_memory_mib", 1024))
+                srv = start(name, workers, cfg, baseline)
                 try:
                     for t in tests:
                         samples[(name, t)].append(memcslap(srv.port, t, cfg["concurrency"], cfg["execute"]))
@@ -105,9 +124,18 @@ def run(cfg):
                 finally:
                     srv.close()
         for t in tests:
-            a = statistics.median(samples[("cxlkv", t)])
-            b = statistics.median(samples[("memcached", t)])
-            rows.append({"workers": workers, "test": t, "cxlkv_ops": a, "memcached_ops": b, "ratio": a / b})
+            row = {"workers": workers, "test": t}
+            for name in names:
+                xs = samples[(name, t)]
+                row[f"{name}_ops"] = statistics.median(xs)
+                row[f"{name}_min"], row[f"{name}_max"] = min(xs), max(xs)
+                row[f"{name}_samples"] = xs
+            for other in names[1:]:
+                row[f"ratio_{other}"] = row["cxlkv_ops"] / row[f"{other}_ops"]
+                paired = [a / b for a, b in zip(samples[("cxlkv", t)], samples[(other, t)])]
+                row[f"paired_ratio_{other}"] = statistics.median(paired)
+            row["ratio"] = row["ratio_memcached"]
+            rows.append(row)
         for name in mem:
             rss = statistics.median(m[0] for m in mem[name])
             pss = statistics.median(m[1] for m in mem[name])
@@ -115,27 +143,43 @@ def run(cfg):
     return rows
 
 
-def table(rows, cfg):
-    print(f"memcslap -c {cfg['concurrency']} -e {cfg['execute']} on loopback; medians of {cfg.get('repeats', 3)}")
-    print(f"{'workers':>7}  {'test':<6} {'cxlkv ops/s':>12} {'memcached ops/s':>16} {'ratio':>7}")
+def table(rows, cfg, repeats, baseline=None):
+    names = servers(baseline)
+    print(f"memcslap -c {cfg['concurrency']} -e {cfg['execute']} on loopback; {repeats} rounds; "
+          "ops/s: median [min-max]")
+    if baseline:
+        print(f"baseline = {baseline}")
+    head = f"{'workers':>7}  {'test':<5}" + "".join(f" {n + ' ops/s':>28}" for n in names)
+    head += "".join(f" {'/' + o:>10} {'paired':>7}" for o in names[1:])
+    print(head)
     for r in rows:
-        if r["test"] != "memory":
-            print(f"{r['workers']:>7}  {r['test']:<6} {r['cxlkv_ops']:>12.0f} {r['memcached_ops']:>16.0f} {r['ratio']:>7.2f}")
+        if r["test"] == "memory":
+            continue
+        line = f"{r['workers']:>7}  {r['test']:<5}"
+        for n in names:
+            line += f" {r[n + '_ops']:>10.0f} [{r[n + '_min']:>7.0f}-{r[n + '_max']:>7.0f}]"
+        for o in names[1:]:
+            line += f" {r['ratio_' + o]:>10.2f} {r['paired_ratio_' + o]:>7.2f}"
+        print(line)
+    print("  (/X: cxlkv's median over X's; paired: the median of the per-round ratios)")
     print(f"\n{'workers':>7}  {'server':<10} {'RSS MiB':>9} {'PSS MiB':>9}   (after the load, all processes)")
     for r in rows:
         if r["test"] == "memory":
             print(f"{r['workers']:>7}  {r['server']:<10} {r['rss_kib'] / 1024:>9.1f} {r['pss_kib'] / 1024:>9.1f}")
     ratios = [r["ratio"] for r in rows if r["test"] != "memory"]
     geo = statistics.geometric_mean(ratios)
+    worst = min(ratios)
     target = cfg.get("target_ratio", 1.0)
-    print(f"\ngeomean throughput ratio cxlkv/memcached: {geo:.2f} (target >= {target:.2f}: "
-          f"{'met' if geo >= target else 'not met'})")
+    print(f"\ngeomean throughput ratio cxlkv/memcached: {geo:.2f}, lowest row {worst:.2f} "
+          f"(target >= {target:.2f} on every row: {'met' if worst >= target else 'not met'})")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("workload")
     ap.add_argument("--json")
+    ap.add_argument("--repeats", type=int, help="rounds per configuration (default: $KV_REPEATS or the workload's)")
+    ap.add_argument("--baseline", help="another cxlkv binary to measure in every round (e.g. main's build)")
     a = ap.parse_args()
     with open(a.workload, "rb") as f:
         cfg = tomllib.load(f)["kvserver"]
@@ -143,8 +187,12 @@ def main():
         if shutil.which(tool) is None:
             sys.exit(f"{tool} is not installed (script/kvserver.sh installs memcached and libmemcached-tools)")
     t0 = time.time()
-    rows = run(cfg)
-    table(rows, cfg)
+    repeats = a.repeats or int(os.environ.get("KV_REPEATS", 0)) or cfg.get("repeats", 5)
+    baseline = a.baseline or os.environ.get("KV_BASELINE") or None
+    if baseline and not os.access(baseline, os.X_OK):
+        sys.exit(f"--baseline {baseline}: not an executable")
+    rows = run(cfg, repeats, baseline)
+    table(rows, cfg, repeats, baseline)
     print(f"({time.time() - t0:.0f} s)")
     if a.json:
         with open(a.json, "w") as f:
