@@ -3,7 +3,8 @@
 //! acknowledged (docs/design.md §16).
 //!
 //! Modules, lowest first (each uses only those above it): [`detect`] (the detectable publish,
-//! model-checked with loom), [`error`], [`crash`] (crash points), [`layout`] (what lives in the heap, and checked access to it), [`store`] (the table's
+//! model-checked with loom), [`epoch`] (the epoch step of reclamation, shared with the
+//! benchmark's KV table), [`error`], [`crash`] (crash points), [`layout`] (what lives in the heap, and checked access to it), [`store`] (the table's
 //! operations, reclamation and recovery), [`protocol`] (the memcached text protocol),
 //! [`server`] (a worker's event loop), [`supervisor`] (starts and restarts the workers).
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -11,6 +12,7 @@
 
 // Under `--cfg loom` only the model-checked protocol is built (tests/loom.rs).
 pub mod detect;
+pub mod epoch;
 
 #[cfg(not(loom))]
 pub mod crash;

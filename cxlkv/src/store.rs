@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use cxlalloc::{Coherence, Config, Heap, ThreadHandle};
 
 use crate::crash::{self, Point};
-use crate::detect;
+use crate::{detect, epoch};
 use crate::error::StoreError;
 use crate::layout::{
     array_size, hash_key, item_size, mix64, state, Array, Item, ItemRef, Mem, Record, Stat, Table, ITEM_HEADER, MAGIC,
@@ -449,37 +449,16 @@ impl<'s> Worker<'s> {
 
     fn pin(&self) {
         let t = self.store.table();
-        let word = &t.announce[self.k].word;
-        let mut e = t.epoch.word.load(Ordering::SeqCst);
-        loop {
-            // SeqCst store then SeqCst re-read: the announcement precedes, in the total order,
-            // every load of the operation (the argument of the bench's kv::ebr, §12.2).
-            word.store(e << 1 | 1, Ordering::SeqCst);
-            let now = t.epoch.word.load(Ordering::SeqCst);
-            if now == e {
-                break;
-            }
-            e = now;
-        }
+        epoch::pin(&t.epoch.word, &t.announce[self.k].word);
     }
 
     fn unpin(&self) {
-        // SeqCst (hence Release): the operation's reads precede an advancer that sees this.
-        self.store.table().announce[self.k].word.store(0, Ordering::SeqCst);
+        epoch::unpin(&self.store.table().announce[self.k].word);
     }
 
     fn try_advance(&self) {
         let t = self.store.table();
-        let g = t.epoch.word.load(Ordering::SeqCst);
-        for a in &t.announce {
-            // SeqCst: follows, in the total order, every announcement made before `g` was read.
-            let w = a.word.load(Ordering::SeqCst);
-            if w & 1 != 0 && w >> 1 != g {
-                return;
-            }
-        }
-        // A failed CAS means another worker advanced from `g`.
-        let _ = t.epoch.word.compare_exchange(g, g + 1, Ordering::SeqCst, Ordering::SeqCst);
+        epoch::try_advance(&t.epoch.word, t.announce.iter().map(|a| &a.word));
     }
 
     /// Frees the retired blocks whose epoch has passed (call unpinned).
@@ -489,14 +468,14 @@ impl<'s> Worker<'s> {
             self.since_advance = 0;
             self.try_advance();
         }
-        let global = self.store.table().epoch.word.load(Ordering::SeqCst);
+        let global = epoch::current(&self.store.table().epoch.word);
         let tail = rec.tail.load(Ordering::Relaxed);
         let mut head = rec.head.load(Ordering::Relaxed);
         while head < tail {
             let e = &rec.ring[head as usize % RING];
             // Relaxed: the ring is this worker's own.
             if e.off.load(Ordering::Relaxed) != 0 {
-                if e.epoch.load(Ordering::Relaxed) + 2 > global {
+                if !epoch::reclaimable(e.epoch.load(Ordering::Relaxed), global) {
                     break;
                 }
                 let size = e.size.load(Ordering::Relaxed) as i64;
@@ -541,14 +520,14 @@ impl<'s> Worker<'s> {
     /// now (after the CAS that unlinked them), and moves the tail past them in one store.
     fn push_retired(&mut self) -> Result<(), StoreError> {
         let rec = self.rec;
-        let epoch = self.store.table().epoch.word.load(Ordering::SeqCst);
+        let tag = epoch::current(&self.store.table().epoch.word);
         let tail0 = rec.tail0.load(Ordering::Relaxed);
         let mut t = tail0;
         let mut put = |off: u64, size: usize| {
             let e = &rec.ring[t as usize % RING];
             // Relaxed: the entry becomes part of the ring with the tail store below.
             e.off.store(off, Ordering::Relaxed);
-            e.epoch.store(epoch, Ordering::Relaxed);
+            e.epoch.store(tag, Ordering::Relaxed);
             e.size.store(size as u64, Ordering::Relaxed);
             t += 1;
         };

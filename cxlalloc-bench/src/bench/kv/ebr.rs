@@ -13,22 +13,15 @@
 //!
 //! # Protocol
 //!
-//! A thread **pins** around each table operation: it stores `pinned(e)` for the global epoch
-//! `e` it read, then re-reads the global epoch and re-announces until the two agree. It
-//! **retires** a value after unlinking it (the swap that took it out of its node), tagging it
-//! with the global epoch read after the unlink, and frees it once the global epoch is at least
-//! `tag + 2`. The epoch advances from `g` to `g + 1` only when every pinned thread has announced
-//! `g`.
-//!
-//! Why a retired value is never freed under a pinned reader: every access here is `SeqCst`, so
-//! all of them fall in one total order S. A reader `R` that holds value `v` announced `e`,
-//! re-read `e`, then loaded the value word and saw `v` — so that load precedes the unlinking
-//! swap in S, and the retirer's epoch read after the swap returns `r ≥ e`. Freeing needs the
-//! epoch to pass `e + 1 → e + 2`; that advancer read the epoch `e + 1` after `R` read `e`, so its
-//! read of `R`'s announcement follows `R`'s store in S and sees `pinned(e)` until `R` unpins.
+//! The epoch step (pin, unpin, advance, when a retired value may go) is `cxlkv::epoch`, with
+//! its proof; this module adds where the words live (the control area, one line per thread)
+//! and a process-local list of retired values per thread.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
+
+use cxlkv::epoch;
+pub use cxlkv::epoch::Announce;
 
 use crate::Error;
 
@@ -37,49 +30,6 @@ pub const ANNOUNCE_STRIDE: usize = 8;
 
 /// Retirements between two attempts to advance the global epoch.
 pub const ADVANCE_EVERY: u32 = 32;
-
-/// A thread's announcement word.
-///
-/// ```text
-///  63                                                     1   0
-/// +--------------------------------------------------------+---+
-/// |                    epoch (63 bits)                     | P |
-/// +--------------------------------------------------------+---+
-/// ```
-///
-/// `P` = pinned. An unpinned thread's word is 0 (the control area's initial state), so a
-/// thread that never ran, or finished, never holds the epoch back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Announce {
-    /// Whether the thread is inside an operation.
-    pub pinned: bool,
-    /// The epoch it announced (meaningful only when pinned).
-    pub epoch: u64,
-}
-
-impl Announce {
-    /// Not in an operation.
-    pub const IDLE: Announce = Announce { pinned: false, epoch: 0 };
-
-    /// Inside an operation that started in `epoch`.
-    pub fn pinned(epoch: u64) -> Self {
-        Self { pinned: true, epoch }
-    }
-
-    /// The word.
-    pub fn pack(self) -> u64 {
-        if self.pinned {
-            self.epoch << 1 | 1
-        } else {
-            0
-        }
-    }
-
-    /// The announcement in `word`.
-    pub fn unpack(word: u64) -> Self {
-        Self { pinned: word & 1 != 0, epoch: word >> 1 }
-    }
-}
 
 /// The shared state: the global epoch and one announcement per thread.
 #[derive(Clone, Copy, Debug)]
@@ -113,25 +63,13 @@ impl<'a> Epochs<'a> {
 
     /// The global epoch.
     pub fn current(&self) -> u64 {
-        // SeqCst: takes part in the total order the module proof relies on.
-        self.global.load(Ordering::SeqCst)
+        epoch::current(self.global)
     }
 
     /// Advances the global epoch by one if every pinned thread has announced it; returns
     /// whether the epoch moved (by this call or a racing one).
     pub fn try_advance(&self) -> bool {
-        let g = self.current();
-        for i in 0..self.threads() {
-            // SeqCst: this read follows, in S, every announcement made before the epoch read
-            // `g` above (see the module docs).
-            let a = Announce::unpack(self.slot(i).load(Ordering::SeqCst));
-            if a.pinned && a.epoch != g {
-                return false;
-            }
-        }
-        // A failed CAS means another thread advanced from `g`: the epoch moved all the same.
-        let _ = self.global.compare_exchange(g, g + 1, Ordering::SeqCst, Ordering::SeqCst);
-        true
+        epoch::try_advance(self.global, (0..self.threads()).map(|i| self.slot(i)))
     }
 }
 
@@ -170,18 +108,7 @@ impl<'a> Participant<'a> {
     #[inline]
     pub fn pin(&mut self) {
         debug_assert!(!self.pinned, "pin while pinned");
-        let word = self.epochs.slot(self.slot);
-        let mut e = self.epochs.current();
-        loop {
-            // SeqCst store, then SeqCst re-read: the announcement precedes every later load of
-            // this operation in S (on x86 the store is an xchg, the one fence of a pin).
-            word.store(Announce::pinned(e).pack(), Ordering::SeqCst);
-            let now = self.epochs.current();
-            if now == e {
-                break;
-            }
-            e = now;
-        }
+        epoch::pin(self.epochs.global, self.epochs.slot(self.slot));
         self.pinned = true;
     }
 
@@ -189,9 +116,7 @@ impl<'a> Participant<'a> {
     #[inline]
     pub fn unpin(&mut self) {
         debug_assert!(self.pinned, "unpin while not pinned");
-        // SeqCst (hence Release): every read of a value in the operation happens before an
-        // advancer that sees this store, hence before the value is freed.
-        self.epochs.slot(self.slot).store(Announce::IDLE.pack(), Ordering::SeqCst);
+        epoch::unpin(self.epochs.slot(self.slot));
         self.pinned = false;
     }
 
@@ -223,7 +148,7 @@ impl<'a> Participant<'a> {
     #[inline]
     pub fn reclaimable(&mut self) -> Option<Retired> {
         let front = self.retired.front()?;
-        if front.epoch + 2 <= self.epochs.current() {
+        if epoch::reclaimable(front.epoch, self.epochs.current()) {
             self.retired.pop_front()
         } else {
             None
