@@ -459,4 +459,73 @@ mod tests {
             "STORED\r\nSTORED\r\nEXISTS\r\nNOT_FOUND\r\nVALUE c 0 1\r\nb\r\nEND\r\n"
         );
     }
+
+    #[test]
+    fn a_multi_get_of_more_keys_than_stack_tokens_answers_every_key() {
+        let keys: Vec<String> = (0..MAX_TOKENS + 6).map(|i| format!("key{i}")).collect();
+        let mut input = String::new();
+        for k in &keys {
+            input += &format!("set {k} 0 0 {}\r\n{k}\r\n", k.len());
+        }
+        input += &format!("get {}\r\n", keys.join(" "));
+        let out = run(input.as_bytes(), &[]);
+        let mut want = "STORED\r\n".repeat(keys.len());
+        for k in &keys {
+            want += &format!("VALUE {k} 0 {}\r\n{k}\r\n", k.len());
+        }
+        want += "END\r\n";
+        assert_eq!(out, want);
+    }
+
+    #[test]
+    fn a_too_long_key_in_a_multi_get_replaces_the_whole_reply_by_an_error() {
+        let long = "k".repeat(MAX_KEY + 1);
+        let out = run(format!("set a 0 0 1\r\nx\r\nget a {long} a\r\nget a\r\n").as_bytes(), &[]);
+        assert_eq!(out, "STORED\r\nCLIENT_ERROR bad command line format\r\nVALUE a 0 1\r\nx\r\nEND\r\n");
+    }
+
+    #[test]
+    fn numbers_parse_exactly_as_str_parse_does() {
+        let cases = [
+            "0",
+            "7",
+            "007",
+            "999999999",
+            "4294967295",
+            "4294967296",
+            "18446744073709551615",
+            "99999999999999999999",
+            "+5",
+            "-1",
+            "",
+            "1x",
+            " 1",
+            "9223372036854775807",
+            "9223372036854775808",
+        ];
+        for c in cases {
+            assert_eq!(number::<u32>(c.as_bytes()), c.parse::<u32>().ok(), "u32 {c:?}");
+            assert_eq!(number::<u64>(c.as_bytes()), c.parse::<u64>().ok(), "u64 {c:?}");
+            assert_eq!(number::<i64>(c.as_bytes()), c.parse::<i64>().ok(), "i64 {c:?}");
+        }
+    }
+
+    #[test]
+    fn overwrites_and_deletes_in_crowded_buckets_leave_exactly_the_live_items() {
+        // 64 buckets, 400 keys: arrays of about six items, each write copying the others.
+        let mut input = String::new();
+        for round in 0..3 {
+            for i in 0..400 {
+                input += &format!("set k{i} {round} 0 2\r\n{:02}\r\n", i % 100);
+            }
+        }
+        for i in (0..400).step_by(2) {
+            input += &format!("delete k{i}\r\n");
+        }
+        input += "get k1 k2 k399\r\nstats cxlkv\r\n";
+        let out = run(input.as_bytes(), &[]);
+        assert!(out.contains("VALUE k1 2 2\r\n01\r\nVALUE k399 2 2\r\n99\r\nEND\r\n"), "{}", &out[out.len() - 300..]);
+        assert!(out.contains("STAT table_live_items 200\r\n"), "{}", &out[out.len() - 300..]);
+        assert!(out.contains("STAT table_items 200\r\n"), "{}", &out[out.len() - 300..]);
+    }
 }

@@ -27,12 +27,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use cxlalloc::{Coherence, Config, Heap, ThreadHandle};
 
 use crate::crash::{self, Point};
-use crate::{detect, epoch};
 use crate::error::StoreError;
 use crate::layout::{
     array_size, hash_key, item_size, mix64, state, Array, Item, ItemRef, Mem, Record, Stat, Table, ITEM_HEADER, MAGIC,
     MAX_BUCKET, MAX_DROPPED, MAX_KEY, MAX_WORKERS, RING, ROOT, STATS,
 };
+use crate::{detect, epoch};
 
 /// Retirements between two tries to advance the epoch.
 const ADVANCE_EVERY: u32 = 32;
