@@ -170,6 +170,7 @@ impl<'a> Participant<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
 
     fn words(threads: usize) -> (AtomicU64, Vec<AtomicU64>) {
         (AtomicU64::new(0), (0..Epochs::announce_words(threads)).map(|_| AtomicU64::new(0)).collect())
