@@ -18,11 +18,20 @@
 //! in S, and the retirer's epoch read after the swap returns `r ≥ e`. Freeing needs the epoch
 //! to pass `e + 1 → e + 2`; that advancer read the epoch `e + 1` after `R` read `e`, so its read
 //! of `R`'s announcement follows `R`'s store in S and sees `pinned(e)` until `R` unpins.
+//!
+//! The same argument holds with the accesses weaker than `SeqCst` as long as the three
+//! store-then-load steps (a pin's announcement then its re-read, an advance's epoch read then
+//! its scan, an unlink then the tag's read) each have a `SeqCst` fence in between: the fences
+//! are totally ordered, and each case above becomes a fence-to-fence step. The code has both,
+//! the `SeqCst` accesses and the fences, because the fences are what the loom models
+//! (`tests/loom.rs`) can check: loom treats `SeqCst` accesses as acquire/release (so it finds
+//! the store-buffering outcome they forbid) but implements `SeqCst` fences. On x86 a fence is
+//! one `mfence`, a few tens of cycles per operation.
 
 #[cfg(loom)]
-use loom::sync::atomic::{AtomicU64, Ordering};
+use loom::sync::atomic::{fence, AtomicU64, Ordering};
 #[cfg(not(loom))]
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 /// A thread's announcement word.
 ///
@@ -76,6 +85,8 @@ pub fn pin(global: &AtomicU64, word: &AtomicU64) -> u64 {
         // SeqCst store, then SeqCst re-read: the announcement precedes every later load of this
         // operation in S (on x86 the store is an xchg, the one fence of a pin).
         word.store(Announce::pinned(e).pack(), Ordering::SeqCst);
+        // The store-then-load of a pin (see the module docs).
+        fence(Ordering::SeqCst);
         let now = global.load(Ordering::SeqCst);
         if now == e {
             return e;
@@ -92,12 +103,19 @@ pub fn unpin(word: &AtomicU64) {
     word.store(Announce::IDLE.pack(), Ordering::SeqCst);
 }
 
-/// The global epoch, for a retirement's tag (read after the unlinking swap) and for
-/// [`reclaimable`].
+/// The global epoch, for [`reclaimable`].
 #[inline]
 pub fn current(global: &AtomicU64) -> u64 {
     // SeqCst: takes part in the total order the module proof relies on.
     global.load(Ordering::SeqCst)
+}
+
+/// The tag of a block unlinked just before (by a swap or CAS that took it out): the global
+/// epoch, read after a fence that orders it after the unlink (see the module docs).
+#[inline]
+pub fn tag(global: &AtomicU64) -> u64 {
+    fence(Ordering::SeqCst);
+    current(global)
 }
 
 /// Advances `global` by one if every pinned announcement in `announcements` is of the current
@@ -105,6 +123,8 @@ pub fn current(global: &AtomicU64) -> u64 {
 /// caller announcing an old epoch would hold its own advance back.
 pub fn try_advance<'a>(global: &AtomicU64, announcements: impl IntoIterator<Item = &'a AtomicU64>) -> bool {
     let g = current(global);
+    // The epoch read, then the scan (see the module docs).
+    fence(Ordering::SeqCst);
     for word in announcements {
         // SeqCst: this read follows, in S, every announcement made before the epoch read `g`
         // above (see the module docs).

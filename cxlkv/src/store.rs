@@ -520,7 +520,7 @@ impl<'s> Worker<'s> {
     /// now (after the CAS that unlinked them), and moves the tail past them in one store.
     fn push_retired(&mut self) -> Result<(), StoreError> {
         let rec = self.rec;
-        let tag = epoch::current(&self.store.table().epoch.word);
+        let tag = epoch::tag(&self.store.table().epoch.word);
         let tail0 = rec.tail0.load(Ordering::Relaxed);
         let mut t = tail0;
         let mut put = |off: u64, size: usize| {

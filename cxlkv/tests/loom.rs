@@ -13,6 +13,20 @@
 //! | recovery_knows_whether_a_dead_writers_cas_happened  | 2   | none  | <0.1 s |
 //! | a_replacer_marking_after_its_cas_is_caught (−)      | 2   | none  | <0.1 s |
 //! | recovery_reading_the_mark_first_is_caught (−)       | 2   | none  | <0.1 s |
+//!
+//! And of the reclamation epoch step (`cxlkv::epoch`, docs/design.md §16.2), driving the real
+//! `pin`, `unpin`, `current`, `try_advance` and `reclaimable`: a reader R pins, loads the
+//! current block and uses it until it unpins, while a writer W advances once, swaps block 1 out
+//! for block 2, tags it with the epoch, and frees it once `reclaimable` says so (three advance
+//! attempts). R
+//! must never see its block freed while pinned.
+//!
+//! | model                                               | thr | bound | time   |
+//! | --------------------------------------------------- | --- | ----- | ------ |
+//! | no_block_is_freed_under_a_pinned_reader             | 2   | none  | <1 s   |
+//! | freeing_one_epoch_after_the_tag_is_caught (−)       | 2   | none  | <1 s   |
+//! | a_tag_read_before_the_unlink_is_caught (−)          | 2   | none  | <1 s   |
+//! | a_pin_without_its_fence_is_caught (−)               | 2   | none  | <1 s   |
 #![cfg(loom)]
 
 use loom::sync::atomic::{AtomicU64, Ordering};
@@ -93,5 +107,88 @@ fn recovery_reading_the_mark_first_is_caught() {
     model(Death::AfterCas, replace_real, |t, new| {
         let seen = t.seen[new as usize].load(Ordering::SeqCst) != 0;
         seen || t.bucket.load(Ordering::SeqCst) == new
+    });
+}
+
+/// The epoch model's shared words: the global epoch, R's and W's announcements, the word
+/// naming the current block, and a freed flag per block (index = block id).
+struct Epoch {
+    global: AtomicU64,
+    announce: [AtomicU64; 2],
+    current: AtomicU64,
+    freed: [AtomicU64; 3],
+}
+
+/// Runs the epoch model; `tag_first` reads W's tag before its unlinking swap (broken), and
+/// `reclaimable` decides when W may free.
+fn epoch_model(tag_first: bool, reclaimable: fn(u64, u64) -> bool, pin: fn(&AtomicU64, &AtomicU64) -> u64) {
+    use cxlkv::epoch;
+    loom::model(move || {
+        let s = Arc::new(Epoch {
+            global: AtomicU64::new(0),
+            announce: Default::default(),
+            current: AtomicU64::new(1),
+            freed: Default::default(),
+        });
+        let r = {
+            let s = s.clone();
+            thread::spawn(move || {
+                pin(&s.global, &s.announce[0]);
+                let b = s.current.load(Ordering::SeqCst) as usize;
+                let at_load = s.freed[b].load(Ordering::SeqCst);
+                let at_unpin = s.freed[b].load(Ordering::SeqCst);
+                epoch::unpin(&s.announce[0]);
+                assert!(at_load == 0 && at_unpin == 0, "block {b} freed under a pinned reader");
+            })
+        };
+        // One advance before the swap (as another worker's would be), so that R may pin in an
+        // epoch later than one read before the swap.
+        let early = epoch::current(&s.global);
+        epoch::try_advance(&s.global, s.announce.iter());
+        s.current.swap(2, Ordering::SeqCst);
+        let tag = if tag_first { early } else { epoch::tag(&s.global) };
+        for _ in 0..3 {
+            epoch::try_advance(&s.global, s.announce.iter());
+            if reclaimable(tag, epoch::current(&s.global)) {
+                s.freed[1].store(1, Ordering::SeqCst);
+                break;
+            }
+        }
+        r.join().unwrap();
+    });
+}
+
+#[test]
+fn no_block_is_freed_under_a_pinned_reader() {
+    epoch_model(false, cxlkv::epoch::reclaimable, cxlkv::epoch::pin);
+}
+
+/// Broken: a block freed once the epoch is one past its tag.
+#[test]
+#[should_panic(expected = "freed under a pinned reader")]
+fn freeing_one_epoch_after_the_tag_is_caught() {
+    epoch_model(false, |tag, global| tag < global, cxlkv::epoch::pin);
+}
+
+/// Broken: the tag is the epoch read before the swap that unlinked the block.
+#[test]
+#[should_panic(expected = "freed under a pinned reader")]
+fn a_tag_read_before_the_unlink_is_caught() {
+    epoch_model(true, cxlkv::epoch::reclaimable, cxlkv::epoch::pin);
+}
+
+/// Broken (for loom): a pin with `SeqCst` accesses and no fence between its announcement and
+/// its re-read. Correct under the C++ model, but loom treats `SeqCst` accesses as
+/// acquire/release, finds the store-buffering outcome, and so could not check the protocol
+/// without the fences `cxlkv::epoch` has.
+#[test]
+#[should_panic(expected = "freed under a pinned reader")]
+fn a_pin_without_its_fence_is_caught() {
+    epoch_model(false, cxlkv::epoch::reclaimable, |global, word| loop {
+        let e = global.load(Ordering::SeqCst);
+        word.store(cxlkv::epoch::Announce::pinned(e).pack(), Ordering::SeqCst);
+        if global.load(Ordering::SeqCst) == e {
+            return e;
+        }
     });
 }

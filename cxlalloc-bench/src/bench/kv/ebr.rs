@@ -129,8 +129,8 @@ impl<'a> Participant<'a> {
     /// it): it is freed once no thread can still hold it.
     pub fn retire(&mut self, handle: u64, size: usize) {
         debug_assert!(self.pinned, "retire outside an operation");
-        // The epoch is read after the unlinking swap (both SeqCst; see the module docs).
-        let epoch = self.epochs.current();
+        // The epoch is read after the unlinking swap (cxlkv::epoch's proof).
+        let epoch = epoch::tag(self.epochs.global);
         self.retired.push_back(Retired { handle, size, epoch });
         self.since_advance += 1;
     }
