@@ -27,6 +27,10 @@
 //! | freeing_one_epoch_after_the_tag_is_caught (−)       | 2   | none  | <1 s   |
 //! | a_tag_read_before_the_unlink_is_caught (−)          | 2   | none  | <1 s   |
 //! | a_pin_without_its_fence_is_caught (−)               | 2   | none  | <1 s   |
+//!
+//! W is the model's one advancer and reads its own epoch writes, so the advance's and the tag's
+//! fences are not exercised here (removing either one still passes); the pin's fence and the
+//! tag's place after the unlink are.
 #![cfg(loom)]
 
 use loom::sync::atomic::{AtomicU64, Ordering};
