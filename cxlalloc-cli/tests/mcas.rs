@@ -2,6 +2,8 @@
 //! `mcas::device::serve` in a thread): success, failure, errors, contention on one word from
 //! many threads and processes, and a window that survives its server.
 
+// The library's process helpers (fork, heap names, pipes), shared rather than copied.
+#[path = "../../cxlalloc/tests/common/mod.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};
