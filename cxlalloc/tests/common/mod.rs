@@ -357,13 +357,25 @@ impl Device {
     /// Serves the window of the heap named `name`, `latency` per CAS.
     pub fn serve(name: &str, latency: Duration) -> Self {
         let path = cxlalloc::Heap::path_of(name).unwrap().join(cxlalloc::internal::WINDOW_FILE);
-        let window = cxlalloc::internal::mcas::Window::open(&path).unwrap();
+        Self::serve_window(latency, move || cxlalloc::internal::mcas::Window::open(&path).ok())
+    }
+
+    /// Serves the window carved in the no-HWcc heap device `path`, `latency` per CAS.
+    pub fn serve_device(path: &std::path::Path, latency: Duration) -> Self {
+        let path = path.to_path_buf();
+        Self::serve_window(latency, move || cxlalloc::internal::mcas::device_window(&path).ok())
+    }
+
+    /// Serves the window `open` maps; returns once a fresh mapping of it names its server, so
+    /// threads attached after this see the window served.
+    fn serve_window(latency: Duration, open: impl Fn() -> Option<cxlalloc::internal::mcas::Window>) -> Self {
+        let window = open().expect("the heap's mCAS window");
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let s = stop.clone();
         let thread = std::thread::spawn(move || {
             cxlalloc::internal::mcas::device::serve(&window, latency, &s).map(|served| served.requests).unwrap_or(0)
         });
-        while cxlalloc::internal::mcas::Window::open(&path).ok().and_then(|w| w.served_by()).is_none() {
+        while open().and_then(|w| w.served_by()).is_none() {
             std::thread::sleep(Duration::from_millis(1));
         }
         Device { stop, thread: Some(thread) }
