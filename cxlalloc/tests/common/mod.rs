@@ -438,3 +438,41 @@ pub fn free_roots_and_check_empty(heap: &cxlalloc::Heap, n: usize) {
     assert!(report.is_clean(), "{report}");
     assert_eq!(cxlalloc::Bracket::ALL.iter().map(|&b| report.bracket(b).live_blocks()).sum::<u64>(), 0);
 }
+
+/// Which compare-and-swap [`mcas_increment`] retries with.
+#[derive(Clone, Copy, Debug)]
+pub enum Cas {
+    /// `compare_exchange_weak`: one request; a spurious failure reports the value expected.
+    Weak,
+    /// `compare_exchange`: fails only when the word differs, and reports it.
+    Strong,
+}
+
+/// Adds 1 to mCAS target `target` `times` times through `c`: load, then CAS `cur → cur + 1`,
+/// retrying from the word each lost CAS reports. With other clients doing the same, the word
+/// ends `times` higher per client only if no CAS that lost was taken for a success.
+pub fn mcas_increment(
+    c: &mut cxlalloc::internal::mcas::McasClient,
+    target: u64,
+    times: u64,
+    cas: Cas,
+) -> Result<(), String> {
+    for _ in 0..times {
+        let mut cur = c.load(target).map_err(|e| format!("load {target}: {e}"))?;
+        loop {
+            cur = match cas {
+                Cas::Weak => match c.compare_exchange_weak(target, cur, cur + 1) {
+                    Ok(a) if a.success => break,
+                    Ok(a) => a.prev,
+                    Err(e) => return Err(format!("weak CAS on {target}: {e}")),
+                },
+                Cas::Strong => match c.compare_exchange(target, cur, cur + 1) {
+                    Ok(_) => break,
+                    Err(Ok(seen)) => seen,
+                    Err(Err(e)) => return Err(format!("CAS on {target}: {e}")),
+                },
+            };
+        }
+    }
+    Ok(())
+}
