@@ -12,11 +12,9 @@ mod common;
 use std::process::{Command, Output};
 use std::sync::atomic::Ordering;
 
-use common::{fork_code, serial, HeapName, CHILD_DEADLINE};
+use common::{fork_child, serial, HeapName};
 use cxlalloc::internal::crash;
 use cxlalloc::{Config, Heap};
-use nix::sys::signal::Signal;
-use nix::sys::wait::WaitStatus;
 
 fn cxlalloc(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cxlalloc")).args(args).output().expect("run cxlalloc")
@@ -25,26 +23,14 @@ fn cxlalloc(args: &[&str]) -> Output {
 /// Forks a child that arms `point`, opens heap `name` and allocates a block into root 1
 /// detectably; returns whether it died at the point.
 fn alloc_into_root_1_killed_at(name: &str, point: &str) -> bool {
-    let mut child = fork_code(point, || {
+    fork_child(point, || {
         crash::arm(point);
-        let done = Heap::open(name).map_err(|e| e.to_string()).and_then(|heap| {
-            let t = heap.attach().map_err(|e| e.to_string())?;
-            let word = heap.root(1).ok_or("no root 1")?;
-            t.alloc_into(64, word).map(|_| ()).map_err(|e| e.to_string())
-        });
-        match done {
-            Ok(()) => 0,
-            Err(e) => {
-                common::raw_eprint(&format!("{point}: {e}\n"));
-                common::EXIT_FAILED
-            }
-        }
-    });
-    match child.wait(CHILD_DEADLINE) {
-        WaitStatus::Signaled(_, Signal::SIGKILL, _) => true,
-        WaitStatus::Exited(_, 0) => false,
-        other => panic!("{point}: child ended {other:?}"),
-    }
+        let heap = Heap::open(name).map_err(|e| e.to_string())?;
+        let t = heap.attach().map_err(|e| e.to_string())?;
+        let word = heap.root(1).ok_or("no root 1")?;
+        t.alloc_into(64, word).map(|_| ()).map_err(|e| e.to_string())
+    })
+    .killed_at_point(point)
 }
 
 /// A slot killed between taking a block and storing its offset: `check` names the dead holder,

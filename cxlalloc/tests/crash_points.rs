@@ -10,11 +10,9 @@ mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use common::{fork_code, serial, HeapName, CHILD_DEADLINE};
+use common::{fork_code, serial, HeapName};
 use cxlalloc::internal::crash::{self, POINTS};
 use cxlalloc::{Coherence, Config, Heap, Offset, ThreadHandle};
-use nix::sys::signal::Signal;
-use nix::sys::wait::WaitStatus;
 
 /// Words of the application's table (a block every block of the workload is recorded in).
 const TABLE_WORDS: usize = 512;
@@ -158,7 +156,7 @@ fn table(heap: &Heap) -> &[AtomicU64] {
 /// Forks a child that arms `point` and runs `body`; returns whether it died at the point
 /// (false: it finished without reaching it).
 fn crash_child(name: &str, point: &str, body: fn(&Heap) -> Result<(), String>) -> bool {
-    let mut child = fork_code(point, || {
+    fork_code(point, || {
         crash::arm(point);
         let heap = match Heap::open(name) {
             Ok(h) => h,
@@ -174,12 +172,8 @@ fn crash_child(name: &str, point: &str, body: fn(&Heap) -> Result<(), String>) -
                 common::EXIT_FAILED
             }
         }
-    });
-    match child.wait(CHILD_DEADLINE) {
-        WaitStatus::Signaled(_, Signal::SIGKILL, _) => true,
-        WaitStatus::Exited(_, 0) => false,
-        other => panic!("{point}: child ended {other:?}"),
-    }
+    })
+    .killed_at_point(point)
 }
 
 fn run_workload(heap: &Heap) -> Result<(), String> {

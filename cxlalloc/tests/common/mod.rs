@@ -161,6 +161,16 @@ impl Child {
         assert_eq!(self.exit_code(), 0, "child {pid} failed (its stderr above says why)");
     }
 
+    /// Waits; true if the child died by `SIGKILL` (the crash point `point` it armed fired),
+    /// false if it exited 0 (it never reached the point). Any other end fails the test.
+    pub fn killed_at_point(&mut self, point: &str) -> bool {
+        match self.wait(CHILD_DEADLINE) {
+            WaitStatus::Signaled(_, Signal::SIGKILL, _) => true,
+            WaitStatus::Exited(_, 0) => false,
+            other => panic!("{point}: child {} ended {other:?}", self.pid),
+        }
+    }
+
     /// Waits and returns the signal that killed the child; fails the test if it exited.
     pub fn killed_by(&mut self) -> Signal {
         match self.wait(CHILD_DEADLINE) {
