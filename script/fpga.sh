@@ -264,7 +264,7 @@ stage_cosim() {
   [ "$(sha256sum <"$foreign")" = "$before" ]
 
   echo "the allocator's Rust mCAS client drives the RTL through a window:"
-  MCAS_COSIM="$bin/mcas-cosim" cargo test -q -p cxlalloc --test mcas -- --ignored
+  MCAS_COSIM="$bin/mcas-cosim" cargo test -q -p cxlalloc-cli --test mcas -- --ignored
   echo "the allocator end to end on the RTL: threads allocate and free remotely through mCAS:"
   MCAS_COSIM="$bin/mcas-cosim" cargo test -q -p cxlalloc --test coherence -- --ignored
 }

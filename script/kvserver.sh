@@ -23,7 +23,7 @@ ensure_sysdeps memcached libmemcached-tools
 ensure_kv_venv
 
 echo "==> building cxlkv and the cxlalloc CLI (release)"
-cargo build --release -p cxlkv -p cxlalloc --bin cxlkv --bin cxlalloc
+cargo build --release -p cxlkv -p cxlalloc-cli --bin cxlkv --bin cxlalloc
 py=cxlkv/tests/py
 
 case $mode in

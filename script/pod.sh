@@ -60,7 +60,8 @@ setup() {
   ensure_sysdeps build-essential qemu-system-x86 busybox-static cpio linux-image-amd64
   ensure_rust
   export CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-1}
-  cargo build -q -p cxlalloc --bin cxlalloc --bin cxlalloc-mcasd --example pod_worker
+  cargo build -q -p cxlalloc-cli --bin cxlalloc --bin cxlalloc-mcasd
+  cargo build -q -p cxlalloc --example pod_worker
   cargo build -q -p cxlkv --example pod_kv
   mkdir -p "$POD"
   local kv

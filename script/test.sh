@@ -96,7 +96,8 @@ step clippy cargo clippy --workspace --all-targets -- -D warnings
 step doc env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 step test cargo test --workspace --no-fail-fast
 step test-validate cargo test -p cxlalloc --features validate
-step crash-points cargo test -p cxlalloc --features crash-points --test crash_points --test hosts
+step crash-points sh -c 'cargo test -p cxlalloc --features crash-points --test crash_points --test hosts &&
+  cargo test -p cxlalloc-cli --features crash-points --test crash_points'
 step noncoherent cargo test -p cxlalloc --features noncoherent-sim --test noncoherent
 # Instruction counts of the fast paths (local alloc/free, remote free, batched remote free,
 # refill) in every coherence model under callgrind, against script/icount.baseline: fails when

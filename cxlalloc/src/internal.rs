@@ -1,5 +1,5 @@
-//! Support for the crate's own tools and tests: the `cxlalloc` CLI, the `cxlalloc-mcasd`
-//! daemon, `cxlalloc-bench` and the integration and loom tests. Not part of the API: it may
+//! Support for the workspace's own tools and tests: the `cxlalloc` CLI and the `cxlalloc-mcasd`
+//! daemon (package `cxlalloc-cli`), `cxlalloc-bench` and the integration and loom tests. Not part of the API: it may
 //! change in any release, and applications should not use it.
 //!
 //! Every safe function reachable from here is safe to call with any argument: an index,

@@ -10,11 +10,9 @@ mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use common::{fork_code, serial, HeapName, CHILD_DEADLINE};
+use common::{fork_code, serial, HeapName};
 use cxlalloc::internal::crash::{self, POINTS};
 use cxlalloc::{Coherence, Config, Heap, Offset, ThreadHandle};
-use nix::sys::signal::Signal;
-use nix::sys::wait::WaitStatus;
 
 /// Words of the application's table (a block every block of the workload is recorded in).
 const TABLE_WORDS: usize = 512;
@@ -158,7 +156,7 @@ fn table(heap: &Heap) -> &[AtomicU64] {
 /// Forks a child that arms `point` and runs `body`; returns whether it died at the point
 /// (false: it finished without reaching it).
 fn crash_child(name: &str, point: &str, body: fn(&Heap) -> Result<(), String>) -> bool {
-    let mut child = fork_code(point, || {
+    fork_code(point, || {
         crash::arm(point);
         let heap = match Heap::open(name) {
             Ok(h) => h,
@@ -174,12 +172,8 @@ fn crash_child(name: &str, point: &str, body: fn(&Heap) -> Result<(), String>) -
                 common::EXIT_FAILED
             }
         }
-    });
-    match child.wait(CHILD_DEADLINE) {
-        WaitStatus::Signaled(_, Signal::SIGKILL, _) => true,
-        WaitStatus::Exited(_, 0) => false,
-        other => panic!("{point}: child ended {other:?}"),
-    }
+    })
+    .killed_at_point(point)
 }
 
 fn run_workload(heap: &Heap) -> Result<(), String> {
@@ -308,43 +302,4 @@ fn a_slot_whose_adopter_died_during_recovery_is_recovered_again() {
             finish(heap, owner);
         }
     }
-}
-
-fn alloc_into_root_1(heap: &Heap) -> Result<(), String> {
-    let t = heap.attach().map_err(|e| e.to_string())?;
-    let word = heap.root(1).ok_or("no root 1")?;
-    t.alloc_into(64, word).map_err(|e| e.to_string())?;
-    Ok(())
-}
-
-/// `cxlalloc check` on a slot killed between taking a block and storing its offset: it names
-/// the dead holder, the interrupted detectable allocation and what recovery will do with it;
-/// `cxlalloc recover` then does it.
-#[test]
-fn cli_check_describes_an_interrupted_detectable_allocation_and_recover_completes_it() {
-    let _serial = serial();
-    let (name, heap, owner) = fresh_heap("cli-AllocTaken", Coherence::Full);
-    assert!(crash_child(name.as_str(), "AllocTaken", alloc_into_root_1), "AllocTaken not reached");
-    let cli = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_cxlalloc")).args(args).output().expect("run cxlalloc")
-    };
-    let check = cli(&["check", "--json", name.as_str()]);
-    let v: serde_json::Value = serde_json::from_slice(&check.stdout).expect("check --json");
-    let dead = &v["dead_holders"][0];
-    let steps: Vec<&str> = dead["steps"].as_array().expect("steps").iter().filter_map(|s| s.as_str()).collect();
-    let interrupted = steps.iter().find(|s| s.starts_with("interrupted: a detectable allocation of the block"));
-    assert!(
-        interrupted.is_some_and(|s| s.contains("store the block's offset into the word if the block was taken")),
-        "{v}"
-    );
-    assert_eq!(heap.root(1).map(|w| w.load(Ordering::Acquire)), Some(0), "check changed the word");
-    let recover = cli(&["recover", name.as_str()]);
-    assert!(recover.status.success(), "{recover:?}");
-    let said = String::from_utf8_lossy(&recover.stdout);
-    assert!(said.contains("interrupted: a detectable allocation; the block's offset stored"), "{said}");
-    assert_ne!(heap.root(1).map(|w| w.load(Ordering::Acquire)), Some(0), "recover did not store the block");
-    let after = cli(&["check", name.as_str()]);
-    assert_eq!(after.status.code(), Some(0), "{}", String::from_utf8_lossy(&after.stdout));
-    owner.free_from(heap.root(1).expect("root 1")).expect("free the recovered block");
-    finish(heap, owner);
 }

@@ -324,19 +324,10 @@ fn a_no_hwcc_heap_on_a_device_runs_through_the_window_carved_in_it() {
     let config = Config { coherence: Coherence::NoHwcc, huge_capacity: 0, thread_slots: 8, ..config() };
     let dev = DevFile::sized_for("nohwcc", &config);
     let heap = Heap::format_device(dev.path(), &config).unwrap();
-    let window = cxlalloc::internal::mcas::device_window(dev.path()).unwrap();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let s = stop.clone();
-    let server = std::thread::spawn(move || {
-        cxlalloc::internal::mcas::device::serve(&window, Duration::ZERO, &s).map(|r| r.requests).unwrap_or(0)
-    });
-    while cxlalloc::internal::mcas::device_window(dev.path()).ok().and_then(|w| w.served_by()).is_none() {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let device = common::Device::serve_device(dev.path(), Duration::ZERO);
     common::remote_free_ring(&heap, 3, 200);
     let r = heap.check();
-    stop.store(true, Ordering::Relaxed);
-    let requests = server.join().unwrap();
+    let requests = device.stop();
     assert!(r.is_clean(), "{r}");
     assert!(requests > 0, "no CAS went through the device's window");
 }
@@ -346,15 +337,7 @@ fn a_device_window_served_from_another_host_lets_threads_attach() {
     let config = Config { coherence: Coherence::NoHwcc, huge_capacity: 0, thread_slots: 8, ..config() };
     let dev = DevFile::sized_for("remote-server", &config);
     let heap = Heap::format_device(dev.path(), &config).unwrap();
-    let window = cxlalloc::internal::mcas::device_window(dev.path()).unwrap();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let s = stop.clone();
-    let server = std::thread::spawn(move || {
-        cxlalloc::internal::mcas::device::serve(&window, Duration::ZERO, &s).map(|r| r.requests).unwrap_or(0)
-    });
-    while cxlalloc::internal::mcas::device_window(dev.path()).ok().and_then(|w| w.served_by()).is_none() {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let device = common::Device::serve_device(dev.path(), Duration::ZERO);
     // The window's server word now names a process of another host (a pid above this host's
     // pid_max): only that host could judge it, so the word alone says the window is served.
     use std::os::unix::fs::FileExt;
@@ -369,8 +352,7 @@ fn a_device_window_served_from_another_host_lets_threads_attach() {
     let b = t.alloc(100).unwrap();
     t.free(b).unwrap();
     drop(t);
-    stop.store(true, Ordering::Relaxed);
-    assert!(server.join().unwrap() > 0);
+    assert!(device.stop() > 0, "no CAS went through the device's window");
 }
 
 #[test]

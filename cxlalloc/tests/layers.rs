@@ -43,15 +43,13 @@ fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
-/// Every library source file as (module path, code without comments). `bin/` is not the library.
+/// Every library source file as (module path, code without comments).
 fn files() -> Vec<(String, String)> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).expect("read src dir").flatten() {
             let path = entry.path();
             if path.is_dir() {
-                if path.file_name().is_some_and(|n| n != "bin") {
-                    walk(&path, out);
-                }
+                walk(&path, out);
             } else if path.extension().is_some_and(|e| e == "rs") {
                 out.push(path);
             }

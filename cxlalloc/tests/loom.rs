@@ -1060,29 +1060,40 @@ struct HugeBlock {
 type Publish = fn(&[AtomicU64], u64, u64) -> Option<usize>;
 type BeginReclaim = fn(&AtomicU64, u64, u64) -> bool;
 
+impl HugeBlock {
+    /// A live block with no hazard on it; its pages hold 7 until a reclaimer reuses them.
+    fn live() -> Arc<Self> {
+        Arc::new(HugeBlock {
+            status: AtomicU64::new(LIVE),
+            set: std::array::from_fn(|_| AtomicU64::new(0)),
+            pages: UnsafeCell::new(7),
+        })
+    }
+}
+
+/// A process faulting on `b`: publishes its hazard with `publish`, reads the pages only if the
+/// block is still live after that (they must not have been reused), then retracts the hazard.
+fn spawn_mapper(b: &Arc<HugeBlock>, seen: &Seen, publish: Publish) -> thread::JoinHandle<()> {
+    let (b, seen) = (b.clone(), seen.clone());
+    thread::spawn(move || {
+        let Some(i) = publish(&b.set, KEY, 1) else { return };
+        if b.status.load(Ordering::Acquire) == LIVE {
+            // SAFETY (model): the hazard is published and the block was live after it.
+            let v = b.pages.with(|p| unsafe { *p });
+            assert_eq!(v, 7, "mapped a block whose pages were reused");
+            seen.mark("mapped");
+        } else {
+            seen.mark("backed off");
+        }
+        cxlalloc::internal::protocol::hazard::retract(&b.set, i);
+    })
+}
+
 /// A mapper (a process faulting on the block), a freer and the reclaiming owner; with
 /// `owner_frees` the owner frees the block itself before reclaiming (two threads).
 fn hazard_model(seen: &Seen, owner_frees: bool, publish: Publish, begin_reclaim: BeginReclaim) {
-    let b = Arc::new(HugeBlock {
-        status: AtomicU64::new(LIVE),
-        set: std::array::from_fn(|_| AtomicU64::new(0)),
-        pages: UnsafeCell::new(7),
-    });
-    let mapper = {
-        let (b, seen) = (b.clone(), seen.clone());
-        thread::spawn(move || {
-            let Some(i) = publish(&b.set, KEY, 1) else { return };
-            if b.status.load(Ordering::Acquire) == LIVE {
-                // SAFETY (model): the hazard is published and the block was live after it.
-                let v = b.pages.with(|p| unsafe { *p });
-                assert_eq!(v, 7, "mapped a block whose pages were reused");
-                seen.mark("mapped");
-            } else {
-                seen.mark("backed off");
-            }
-            cxlalloc::internal::protocol::hazard::retract(&b.set, i);
-        })
-    };
+    let b = HugeBlock::live();
+    let mapper = spawn_mapper(&b, seen, publish);
     let freer = (!owner_frees).then(|| {
         let b = b.clone();
         thread::spawn(move || {
@@ -1168,26 +1179,8 @@ const RELEASED: u64 = 6;
 /// so loom reports two that proceed (or one that proceeds under the mapper's read).
 fn release_model(seen: &Seen, begin_release: BeginReclaim) {
     use cxlalloc::internal::protocol::hazard;
-    let b = Arc::new(HugeBlock {
-        status: AtomicU64::new(LIVE),
-        set: std::array::from_fn(|_| AtomicU64::new(0)),
-        pages: UnsafeCell::new(7),
-    });
-    let mapper = {
-        let (b, seen) = (b.clone(), seen.clone());
-        thread::spawn(move || {
-            let Some(i) = hazard::publish(&b.set, KEY, 1) else { return };
-            if b.status.load(Ordering::Acquire) == LIVE {
-                // SAFETY (model): the hazard is published and the block was live after it.
-                let v = b.pages.with(|p| unsafe { *p });
-                assert_eq!(v, 7, "mapped a block whose pages were reused");
-                seen.mark("mapped");
-            } else {
-                seen.mark("backed off");
-            }
-            hazard::retract(&b.set, i);
-        })
-    };
+    let b = HugeBlock::live();
+    let mapper = spawn_mapper(&b, seen, hazard::publish);
     let freer = {
         let (b, seen) = (b.clone(), seen.clone());
         thread::spawn(move || {

@@ -8,7 +8,7 @@ mod common;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use common::{fork_child, free_roots_and_check_empty, remote_free_ring, serial, Ctx};
+use common::{fork_child, free_roots_and_check_empty, mcas_increment, remote_free_ring, serial, Cas, Ctx};
 use cxlalloc::internal::mcas::{Device, DeviceSpec, Link, McasClient, McasError, MmioError};
 use cxlalloc::{Coherence, Config, Heap, OpenError};
 
@@ -171,17 +171,7 @@ fn threads_on_their_own_slots_lose_no_increment_of_a_shared_word() {
         for slot in 0..6 {
             let device = device.clone();
             s.spawn(move || {
-                let mut c = client(&device, slot);
-                for _ in 0..per_thread {
-                    let mut cur = c.load(0).unwrap();
-                    loop {
-                        let a = c.compare_exchange_weak(0, cur, cur + 1).unwrap();
-                        if a.success {
-                            break;
-                        }
-                        cur = a.prev;
-                    }
-                }
+                mcas_increment(&mut client(&device, slot), 0, per_thread, Cas::Weak).unwrap();
             });
         }
     });
@@ -202,14 +192,7 @@ fn processes_each_with_a_stand_in_serialize_on_the_shared_memory() {
             let spec = spec.clone();
             fork_child("incrementer", move || {
                 let device = Arc::new(Device::open(&spec).map_err(|e| e.to_string())?);
-                let mut c = client(&device, slot);
-                for _ in 0..per_child {
-                    let mut cur = c.load(8).map_err(|e| e.to_string())?;
-                    while let Err(Ok(seen)) = c.compare_exchange(8, cur, cur + 1) {
-                        cur = seen;
-                    }
-                }
-                Ok(())
+                mcas_increment(&mut client(&device, slot), 8, per_child, Cas::Strong)
             })
         })
         .collect();

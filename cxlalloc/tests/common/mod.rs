@@ -161,6 +161,16 @@ impl Child {
         assert_eq!(self.exit_code(), 0, "child {pid} failed (its stderr above says why)");
     }
 
+    /// Waits; true if the child died by `SIGKILL` (the crash point `point` it armed fired),
+    /// false if it exited 0 (it never reached the point). Any other end fails the test.
+    pub fn killed_at_point(&mut self, point: &str) -> bool {
+        match self.wait(CHILD_DEADLINE) {
+            WaitStatus::Signaled(_, Signal::SIGKILL, _) => true,
+            WaitStatus::Exited(_, 0) => false,
+            other => panic!("{point}: child {} ended {other:?}", self.pid),
+        }
+    }
+
     /// Waits and returns the signal that killed the child; fails the test if it exited.
     pub fn killed_by(&mut self) -> Signal {
         match self.wait(CHILD_DEADLINE) {
@@ -357,13 +367,25 @@ impl Device {
     /// Serves the window of the heap named `name`, `latency` per CAS.
     pub fn serve(name: &str, latency: Duration) -> Self {
         let path = cxlalloc::Heap::path_of(name).unwrap().join(cxlalloc::internal::WINDOW_FILE);
-        let window = cxlalloc::internal::mcas::Window::open(&path).unwrap();
+        Self::serve_window(latency, move || cxlalloc::internal::mcas::Window::open(&path).ok())
+    }
+
+    /// Serves the window carved in the no-HWcc heap device `path`, `latency` per CAS.
+    pub fn serve_device(path: &std::path::Path, latency: Duration) -> Self {
+        let path = path.to_path_buf();
+        Self::serve_window(latency, move || cxlalloc::internal::mcas::device_window(&path).ok())
+    }
+
+    /// Serves the window `open` maps; returns once a fresh mapping of it names its server, so
+    /// threads attached after this see the window served.
+    fn serve_window(latency: Duration, open: impl Fn() -> Option<cxlalloc::internal::mcas::Window>) -> Self {
+        let window = open().expect("the heap's mCAS window");
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let s = stop.clone();
         let thread = std::thread::spawn(move || {
             cxlalloc::internal::mcas::device::serve(&window, latency, &s).map(|served| served.requests).unwrap_or(0)
         });
-        while cxlalloc::internal::mcas::Window::open(&path).ok().and_then(|w| w.served_by()).is_none() {
+        while open().and_then(|w| w.served_by()).is_none() {
             std::thread::sleep(Duration::from_millis(1));
         }
         Device { stop, thread: Some(thread) }
@@ -425,4 +447,42 @@ pub fn free_roots_and_check_empty(heap: &cxlalloc::Heap, n: usize) {
     let report = heap.check();
     assert!(report.is_clean(), "{report}");
     assert_eq!(cxlalloc::Bracket::ALL.iter().map(|&b| report.bracket(b).live_blocks()).sum::<u64>(), 0);
+}
+
+/// Which compare-and-swap [`mcas_increment`] retries with.
+#[derive(Clone, Copy, Debug)]
+pub enum Cas {
+    /// `compare_exchange_weak`: one request; a spurious failure reports the value expected.
+    Weak,
+    /// `compare_exchange`: fails only when the word differs, and reports it.
+    Strong,
+}
+
+/// Adds 1 to mCAS target `target` `times` times through `c`: load, then CAS `cur → cur + 1`,
+/// retrying from the word each lost CAS reports. With other clients doing the same, the word
+/// ends `times` higher per client only if no CAS that lost was taken for a success.
+pub fn mcas_increment(
+    c: &mut cxlalloc::internal::mcas::McasClient,
+    target: u64,
+    times: u64,
+    cas: Cas,
+) -> Result<(), String> {
+    for _ in 0..times {
+        let mut cur = c.load(target).map_err(|e| format!("load {target}: {e}"))?;
+        loop {
+            cur = match cas {
+                Cas::Weak => match c.compare_exchange_weak(target, cur, cur + 1) {
+                    Ok(a) if a.success => break,
+                    Ok(a) => a.prev,
+                    Err(e) => return Err(format!("weak CAS on {target}: {e}")),
+                },
+                Cas::Strong => match c.compare_exchange(target, cur, cur + 1) {
+                    Ok(_) => break,
+                    Err(Ok(seen)) => seen,
+                    Err(Err(e)) => return Err(format!("CAS on {target}: {e}")),
+                },
+            };
+        }
+    }
+    Ok(())
 }

@@ -2,6 +2,8 @@
 //! `mcas::device::serve` in a thread): success, failure, errors, contention on one word from
 //! many threads and processes, and a window that survives its server.
 
+// The library's process helpers (fork, heap names, pipes), shared rather than copied.
+#[path = "../../cxlalloc/tests/common/mod.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -9,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{fork_child, serial};
+use common::{fork_child, mcas_increment, serial, Cas};
 use cxlalloc::internal::mcas::device::{self, DeviceError};
 use cxlalloc::internal::mcas::{Geometry, McasClient, McasError, Window, WindowError};
 use cxlalloc::internal::sync::{AtomicBool, Ordering};
@@ -122,17 +124,7 @@ fn contend(w: Arc<Window>, per: u64) {
             let w = w.clone();
             s.spawn(move || {
                 let mut c = McasClient::new(w, slot).unwrap();
-                for _ in 0..per {
-                    let mut cur = c.load(8).unwrap();
-                    loop {
-                        let a = c.compare_exchange_weak(8, cur, cur + 1).unwrap();
-                        if a.success {
-                            break;
-                        }
-                        // A weak CAS: a spurious failure reports the value we expected.
-                        cur = a.prev;
-                    }
-                }
+                mcas_increment(&mut c, 8, per, Cas::Weak).unwrap();
             });
         }
     });
@@ -152,13 +144,7 @@ fn processes_contending_on_one_word_lose_no_update() {
             fork_child("mcas client", move || {
                 let w = Arc::new(Window::open(&path).map_err(|e| e.to_string())?);
                 let mut c = McasClient::new(w, slot).map_err(|e| e.to_string())?;
-                for _ in 0..PER {
-                    let mut cur = c.load(16).map_err(|e| e.to_string())?;
-                    while let Err(r) = c.compare_exchange(16, cur, cur + 1) {
-                        cur = r.map_err(|e| e.to_string())?;
-                    }
-                }
-                Ok(())
+                mcas_increment(&mut c, 16, PER, Cas::Strong)
             })
         })
         .collect();

@@ -2,6 +2,8 @@
 //! dead slot holders, `--json` on every read command, human sizes, `check` naming dead holders
 //! and what `recover` would do, exit statuses, and output into a closed pipe.
 
+// The library's process helpers (fork, heap names, pipes), shared rather than copied.
+#[path = "../../cxlalloc/tests/common/mod.rs"]
 mod common;
 
 use std::os::fd::OwnedFd;

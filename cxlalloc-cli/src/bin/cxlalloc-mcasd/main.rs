@@ -16,15 +16,8 @@
 //! given for one must match it. `--latency-ns` injects device time per CAS (the paper's device:
 //! 2300).
 
-// Under `--cfg loom` the library holds only the model-checked protocols (see `lib.rs`), so the
-// daemon is compiled out; cargo still builds this binary for `tests/loom.rs`.
-#[cfg(not(loom))]
 mod daemon;
 
-#[cfg(not(loom))]
 fn main() -> std::process::ExitCode {
     daemon::main()
 }
-
-#[cfg(loom)]
-fn main() {}
