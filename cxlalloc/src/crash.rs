@@ -81,6 +81,7 @@ pub const POINTS: &[&str] = &[
     "HugeReused",
     "HugeReleasing",
     "HugeObjectReleased",
+    "HugeHandedOver",
     "RecoveryResolved",
     "RecoveryRebuilt",
     "RecoveryHostDeclared",

@@ -643,12 +643,19 @@ fn a_block_that_no_process_maps_is_released_by_its_freer_not_left_to_its_owner()
     .succeeds();
     let off = to_parent.recv_u64(CHILD_DEADLINE).expect("the owner's block");
     let owner_slot = to_parent.recv_u64(CHILD_DEADLINE).expect("the owner's slot");
-    // A freer in another process, which stays, its heap open, until told. Its thread must
-    // not be the owner's slot again (a free by the owner slot caches the object).
+    // A freer in another process, which stays, its heap open, until told. It must not hold
+    // the owner's slot (a free by the owner slot caches the object, and a free while the owner
+    // slot is held hands the object over to its cache).
     let mut freer = fork_child("freer", || {
-        let (heap, t) = open_attached(name.as_str())?;
-        let other = heap.attach().ctx("attach")?;
-        let t = if u64::from(t.slot()) == owner_slot { &other } else { &t };
+        let (heap, first) = open_attached(name.as_str())?;
+        let t = if u64::from(first.slot()) == owner_slot {
+            let other = heap.attach().ctx("attach")?;
+            drop(first);
+            other
+        } else {
+            first
+        };
+        let t = &t;
         let q = at(&heap, off)?;
         // SAFETY: live until we free it.
         unsafe { check_stamp(q, 2 * MIB, off, 9)? };
@@ -891,4 +898,52 @@ fn an_unlinked_heap_keeps_mapping_and_creating_huge_blocks_for_processes_that_ha
     drop(t);
     drop(heap);
     assert!(!shm_holds_inode(ino), "the unlinked heap's directory outlived its last user");
+}
+
+#[test]
+fn a_block_freed_by_another_thread_goes_to_its_owners_cache_and_is_reused_without_a_new_object() {
+    let _serial = serial();
+    let name = HeapName::new("huge-handover");
+    let (heap, owner) = create(&name, &small_config());
+    let (to_freer, blocks) = std::sync::mpsc::channel::<(u64, u64)>();
+    let (to_owner, freed) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        // The consumer, a thread of another slot, checks and frees what the owner sends it.
+        let heap = &heap;
+        s.spawn(move || {
+            let t = heap.attach().unwrap();
+            for (off, i) in blocks {
+                let p = at(heap, off).unwrap();
+                // SAFETY: live until freed below.
+                unsafe { check_stamp(p, 4 * MIB, off, i) }.unwrap();
+                t.free(p).unwrap();
+                to_owner.send(()).unwrap();
+            }
+        });
+        let mut first = None;
+        for i in 0..20u64 {
+            let p = if i % 2 == 0 { owner.alloc(4 * MIB).unwrap() } else { owner.alloc_zeroed(4 * MIB).unwrap() };
+            let off = offset(heap, p);
+            assert_eq!(*first.get_or_insert(off), off, "cycle {i}: the handed-over block is reused");
+            if i % 2 == 1 {
+                // alloc_zeroed keeps its promise on a reused object, which holds the last
+                // cycle's stamp.
+                // SAFETY: our block of 4 MiB.
+                let words = unsafe { std::slice::from_raw_parts(p.as_ptr().cast::<u64>(), 4 * MIB / 8) };
+                assert!(words.iter().all(|&w| w == 0), "cycle {i}: alloc_zeroed on a reused object");
+            }
+            // SAFETY: our block of 4 MiB.
+            unsafe { stamp(p, 4 * MIB, off, i) };
+            to_freer.send((off, i)).unwrap();
+            freed.recv().unwrap();
+            let r = assert_clean(heap);
+            assert_eq!((r.huge.live, r.huge.freed, r.huge.released, r.huge.cached), (0, 0, 0, 1), "cycle {i}: {r}");
+            assert_eq!(objects(&name), 1, "cycle {i}: one object throughout");
+        }
+        drop(to_freer);
+    });
+    drop(owner);
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.cached, r.huge.claimed_slots, r.live_blocks()), (0, 0, 0), "{r}");
+    assert_eq!(objects(&name), 0, "the owner's detach discards what was handed over");
 }

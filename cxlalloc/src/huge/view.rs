@@ -603,6 +603,16 @@ impl HugeView {
         unsafe { map::populate_write(addr, len.next_multiple_of(self.page)) }
     }
 
+    /// Whether the range at huge offset `off` still maps a backing object in this process,
+    /// judged by its first page being resident: a range returned to `PROT_NONE` has no pages.
+    /// Only for a range that can map nothing but one object or `PROT_NONE` (a cached block's,
+    /// docs/design.md §7.6); "no" when unsure, which costs a needless mapping call, never a
+    /// wrong one. Async-signal-safe.
+    pub(crate) fn maps_object(&self, off: u64) -> bool {
+        // SAFETY: `range` checked that the page lies in the huge span of our reservation.
+        self.range(off, self.page).is_ok_and(|addr| unsafe { map::is_resident(addr, self.page) })
+    }
+
     /// Returns `len` bytes at huge offset `off` to reserved `PROT_NONE` address space in this
     /// process (never a hole: see [`map::map_none_fixed`]). Async-signal-safe.
     pub(crate) fn unmap(&self, off: u64, len: usize) -> Result<(), Errno> {
