@@ -81,7 +81,6 @@ pub const POINTS: &[&str] = &[
     "HugeReused",
     "HugeReleasing",
     "HugeObjectReleased",
-    "HugeHandedOver",
     "RecoveryResolved",
     "RecoveryRebuilt",
     "RecoveryHostDeclared",

@@ -127,10 +127,10 @@ fn workload(heap: &Heap, table: &[AtomicU64]) -> Result<(), String> {
     try_alloc(&c, table, PLAIN..PLAIN + PLAIN_BLOCKS, 128)?;
     let d = heap.attach().map_err(|e| e.to_string())?;
     if heap.config().huge_capacity > 0 {
-        // A huge block of 2 MiB (the cached one does not fit it), freed by another thread
-        // while its owner holds its slot: handed over to the owner's cache with its object,
-        // which the owner takes back when it detaches. And one freed by that thread once its
-        // owner has detached: released (its object removed), the rest left to a sweep.
+        // Two huge blocks of 2 MiB (the cached one does not fit them). One freed by a thread
+        // beside its owner: left mapped and protected for the owner, which reclaims it when it
+        // detaches. One freed by that thread once its owner has detached: released (its object
+        // removed by the freer), the rest left to a sweep.
         try_alloc(&c, table, HUGE..HUGE + 2, 2 << 20)?;
         try_free(&d, table, HUGE..HUGE + 1)?;
     }

@@ -30,7 +30,7 @@ use crate::backing::HugeName;
 use crate::class::Bracket;
 use crate::crash::crash_point;
 use crate::error::{AllocError, FreeError};
-use crate::huge::space::{FreeRanges, CACHE_BYTES, CACHE_OBJECTS};
+use crate::huge::space::FreeRanges;
 use crate::huge::view::HugeView;
 use crate::layout::{HUGE_SLOT, HUGE_SLOT_SHIFT};
 use crate::mem::HeapMem;
@@ -167,8 +167,8 @@ impl HugeThread<'_> {
         let key = HazardKey::new(c.offset, generation);
         let entry = view.publish(key, c.size / view.page as u64, &|_| true).map_err(|_| AllocError::HazardsExhausted);
         // This process's mapping of the range is the same object still (kept since this thread
-        // freed it), or `PROT_NONE` (a thread of another slot freed it and handed it over, or a
-        // thread dropped it meanwhile): never another object, for a range is unmapped here
+        // freed it or dropped its stale mapping, §7.6), or `PROT_NONE` (a thread of another
+        // slot dropped it meanwhile): never another object, for a range is unmapped here
         // before it leaves the cache or becomes free. Only the second needs a mapping call,
         // and then one `MADV_POPULATE_WRITE` enters the object's pages, which are all still
         // there, instead of a fault per page (docs/design.md §7.6).
@@ -405,10 +405,23 @@ impl HugeThread<'_> {
         // range goes back to its free space ([`HugeThread::take_back`]); until then the range
         // can only show this very object again (docs/design.md §7.6).
         let owns = space.is_some() && owner == self.t.slot;
-        if !(owns && view.named_objects()) {
+        // A thread beside the owner (another slot held by this process) leaves this process's
+        // mapping and the hazard entries that cover it: the owner's next huge operation drops
+        // them without unmapping ([`drop_stale_mappings`] keeps the mappings of its own blocks)
+        // and reclaims the block into its cache, so that it reuses the object and its mapped
+        // pages — no new object, no `fallocate`, no zeroing, no fault (docs/design.md §7.6).
+        // The entries keep the block from being reclaimed or released until then, also by a
+        // second heap instance of this process, whose mappings are its own.
+        let beside = !owns && view.named_objects() && view.holder != 0 && {
+            // Relaxed: a policy read; the entries, not the lease, protect the mapping.
+            self.mem().lease(owner).holder.load(Ordering::Relaxed) == view.holder
+        };
+        if !(owns && view.named_objects()) && !beside {
             let _ = view.unmap(b.offset, b.size as usize);
         }
-        view.retract(HazardKey::new(b.offset, b.generation));
+        if !beside {
+            view.retract(HazardKey::new(b.offset, b.generation));
+        }
         let freed = mark_freed(view, &b);
         crash_point!(HugeFreeMarked);
         if !freed {
@@ -424,8 +437,11 @@ impl HugeThread<'_> {
             None => {
                 // Another slot's block: give its memory back now if nobody maps it, rather
                 // than when its owner next does huge work (docs/design.md §7.6). Still under
-                // the HugeFree record, which recovery finishes from wherever this stops.
-                let _ = release(self.mem(), view, &b, true);
+                // the HugeFree record, which recovery finishes from wherever this stops. Not
+                // beside the owner: our own entries protect it, for the owner to reuse.
+                if !beside {
+                    let _ = release(self.mem(), view, &b);
+                }
                 self.t.settle();
             }
         }
@@ -447,7 +463,9 @@ impl HugeThread<'_> {
     /// Drops this process's stale mappings, reclaims what is reclaimable and unclaims empty
     /// huge slots.
     pub(crate) fn maintain(&self, space: &mut FreeRanges) {
-        let dropped = drop_stale_mappings(self.view);
+        // The mappings of our own blocks stay: we reclaim them next, into the cache (the range
+        // can show nothing but that object until `take_back` unmaps it) or not.
+        let dropped = drop_stale_mappings(self.view, Some(self.t.slot));
         if !dropped.is_empty() {
             release_dropped(self.t, self.view, &dropped);
         }
@@ -458,14 +476,13 @@ impl HugeThread<'_> {
             match b.state {
                 Some(HugeState::Freed | HugeState::Reclaiming) if self.try_reclaim(&b) => self.reclaim_one(&b, space),
                 Some(HugeState::Released) => self.take_back(&b, space),
-                // Handed over by the thread of another slot that freed it (§7.6): into the
-                // cache while it has room, else discarded.
-                Some(HugeState::Cached) if !space.holds_cached(b.desc) => {
-                    if space.cache_admits(b.size) && !memory_is_short(space.cached_bytes() + b.size) {
-                        space.cache_push(b);
-                    } else {
-                        self.take_back(&b, space);
-                    }
+                // Not reclaimable yet (a hazard elsewhere, or another thread releasing it):
+                // the mapping this process may have kept (the owner's free, our drop above)
+                // must not outlive our hold of the slot, after which a thread of another
+                // process may discard the block and reuse its range. While we hold the slot
+                // nobody can, so the unmap cannot hit another block's mapping.
+                Some(HugeState::Freed | HugeState::Reclaiming | HugeState::Releasing) if self.view.named_objects() => {
+                    let _ = self.view.unmap(b.offset, b.size as usize);
                 }
                 _ => {}
             }
@@ -547,72 +564,39 @@ pub(crate) fn mark_freed(view: &HugeView, b: &HugeBlock) -> bool {
 }
 
 /// Releases the freed block `b` of another slot (rule 3 for a thread that is not its owner):
-/// Freed → Releasing with one CAS and a SeqCst fence, the hazard scan, then the block handed
-/// over to its owner's cache with its object (a free's release, `hand_over`, while the owner's
-/// cache has room) or its backing object removed and the status Released; back to Freed if
-/// some process still maps it (the owner, a sweep, or a later release takes it then). Nothing
-/// if the owner got to it first. The caller has the slot's pending record name the block
-/// ([`PendingKind::HugeFree`]), so that recovery finishes a release cut short
-/// ([`finish_release`]). Returns whether the block was handed over or released.
-pub(crate) fn release(mem: &HeapMem, view: &HugeView, b: &HugeBlock, hand_over: bool) -> bool {
+/// Freed → Releasing with one CAS and a SeqCst fence, the hazard scan, then the backing object
+/// removed and the status Released; back to Freed if some process still maps it (the owner, a
+/// sweep, or a later release takes it then). Nothing if the owner got to it first. The caller
+/// has the slot's pending record name the block ([`PendingKind::HugeFree`]), so that recovery
+/// finishes a release cut short ([`finish_release`]).
+/// Returns whether it released the object.
+pub(crate) fn release(mem: &HeapMem, view: &HugeView, b: &HugeBlock) -> bool {
     let Some(d) = view.descriptor(b.desc) else { return false };
     let (freed, releasing) = (HugeState::Freed.word(b.generation), HugeState::Releasing.word(b.generation));
     if !hazard::begin_reclaim(&d.status, freed, releasing) {
         return false;
     }
     crash_point!(HugeReleasing);
-    finish_release(mem, view, b, hand_over)
+    finish_release(mem, view, b)
 }
 
 /// The rest of a release, from Releasing (also recovery's, for a thread that died in the
-/// middle): scan; then, with `hand_over` (a free, not a sweep), hand the block over to its
-/// owner's cache with its object ([`hands_over`]); else remove the object and mark it Released; or back to Freed if some
-/// process still maps it. Returns whether the block left Releasing for good (handed over or
-/// released).
-pub(crate) fn finish_release(mem: &HeapMem, view: &HugeView, b: &HugeBlock, hand_over: bool) -> bool {
+/// middle): scan, remove the object, Released; or back to Freed. Returns whether it released
+/// the object.
+pub(crate) fn finish_release(mem: &HeapMem, view: &HugeView, b: &HugeBlock) -> bool {
     let Some(d) = view.descriptor(b.desc) else { return false };
     let releasing = HugeState::Releasing.word(b.generation);
     let next = if hazard_anywhere(mem, view, HazardKey::new(b.offset, b.generation)) {
         HugeState::Freed
-    } else if hand_over && hands_over(mem, view, b) {
-        HugeState::Cached
     } else {
         let _ = mem.backing().huge_remove(&HugeName::of_block(b));
         crash_point!(HugeObjectReleased);
         HugeState::Released
     };
-    // Release: the object's removal (or, handed over, our hazard scan) happens before the
-    // owner's discard or reuse of the descriptor; a CAS, not a store, so that a status that is
-    // no longer ours is left alone.
-    let moved = d.status.compare_exchange(releasing, next.word(b.generation), Ordering::Release, Ordering::Relaxed);
-    if next == HugeState::Cached && moved.is_ok() {
-        crash_point!(HugeHandedOver);
-    }
-    next != HugeState::Freed
-}
-
-/// Whether the released block `b` (Releasing, no hazard left) goes to its owner's cache with
-/// its object, rather than losing it: a block freed by another thread is then reused by its
-/// owner's next allocation of that size without a new object, `fallocate` and zeroed pages
-/// (xmalloc's producer and consumer, docs/design.md §7.6). Only while the owner slot is held
-/// (someone will take it), the heap has named objects, the owner's list holds fewer cached
-/// blocks than its cache keeps ([`crate::huge::space::CACHE_OBJECTS`],
-/// [`crate::huge::space::CACHE_BYTES`]: two freers counting at once may both hand one over, and
-/// the owner trims the excess at its next huge operation), and the system has memory to spare.
-fn hands_over(mem: &HeapMem, view: &HugeView, b: &HugeBlock) -> bool {
-    if !view.named_objects() {
-        return false;
-    }
-    let Some(owner) = view.owner_of(b.offset) else { return false };
-    // Relaxed: a policy read; a holder that lets the slot go meanwhile leaves the cached block
-    // to the next holder's rebuild or to a sweep, either of which takes it.
-    if mem.lease(owner).holder.load(Ordering::Relaxed) == 0 {
-        return false;
-    }
-    let Some(list) = view.snapshot(owner) else { return false };
-    let cached = list.iter().filter(|c| c.state == Some(HugeState::Cached));
-    let (n, bytes) = cached.fold((0, 0), |(n, bytes), c| (n + 1, bytes + c.size));
-    n < CACHE_OBJECTS && bytes + b.size <= CACHE_BYTES && !memory_is_short(bytes + b.size)
+    // Release: the object's removal happens before the owner's discard of the descriptor;
+    // a CAS, not a store, so that a status that is no longer ours is left alone.
+    let _ = d.status.compare_exchange(releasing, next.word(b.generation), Ordering::Release, Ordering::Relaxed);
+    next == HugeState::Released
 }
 
 /// Releases every freed block of the slots other than `t`'s that no process maps any more
@@ -630,7 +614,7 @@ pub(crate) fn release_freed(t: &SlabThread<'_>, view: &HugeView) -> usize {
                 continue;
             }
             t.announce(Pending::new(PendingKind::HugeFree, b.generation), b.offset, 0, b.desc);
-            n += usize::from(release(t.mem, view, &b, false));
+            n += usize::from(release(t.mem, view, &b));
             t.settle();
         }
     }
@@ -652,10 +636,14 @@ fn memory_is_short(bytes: u64) -> bool {
 
 /// Drops this process's mappings (and hazards) of huge blocks that are no longer live, so
 /// their owners can reclaim them ([`HugeView::drop_stale_into`]); returns the keys of the blocks it
-/// dropped.
-pub(crate) fn drop_stale_mappings(view: &HugeView) -> Vec<HazardKey> {
+/// dropped. With `owner`, the calling thread's slot, which reclaims next: the entries of that
+/// slot's blocks are retracted but their ranges stay mapped, for the reclaim to cache with
+/// their pages (only that slot's thread may do this: it alone moves its blocks on, and unmaps
+/// a range before it leaves the cache or becomes free, docs/design.md §7.6).
+pub(crate) fn drop_stale_mappings(view: &HugeView, owner: Option<u32>) -> Vec<HazardKey> {
     let mut keys = Vec::new();
-    view.drop_stale_into(&mut |k| keys.push(k));
+    let keep = |k: HazardKey| view.named_objects() && owner.is_some() && view.owner_of(k.offset) == owner;
+    view.drop_stale_into(&keep, &mut |k| keys.push(k));
     keys
 }
 
@@ -674,7 +662,7 @@ pub(crate) fn release_dropped(t: &SlabThread<'_>, view: &HugeView, keys: &[Hazar
             continue;
         }
         t.announce(Pending::new(PendingKind::HugeFree, b.generation), b.offset, 0, b.desc);
-        n += usize::from(release(t.mem, view, &b, false));
+        n += usize::from(release(t.mem, view, &b));
         t.settle();
     }
     n

@@ -34,11 +34,6 @@ impl FreeRanges {
         self.cache.push(b);
     }
 
-    /// Whether the block whose descriptor is at `desc` is in the cache already.
-    pub(crate) fn holds_cached(&self, desc: u64) -> bool {
-        self.cache.iter().any(|b| b.desc == desc)
-    }
-
     /// Bytes of the cached blocks.
     pub(crate) fn cached_bytes(&self) -> u64 {
         self.cache.iter().map(|b| b.size).sum()

@@ -384,7 +384,7 @@ impl HugeView {
         }
         // Full: stale entries go first, so that a process that only reads (and so never runs
         // `maintain`) recycles its entries instead of leasing set after set.
-        if self.drop_stale_touching(touch, &mut |_| {}) > 0 {
+        if self.drop_stale_touching(touch, &|_| false, &mut |_| {}) > 0 {
             if let Some(e) = self.publish_in_mine(word, pages) {
                 return Ok(e);
             }
@@ -502,18 +502,25 @@ impl HugeView {
     /// many this call dropped, and hands each dropped block's key to `dropped` (after its
     /// entry is retracted), so that the caller can release the blocks whose last mapping that
     /// was. Async-signal-safe if `dropped` is.
-    pub(crate) fn drop_stale_into(&self, dropped: &mut dyn FnMut(HazardKey)) -> usize {
-        self.drop_stale_touching(&|_| true, dropped)
+    /// `keep` names the blocks whose ranges stay mapped while their entries go: the caller is
+    /// their owner's thread, which reclaims them next (see `ops::drop_stale_mappings`).
+    pub(crate) fn drop_stale_into(&self, keep: &dyn Fn(HazardKey) -> bool, dropped: &mut dyn FnMut(HazardKey)) -> usize {
+        self.drop_stale_touching(&|_| true, keep, dropped)
     }
 
-    fn drop_stale_touching(&self, touch: Touch<'_>, dropped: &mut dyn FnMut(HazardKey)) -> usize {
+    fn drop_stale_touching(
+        &self,
+        touch: Touch<'_>,
+        keep: &dyn Fn(HazardKey) -> bool,
+        dropped: &mut dyn FnMut(HazardKey),
+    ) -> usize {
         let dead = |word: u64| HazardKey::unpack(word).is_some_and(|key| self.is_stale_touching(key, touch));
         let mut keys = [0u64; HAZARDS_PER_SET];
         let mut n = 0;
         for s in self.my_sets() {
             let mut k = 0;
             let unmap = |word: u64, pages: u64| {
-                if let Some(key) = HazardKey::unpack(word) {
+                if let Some(key) = HazardKey::unpack(word).filter(|&key| !keep(key)) {
                     let _ = self.unmap(key.offset, pages as usize * self.page);
                 }
                 if let Some(slot) = keys.get_mut(k) {

@@ -114,15 +114,15 @@ pub(crate) fn resolve(t: &SlabThread<'_>, huge: Option<&HugeThread<'_>>, p: Pend
             // the next holder): from Live, from Freed, or from the middle (Releasing).
             match h.view.read(desc).filter(|b| b.offset == block && p.names(b.generation)) {
                 Some(b) if b.state == Some(HugeState::Live) && mark_freed(h.view, &b) => {
-                    let _ = release(t.mem, h.view, &b, true);
+                    let _ = release(t.mem, h.view, &b);
                     PendingOutcome::Finished
                 }
                 Some(b) if b.state == Some(HugeState::Freed) => {
-                    let _ = release(t.mem, h.view, &b, true);
+                    let _ = release(t.mem, h.view, &b);
                     PendingOutcome::AlreadyFreed
                 }
                 Some(b) if b.state == Some(HugeState::Releasing) => {
-                    let _ = finish_release(t.mem, h.view, &b, true);
+                    let _ = finish_release(t.mem, h.view, &b);
                     PendingOutcome::AlreadyFreed
                 }
                 _ => PendingOutcome::AlreadyFreed,
