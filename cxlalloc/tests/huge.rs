@@ -948,3 +948,64 @@ fn a_block_freed_by_a_thread_beside_its_owner_is_reused_by_the_owner_without_a_n
     assert_eq!((r.huge.cached, r.huge.claimed_slots, r.live_blocks()), (0, 0, 0), "{r}");
     assert_eq!(objects(&name), 0, "the owner's detach discards what it kept");
 }
+
+#[test]
+fn an_idle_reader_with_a_maintenance_thread_no_longer_pins_blocks_freed_elsewhere() {
+    let _serial = serial();
+    let name = HeapName::new("huge-idle-reader");
+    let (heap, t) = create(&name, &small_config());
+    let blocks: Vec<_> = (0..4).map(|_| t.alloc(2 * MIB).unwrap()).collect();
+    let offs: Vec<u64> = blocks.iter().map(|&p| offset(&heap, p)).collect();
+    for (&p, &off) in blocks.iter().zip(&offs) {
+        // SAFETY: our fresh block.
+        unsafe { stamp(p, 2 * MIB, off, 6) };
+    }
+    let (mapped, done) = (Pipe::new(), Pipe::new());
+    let mut reader = fork_child("reader", || {
+        let heap = Heap::open(name.as_str()).ctx("open")?;
+        let _maintenance = heap.maintain_huge(std::time::Duration::from_millis(10)).ctx("maintain_huge")?;
+        for &off in &offs {
+            // SAFETY: live until we answer.
+            unsafe { check_stamp(at(&heap, off)?, 2 * MIB, off, 6)? };
+        }
+        mapped.send_u64(1);
+        // Idle from here: no call of ours touches the huge heap until the parent is done.
+        done.recv_u64(CHILD_DEADLINE).ok_or("no end")?;
+        Ok(())
+    });
+    mapped.recv_u64(CHILD_DEADLINE).expect("the reader mapped the blocks");
+    for p in blocks {
+        t.free(p).unwrap();
+    }
+    // The owner does no more huge work either: the reader's thread drops its mappings and
+    // releases each block's object, with nothing asked of either process.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while objects(&name) > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let left = objects(&name);
+    done.send_u64(1);
+    reader.succeeds();
+    assert_eq!(left, 0, "the idle reader still pins freed blocks");
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.live, r.huge.hazards, r.huge.released), (0, 0, 4), "{r}");
+}
+
+#[test]
+fn maintenance_is_refused_without_a_huge_heap_and_through_a_handle_inherited_across_fork() {
+    let _serial = serial();
+    let name = HeapName::new("huge-maint-refused");
+    let plain = HeapName::new("huge-maint-none");
+    let (heap, _t) = create(&name, &small_config());
+    let none = Heap::create(plain.as_str(), &Config { huge_capacity: 0, ..Config::with_capacity(64 << 20) }).unwrap();
+    assert_eq!(none.maintain_huge(std::time::Duration::from_millis(10)).err(), Some(cxlalloc::MaintenanceError::NoHugeHeap));
+    fork_child("child", || {
+        ensure!(
+            heap.maintain_huge(std::time::Duration::from_millis(10)).err() == Some(cxlalloc::MaintenanceError::ForeignProcess),
+            "an inherited handle is refused"
+        );
+        Ok(())
+    })
+    .succeeds();
+    drop(heap.maintain_huge(std::time::Duration::from_millis(10)).unwrap());
+}
