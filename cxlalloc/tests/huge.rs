@@ -1009,3 +1009,47 @@ fn maintenance_is_refused_without_a_huge_heap_and_through_a_handle_inherited_acr
     .succeeds();
     drop(heap.maintain_huge(std::time::Duration::from_millis(10)).unwrap());
 }
+
+#[test]
+fn an_owner_that_detaches_while_another_process_maps_its_freed_block_keeps_no_stale_mapping_of_it() {
+    let _serial = serial();
+    let name = HeapName::new("huge-detach-mapped");
+    let (heap, t) = create(&name, &small_config());
+    let p = t.alloc(2 * MIB).unwrap();
+    let off = offset(&heap, p);
+    // SAFETY: our fresh block.
+    unsafe { stamp(p, 2 * MIB, off, 1) };
+    let (mapped, detached, reused, done) = (Pipe::new(), Pipe::new(), Pipe::new(), Pipe::new());
+    let mut reader = fork_child("reader", || {
+        let heap = Heap::open(name.as_str()).ctx("open")?;
+        // SAFETY: live until we answer.
+        unsafe { check_stamp(at(&heap, off)?, 2 * MIB, off, 1)? };
+        mapped.send_u64(1);
+        detached.recv_u64(CHILD_DEADLINE).ok_or("no detach")?;
+        // Our mapping goes; the owner's slot is unheld: the sweep takes the block back whole
+        // and gives up its huge slot, which our allocation then claims.
+        heap.drop_stale_huge();
+        heap.sweep_huge();
+        let t = heap.attach().ctx("attach")?;
+        let q = t.alloc(2 * MIB).ctx("alloc")?;
+        ensure!(offset(&heap, q) == off, "the new block took the old one's range");
+        // SAFETY: our fresh block.
+        unsafe { stamp(q, 2 * MIB, off, 2) };
+        reused.send_u64(1);
+        done.recv_u64(CHILD_DEADLINE).ok_or("no end")?;
+        t.free(q).ctx("free")?;
+        Ok(())
+    });
+    mapped.recv_u64(CHILD_DEADLINE).expect("the reader mapped the block");
+    t.free(p).unwrap();
+    drop(t);
+    detached.send_u64(1);
+    reused.recv_u64(CHILD_DEADLINE).expect("the reader put a new block on the range");
+    // The owner's process still has the heap open: it must see the new block's bytes (mapped on
+    // its fault), not the old object through a mapping its freer kept.
+    // SAFETY: live until we tell the reader we are done.
+    let seen = unsafe { check_stamp(p, 2 * MIB, off, 2) };
+    done.send_u64(1);
+    reader.succeeds();
+    seen.unwrap();
+}
