@@ -998,10 +998,14 @@ fn maintenance_is_refused_without_a_huge_heap_and_through_a_handle_inherited_acr
     let plain = HeapName::new("huge-maint-none");
     let (heap, _t) = create(&name, &small_config());
     let none = Heap::create(plain.as_str(), &Config { huge_capacity: 0, ..Config::with_capacity(64 << 20) }).unwrap();
-    assert_eq!(none.maintain_huge(std::time::Duration::from_millis(10)).err(), Some(cxlalloc::MaintenanceError::NoHugeHeap));
+    assert_eq!(
+        none.maintain_huge(std::time::Duration::from_millis(10)).err(),
+        Some(cxlalloc::MaintenanceError::NoHugeHeap)
+    );
     fork_child("child", || {
         ensure!(
-            heap.maintain_huge(std::time::Duration::from_millis(10)).err() == Some(cxlalloc::MaintenanceError::ForeignProcess),
+            heap.maintain_huge(std::time::Duration::from_millis(10)).err()
+                == Some(cxlalloc::MaintenanceError::ForeignProcess),
             "an inherited handle is refused"
         );
         Ok(())

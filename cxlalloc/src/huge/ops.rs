@@ -416,7 +416,8 @@ impl HugeThread<'_> {
             // Relaxed: a policy read; the entries, not the lease, protect the mapping.
             self.mem().lease(owner).holder.load(Ordering::Relaxed) == view.holder
         };
-        if !(owns && view.named_objects()) && !beside {
+        let keeps_mapping = beside || (owns && view.named_objects());
+        if !keeps_mapping {
             let _ = view.unmap(b.offset, b.size as usize);
         }
         if !beside {

@@ -504,7 +504,11 @@ impl HugeView {
     /// was. Async-signal-safe if `dropped` is.
     /// `keep` names the blocks whose ranges stay mapped while their entries go: the caller is
     /// their owner's thread, which reclaims them next (see `ops::drop_stale_mappings`).
-    pub(crate) fn drop_stale_into(&self, keep: &dyn Fn(HazardKey) -> bool, dropped: &mut dyn FnMut(HazardKey)) -> usize {
+    pub(crate) fn drop_stale_into(
+        &self,
+        keep: &dyn Fn(HazardKey) -> bool,
+        dropped: &mut dyn FnMut(HazardKey),
+    ) -> usize {
         self.drop_stale_touching(&|_| true, keep, dropped)
     }
 
