@@ -319,6 +319,19 @@ cxl_thread_t* cxl_thread_adopt(cxl_heap_t* heap, unsigned slot);
 /** Adopts, repairs and releases every slot whose holder died; returns how many. */
 size_t cxl_heap_recover(cxl_heap_t* heap);
 
+/** Drops this process's mappings of huge blocks (above 512 KiB) that are no longer live (freed
+ *  by any process), so that their memory is given back now rather than at this process's next
+ *  huge allocation or free: for a process that only reads huge blocks. Stores how many mappings
+ *  it dropped in `*dropped_out` (if non-NULL). Returns CXL_OK, or CXL_EINVAL for a NULL heap or
+ *  a handle a forked child inherited (the child must open the heap itself). */
+int cxl_heap_drop_stale_huge(const cxl_heap_t* heap, size_t* dropped_out);
+
+/** Reclaims freed huge blocks that no process maps any more but nobody has reclaimed (their
+ *  owners idle or gone), as `cxlalloc recover` does. Stores how many backing objects of held
+ *  slots it removed in `*released_out` (if non-NULL). Returns CXL_OK, or CXL_EINVAL for a NULL
+ *  heap or a handle a forked child inherited. */
+int cxl_heap_sweep_huge(const cxl_heap_t* heap, size_t* released_out);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Offsets and roots                                                                            */
 /* ------------------------------------------------------------------------------------------ */

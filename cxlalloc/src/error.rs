@@ -435,3 +435,27 @@ impl From<&FreeError> for ErrorCode {
         }
     }
 }
+
+/// Why huge-block maintenance could not start ([`crate::Heap::maintain_huge`]).
+#[derive(Debug, thiserror::Error, PartialEq, Eq, Clone, Copy)]
+pub enum MaintenanceError {
+    /// The heap has no huge heap (`huge_capacity` 0, or a reduced coherence model).
+    #[error("the heap has no huge heap")]
+    NoHugeHeap,
+    /// A handle a forked child inherited: the child opens the heap itself (docs/design.md §7.5).
+    #[error("a heap handle inherited across fork: the child must open the heap itself for huge blocks")]
+    ForeignProcess,
+    /// The system refused a new thread.
+    #[error("cannot start the maintenance thread: {0:?}")]
+    Spawn(std::io::ErrorKind),
+}
+
+impl From<&MaintenanceError> for ErrorCode {
+    fn from(e: &MaintenanceError) -> Self {
+        match e {
+            MaintenanceError::NoHugeHeap => ErrorCode::Unsupported,
+            MaintenanceError::ForeignProcess => ErrorCode::InvalidArgument,
+            MaintenanceError::Spawn(_) => ErrorCode::OutOfMemory,
+        }
+    }
+}

@@ -778,6 +778,78 @@ pub unsafe extern "C" fn cxl_heap_recover(heap: *const CxlHeap) -> usize {
     n
 }
 
+/// The heap behind `heap` if this process may run huge operations through it: not null, and
+/// not a handle a forked child inherited from its parent (docs/design.md §7.5); otherwise
+/// `None`, with `CXL_EINVAL` recorded.
+///
+/// # Safety
+///
+/// `heap` is null or a live heap handle.
+unsafe fn huge_heap_ref<'a>(heap: *const CxlHeap, func: &str) -> Option<&'a Heap> {
+    // SAFETY: forwarded from this function's contract.
+    let h = unsafe { heap_ref(heap, func) }?;
+    if h.mem().huge().is_some_and(|v| !v.in_own_process()) {
+        fail(
+            func,
+            ErrorCode::InvalidArgument,
+            libc::EINVAL,
+            &"a handle inherited across fork: the child must open the heap itself for huge blocks",
+        );
+        return None;
+    }
+    Some(h)
+}
+
+/// `int cxl_heap_drop_stale_huge(const cxl_heap_t* heap, size_t* dropped_out)`: drops this
+/// process's mappings of huge blocks no longer live (freed by any process), so that their
+/// memory is given back without waiting for this process's next huge operation, and stores
+/// how many it dropped in `*dropped_out` (if non-null). Returns `CXL_OK`, or `CXL_EINVAL` for a
+/// null heap or a handle inherited across `fork` (docs/design.md §7.4, §7.6).
+///
+/// # Safety
+///
+/// `heap` is null or a live heap handle; `dropped_out` is null or points to a writable `size_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_heap_drop_stale_huge(heap: *const CxlHeap, dropped_out: *mut usize) -> c_int {
+    const F: &str = "cxl_heap_drop_stale_huge";
+    // SAFETY: forwarded from this function's contract.
+    let Some(h) = (unsafe { huge_heap_ref(heap, F) }) else {
+        return ErrorCode::InvalidArgument as c_int;
+    };
+    let n = h.drop_stale_huge();
+    // SAFETY: by the contract above, a non-null `dropped_out` is writable.
+    if let Some(out) = unsafe { dropped_out.as_mut() } {
+        *out = n;
+    }
+    succeed();
+    ErrorCode::Ok as c_int
+}
+
+/// `int cxl_heap_sweep_huge(const cxl_heap_t* heap, size_t* released_out)`: reclaims freed
+/// huge blocks that no process maps any more but nobody has reclaimed (what `cxlalloc recover`
+/// runs), and stores how many backing objects of held slots it removed in `*released_out` (if
+/// non-null). Returns `CXL_OK`, or `CXL_EINVAL` for a null heap or a handle inherited across
+/// `fork` (docs/design.md §7.6).
+///
+/// # Safety
+///
+/// `heap` is null or a live heap handle; `released_out` is null or points to a writable `size_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_heap_sweep_huge(heap: *const CxlHeap, released_out: *mut usize) -> c_int {
+    const F: &str = "cxl_heap_sweep_huge";
+    // SAFETY: forwarded from this function's contract.
+    let Some(h) = (unsafe { huge_heap_ref(heap, F) }) else {
+        return ErrorCode::InvalidArgument as c_int;
+    };
+    let n = h.sweep_huge();
+    // SAFETY: by the contract above, a non-null `released_out` is writable.
+    if let Some(out) = unsafe { released_out.as_mut() } {
+        *out = n;
+    }
+    succeed();
+    ErrorCode::Ok as c_int
+}
+
 /// `void cxl_thread_detach(cxl_thread_t* thread)`: releases the slot (its cached empty slabs go
 /// back to the heap). Blocks allocated through it stay allocated. Null is a no-op.
 ///

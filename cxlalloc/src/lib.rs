@@ -123,8 +123,11 @@ mod survey;
 pub use crate::{
     check::{huge::HugeCensus, BracketCensus, ClassCensus, InFlight, Problem, Report, SlabState},
     class::Bracket,
-    error::{AdoptError, AllocError, AttachError, ErrorCode, FreeError, OffsetError, OpenError, RecoverHostError},
-    heap::{Heap, HostInfo, HostRecovery, ReallocError, ThreadHandle, MAX_ALIGN},
+    error::{
+        AdoptError, AllocError, AttachError, ErrorCode, FreeError, MaintenanceError, OffsetError, OpenError,
+        RecoverHostError,
+    },
+    heap::{Heap, HostInfo, HostRecovery, HugeMaintenance, ReallocError, ThreadHandle, MAX_ALIGN},
     layout::{Coherence, Config},
     offset::Offset,
     persist::redo::{Op as RedoOp, Pending, PendingKind, Redo},

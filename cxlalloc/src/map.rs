@@ -156,6 +156,31 @@ pub(crate) unsafe fn populate_write(_addr: *mut u8, _len: usize) -> Result<(), E
     Ok(())
 }
 
+/// Whether the page at `addr` is resident (`mincore`): for a shared file mapping, whether the
+/// file's page is in memory; for reserved `PROT_NONE` address space, never (it has no pages).
+/// The huge heap uses it to tell a range that still maps a cached object from one returned to
+/// `PROT_NONE` (docs/design.md §7.6). Errors read as "not resident". Async-signal-safe.
+///
+/// # Safety
+/// `addr` is page-aligned and lies inside a reservation of this process.
+#[cfg(not(miri))]
+pub(crate) unsafe fn is_resident(addr: *mut u8, page: usize) -> bool {
+    let mut v = 0u8;
+    // SAFETY: by the caller's contract the page lies in our reservation (mapped, as an object
+    // or as PROT_NONE); mincore writes one byte per page of the one-page range into `v`.
+    let r = unsafe { libc::mincore(addr.cast(), page, &mut v) };
+    r == 0 && v & 1 == 1
+}
+
+/// Miri: the reservation is plain memory, always there.
+///
+/// # Safety
+/// Same as the non-miri version.
+#[cfg(miri)]
+pub(crate) unsafe fn is_resident(_addr: *mut u8, _page: usize) -> bool {
+    true
+}
+
 // Under miri, which models only plain allocations, a reservation is one zeroed heap allocation
 // that is readable and writable from the start: exactly what the anonymous backend needs, so
 // the allocator's unsafe code can be checked (file backings are unavailable there).

@@ -125,9 +125,11 @@ fn workload(heap: &Heap, table: &[AtomicU64]) -> Result<(), String> {
     try_alloc(&c, table, PLAIN..PLAIN + PLAIN_BLOCKS, 128)?;
     let d = heap.attach().map_err(|e| e.to_string())?;
     if heap.config().huge_capacity > 0 {
-        // A huge block of 2 MiB (the cached one does not fit it), freed by another thread,
-        // which releases its object; its owner takes back the rest when it detaches.
-        try_alloc(&c, table, HUGE..HUGE + 1, 2 << 20)?;
+        // Two huge blocks of 2 MiB (the cached one does not fit them). One freed by a thread
+        // beside its owner: left mapped and protected for the owner, which reclaims it when it
+        // detaches. One freed by that thread once its owner has detached: released (its object
+        // removed by the freer), the rest left to a sweep.
+        try_alloc(&c, table, HUGE..HUGE + 2, 2 << 20)?;
         try_free(&d, table, HUGE..HUGE + 1)?;
     }
     let plain_free = |word: &AtomicU64| -> Result<(), String> {
@@ -140,6 +142,9 @@ fn workload(heap: &Heap, table: &[AtomicU64]) -> Result<(), String> {
     };
     table[PLAIN..PLAIN + PLAIN_BLOCKS / 2].iter().try_for_each(plain_free)?;
     drop(c);
+    if heap.config().huge_capacity > 0 {
+        try_free(&d, table, HUGE + 1..HUGE + 2)?;
+    }
     table[PLAIN + PLAIN_BLOCKS / 2..PLAIN + PLAIN_BLOCKS].iter().try_for_each(plain_free)?;
     drop(d);
     Ok(())

@@ -643,12 +643,19 @@ fn a_block_that_no_process_maps_is_released_by_its_freer_not_left_to_its_owner()
     .succeeds();
     let off = to_parent.recv_u64(CHILD_DEADLINE).expect("the owner's block");
     let owner_slot = to_parent.recv_u64(CHILD_DEADLINE).expect("the owner's slot");
-    // A freer in another process, which stays, its heap open, until told. Its thread must
-    // not be the owner's slot again (a free by the owner slot caches the object).
+    // A freer in another process, which stays, its heap open, until told. It must not hold
+    // the owner's slot (a free by the owner slot caches the object, and a free while the owner
+    // slot is held hands the object over to its cache).
     let mut freer = fork_child("freer", || {
-        let (heap, t) = open_attached(name.as_str())?;
-        let other = heap.attach().ctx("attach")?;
-        let t = if u64::from(t.slot()) == owner_slot { &other } else { &t };
+        let (heap, first) = open_attached(name.as_str())?;
+        let t = if u64::from(first.slot()) == owner_slot {
+            let other = heap.attach().ctx("attach")?;
+            drop(first);
+            other
+        } else {
+            first
+        };
+        let t = &t;
         let q = at(&heap, off)?;
         // SAFETY: live until we free it.
         unsafe { check_stamp(q, 2 * MIB, off, 9)? };
@@ -891,4 +898,162 @@ fn an_unlinked_heap_keeps_mapping_and_creating_huge_blocks_for_processes_that_ha
     drop(t);
     drop(heap);
     assert!(!shm_holds_inode(ino), "the unlinked heap's directory outlived its last user");
+}
+
+#[test]
+fn a_block_freed_by_a_thread_beside_its_owner_is_reused_by_the_owner_without_a_new_object() {
+    let _serial = serial();
+    let name = HeapName::new("huge-handover");
+    let (heap, owner) = create(&name, &small_config());
+    let (to_freer, blocks) = std::sync::mpsc::channel::<(u64, u64)>();
+    let (to_owner, freed) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        // The consumer, a thread of another slot, checks and frees what the owner sends it.
+        let heap = &heap;
+        s.spawn(move || {
+            let t = heap.attach().unwrap();
+            for (off, i) in blocks {
+                let p = at(heap, off).unwrap();
+                // SAFETY: live until freed below.
+                unsafe { check_stamp(p, 4 * MIB, off, i) }.unwrap();
+                t.free(p).unwrap();
+                to_owner.send(()).unwrap();
+            }
+        });
+        let mut first = None;
+        for i in 0..20u64 {
+            let p = if i % 2 == 0 { owner.alloc(4 * MIB).unwrap() } else { owner.alloc_zeroed(4 * MIB).unwrap() };
+            let off = offset(heap, p);
+            assert_eq!(*first.get_or_insert(off), off, "cycle {i}: the freed block is reused");
+            if i % 2 == 1 {
+                // alloc_zeroed keeps its promise on a reused object, which holds the last
+                // cycle's stamp.
+                // SAFETY: our block of 4 MiB.
+                let words = unsafe { std::slice::from_raw_parts(p.as_ptr().cast::<u64>(), 4 * MIB / 8) };
+                assert!(words.iter().all(|&w| w == 0), "cycle {i}: alloc_zeroed on a reused object");
+            }
+            // SAFETY: our block of 4 MiB.
+            unsafe { stamp(p, 4 * MIB, off, i) };
+            to_freer.send((off, i)).unwrap();
+            freed.recv().unwrap();
+            // Freed, its object kept for the owner's next allocation.
+            let r = assert_clean(heap);
+            assert_eq!((r.huge.live, r.huge.released, r.huge.freed + r.huge.cached), (0, 0, 1), "cycle {i}: {r}");
+            assert_eq!(objects(&name), 1, "cycle {i}: one object throughout");
+        }
+        drop(to_freer);
+    });
+    drop(owner);
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.cached, r.huge.claimed_slots, r.live_blocks()), (0, 0, 0), "{r}");
+    assert_eq!(objects(&name), 0, "the owner's detach discards what it kept");
+}
+
+#[test]
+fn an_idle_reader_with_a_maintenance_thread_no_longer_pins_blocks_freed_elsewhere() {
+    let _serial = serial();
+    let name = HeapName::new("huge-idle-reader");
+    let (heap, t) = create(&name, &small_config());
+    let blocks: Vec<_> = (0..4).map(|_| t.alloc(2 * MIB).unwrap()).collect();
+    let offs: Vec<u64> = blocks.iter().map(|&p| offset(&heap, p)).collect();
+    for (&p, &off) in blocks.iter().zip(&offs) {
+        // SAFETY: our fresh block.
+        unsafe { stamp(p, 2 * MIB, off, 6) };
+    }
+    let (mapped, done) = (Pipe::new(), Pipe::new());
+    let mut reader = fork_child("reader", || {
+        let heap = Heap::open(name.as_str()).ctx("open")?;
+        let _maintenance = heap.maintain_huge(std::time::Duration::from_millis(10)).ctx("maintain_huge")?;
+        for &off in &offs {
+            // SAFETY: live until we answer.
+            unsafe { check_stamp(at(&heap, off)?, 2 * MIB, off, 6)? };
+        }
+        mapped.send_u64(1);
+        // Idle from here: no call of ours touches the huge heap until the parent is done.
+        done.recv_u64(CHILD_DEADLINE).ok_or("no end")?;
+        Ok(())
+    });
+    mapped.recv_u64(CHILD_DEADLINE).expect("the reader mapped the blocks");
+    for p in blocks {
+        t.free(p).unwrap();
+    }
+    // The owner does no more huge work either: the reader's thread drops its mappings and
+    // releases each block's object, with nothing asked of either process.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while objects(&name) > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let left = objects(&name);
+    done.send_u64(1);
+    reader.succeeds();
+    assert_eq!(left, 0, "the idle reader still pins freed blocks");
+    let r = assert_clean(&heap);
+    assert_eq!((r.huge.live, r.huge.hazards, r.huge.released), (0, 0, 4), "{r}");
+}
+
+#[test]
+fn maintenance_is_refused_without_a_huge_heap_and_through_a_handle_inherited_across_fork() {
+    let _serial = serial();
+    let name = HeapName::new("huge-maint-refused");
+    let plain = HeapName::new("huge-maint-none");
+    let (heap, _t) = create(&name, &small_config());
+    let none = Heap::create(plain.as_str(), &Config { huge_capacity: 0, ..Config::with_capacity(64 << 20) }).unwrap();
+    assert_eq!(
+        none.maintain_huge(std::time::Duration::from_millis(10)).err(),
+        Some(cxlalloc::MaintenanceError::NoHugeHeap)
+    );
+    fork_child("child", || {
+        ensure!(
+            heap.maintain_huge(std::time::Duration::from_millis(10)).err()
+                == Some(cxlalloc::MaintenanceError::ForeignProcess),
+            "an inherited handle is refused"
+        );
+        Ok(())
+    })
+    .succeeds();
+    drop(heap.maintain_huge(std::time::Duration::from_millis(10)).unwrap());
+}
+
+#[test]
+fn an_owner_that_detaches_while_another_process_maps_its_freed_block_keeps_no_stale_mapping_of_it() {
+    let _serial = serial();
+    let name = HeapName::new("huge-detach-mapped");
+    let (heap, t) = create(&name, &small_config());
+    let p = t.alloc(2 * MIB).unwrap();
+    let off = offset(&heap, p);
+    // SAFETY: our fresh block.
+    unsafe { stamp(p, 2 * MIB, off, 1) };
+    let (mapped, detached, reused, done) = (Pipe::new(), Pipe::new(), Pipe::new(), Pipe::new());
+    let mut reader = fork_child("reader", || {
+        let heap = Heap::open(name.as_str()).ctx("open")?;
+        // SAFETY: live until we answer.
+        unsafe { check_stamp(at(&heap, off)?, 2 * MIB, off, 1)? };
+        mapped.send_u64(1);
+        detached.recv_u64(CHILD_DEADLINE).ok_or("no detach")?;
+        // Our mapping goes; the owner's slot is unheld: the sweep takes the block back whole
+        // and gives up its huge slot, which our allocation then claims.
+        heap.drop_stale_huge();
+        heap.sweep_huge();
+        let t = heap.attach().ctx("attach")?;
+        let q = t.alloc(2 * MIB).ctx("alloc")?;
+        ensure!(offset(&heap, q) == off, "the new block took the old one's range");
+        // SAFETY: our fresh block.
+        unsafe { stamp(q, 2 * MIB, off, 2) };
+        reused.send_u64(1);
+        done.recv_u64(CHILD_DEADLINE).ok_or("no end")?;
+        t.free(q).ctx("free")?;
+        Ok(())
+    });
+    mapped.recv_u64(CHILD_DEADLINE).expect("the reader mapped the block");
+    t.free(p).unwrap();
+    drop(t);
+    detached.send_u64(1);
+    reused.recv_u64(CHILD_DEADLINE).expect("the reader put a new block on the range");
+    // The owner's process still has the heap open: it must see the new block's bytes (mapped on
+    // its fault), not the old object through a mapping its freer kept.
+    // SAFETY: live until we tell the reader we are done.
+    let seen = unsafe { check_stamp(p, 2 * MIB, off, 2) };
+    done.send_u64(1);
+    reader.succeeds();
+    seen.unwrap();
 }

@@ -167,8 +167,50 @@ fn worker(heap: &Heap, process: usize, me: usize, until: Instant) -> Result<u64,
     Ok(rounds)
 }
 
+/// One thread of the producer/consumer shape: even threads publish fresh blocks in their own
+/// mailbox whenever it is empty; odd threads take the block out of their even neighbour's
+/// mailbox, check it and free it — a free by a thread beside the owner, in the owner's process
+/// (docs/design.md §7.6) — while the other process reads the mailboxes. A producer retires
+/// what is left in its mailbox at the end.
+fn pair_worker(heap: &Heap, process: usize, me: usize, until: Instant) -> Result<u64, String> {
+    let t = heap.attach().ctx("attach")?;
+    let w = process * THREADS + me;
+    let mut rng = Rng::new(0x9a1e ^ (w as u64) << 20);
+    let other = (1 - process) * THREADS;
+    let mut rounds = 0u64;
+    while Instant::now() < until {
+        if me % 2 == 0 {
+            let mailbox = root(heap, block_root(w))?;
+            if mailbox.load(Ordering::SeqCst) == 0 {
+                let salt = ((w as u64) << 40) | rounds;
+                let (_, off) = alloc_filled(heap, &t, huge_size(&mut rng), salt)?;
+                mailbox.store(off, Ordering::SeqCst);
+                rounds += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        } else if root(heap, block_root(w - 1))?.load(Ordering::SeqCst) != 0 {
+            // Check it as a reader would, then take it out and free it.
+            read_mailbox(heap, &t, w - 1)?;
+            retire(heap, &t, w - 1)?;
+            rounds += 1;
+        }
+        read_mailbox(heap, &t, other + rng.below(THREADS as u64) as usize)?;
+    }
+    if me % 2 == 0 {
+        retire(heap, &t, w)?;
+    }
+    Ok(rounds)
+}
+
 /// One process: opens the heap and runs [`THREADS`] workers until `until`.
 fn process(name: &str, process: usize, until: Instant) -> Result<(), String> {
+    run_process(name, process, until, worker)
+}
+
+type Worker = fn(&Heap, usize, usize, Instant) -> Result<u64, String>;
+
+fn run_process(name: &str, process: usize, until: Instant, worker: Worker) -> Result<(), String> {
     let heap = Heap::open(name).ctx("open")?;
     let results: Vec<Result<u64, String>> = std::thread::scope(|s| {
         let threads: Vec<_> = (0..THREADS)
@@ -196,8 +238,17 @@ fn process(name: &str, process: usize, until: Instant) -> Result<(), String> {
 
 #[test]
 fn sixteen_threads_of_two_processes_churning_and_reading_huge_blocks_see_only_right_bytes() {
+    stress("huge-stress", process);
+}
+
+#[test]
+fn consumers_freeing_their_producers_blocks_beside_them_while_another_process_reads_see_only_right_bytes() {
+    stress("huge-pairs", |name, p, until| run_process(name, p, until, pair_worker));
+}
+
+fn stress(name: &str, process: fn(&str, usize, Instant) -> Result<(), String>) {
     let _serial = serial();
-    let name = HeapName::new("huge-stress");
+    let name = HeapName::new(name);
     let config = Config { huge_capacity: 64 << 30, thread_slots: 64, ..Config::with_capacity(64 << 20) };
     let heap = Heap::create(name.as_str(), &config).unwrap();
     for r in 0..2 * PROCESSES * THREADS {

@@ -1380,6 +1380,107 @@ fn mapping_judging_before_the_claim_is_caught() {
     check("mapping_judging_before_the_claim_is_caught", Some(3), || mapping_model(&Seen::default(), broken));
 }
 
+/// A live block `OLD` this process maps (entry 0, Installed), whose mapping a publish that found
+/// the sets full evicts (docs/design.md §7.4) while a reader of this process touches the block
+/// (and maps it again on its fault), and its owner, elsewhere, frees it and reclaims it when no
+/// hazard names it, which lets it reuse the range. The range must never be left mapping a
+/// reclaimed block: every mapping of a block is covered by a hazard of this process until it is
+/// gone.
+type Evict = fn(&[AtomicU64], &dyn Fn());
+
+fn evict_fixed(set: &[AtomicU64], unmap: &dyn Fn()) {
+    use cxlalloc::internal::protocol::hazard;
+    // `HugeView::evict_one`: claim an Installed entry, unmap its range, retract that entry.
+    for i in 0..set.len() / 2 {
+        let key = set[2 * i].load(Ordering::Relaxed);
+        if key == 0 {
+            continue;
+        }
+        if hazard::claim(set, i, key).is_some() {
+            unmap();
+            hazard::retract(set, i);
+            return;
+        }
+    }
+}
+
+fn eviction_model(seen: &Seen, evict: Evict) {
+    use cxlalloc::internal::protocol::hazard;
+    let r = Arc::new(Range {
+        mapping: AtomicU64::new(OLD),
+        set: [AtomicU64::new(OLD), AtomicU64::new(1), AtomicU64::new(0), AtomicU64::new(0)],
+        old: AtomicU64::new(LIVE),
+        new: AtomicU64::new(0),
+        root: AtomicU64::new(0),
+    });
+    let evictor = {
+        let r = r.clone();
+        thread::spawn(move || evict(&r.set, &|| r.mapping.store(0, Ordering::SeqCst)))
+    };
+    let reader = {
+        let (r, seen) = (r.clone(), seen.clone());
+        thread::spawn(move || {
+            if r.mapping.load(Ordering::SeqCst) == OLD {
+                return;
+            }
+            // The fault handler: publish, re-read, map, confirm.
+            let Some(i) = hazard::publish(&r.set, OLD, 1) else { return };
+            if r.old.load(Ordering::Acquire) != LIVE {
+                hazard::retract(&r.set, i);
+                return;
+            }
+            r.mapping.store(OLD, Ordering::SeqCst);
+            hazard::confirm(&r.set, i);
+            seen.mark("mapped again after the eviction");
+        })
+    };
+    // The owner, in another process: free, then reclaim if no hazard names the block.
+    r.old.store(FREED, Ordering::Release);
+    let reclaimed = hazard::begin_reclaim(&r.old, FREED, RECLAIMING) && {
+        if hazard::contains(&r.set, OLD) {
+            r.old.store(FREED, Ordering::Relaxed);
+            seen.mark("reclaim blocked by a mapping");
+            false
+        } else {
+            r.old.store(0, Ordering::Relaxed);
+            seen.mark("reclaimed");
+            true
+        }
+    };
+    evictor.join().unwrap();
+    reader.join().unwrap();
+    assert!(
+        !(reclaimed && r.mapping.load(Ordering::SeqCst) == OLD),
+        "a reclaimed block is still mapped, with no hazard naming it"
+    );
+}
+
+#[test]
+fn mapping_an_evicted_live_block_is_mapped_again_under_a_hazard_of_its_own() {
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("mapping_an_evicted_live_block_is_mapped_again_under_a_hazard_of_its_own", Some(3), move || {
+        eviction_model(&s, evict_fixed)
+    });
+    seen.require(&["mapped again after the eviction", "reclaim blocked by a mapping", "reclaimed"]);
+}
+
+/// Negative control: an eviction that unmaps and then retracts by key, not by its claimed index:
+/// it also retracts the entry a reader of this process published meanwhile for its new mapping
+/// of the same block, which the owner then reclaims while this process still maps it.
+#[test]
+#[should_panic(expected = "a reclaimed block is still mapped")]
+fn mapping_eviction_retracting_by_key_is_caught() {
+    fn broken(set: &[AtomicU64], unmap: &dyn Fn()) {
+        use cxlalloc::internal::protocol::hazard;
+        if set[0].load(Ordering::Relaxed) != 0 {
+            unmap();
+            hazard::retract_key(set, OLD);
+        }
+    }
+    check("mapping_eviction_retracting_by_key_is_caught", Some(3), || eviction_model(&Seen::default(), broken));
+}
+
 // ------------------------------------------------------------------------------------------------
 // (g) Detectable CAS (docs/design.md §8.2, §14.1): help words and recovery's "did my last CAS take effect?"
 // ------------------------------------------------------------------------------------------------

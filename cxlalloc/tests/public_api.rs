@@ -22,6 +22,7 @@ const CURATED: &[&str] = &[
     // Heap and threads.
     "Heap",
     "ThreadHandle",
+    "HugeMaintenance",
     "Offset",
     "Config",
     "Coherence",
@@ -34,6 +35,7 @@ const CURATED: &[&str] = &[
     "RecoverHostError",
     "OffsetError",
     "ReallocError",
+    "MaintenanceError",
     "ErrorCode",
     "MAX_ALIGN",
     // Reports, and what their fields and methods expose.

@@ -9,7 +9,7 @@ use crate::backing::device::DeviceBacking;
 use crate::backing::files::{self, FileBacking};
 use crate::class::Bracket;
 use crate::crash::crash_point;
-use crate::error::{AdoptError, AttachError, OffsetError, OpenError, RecoverHostError};
+use crate::error::{AdoptError, AttachError, MaintenanceError, OffsetError, OpenError, RecoverHostError};
 use crate::host::DeclareError;
 use crate::huge;
 use crate::identity;
@@ -23,7 +23,9 @@ use crate::recovery::RecoveryReport;
 use crate::signal::{self, Registration, MAX_HEAPS};
 use crate::sync::{AtomicU64, Ordering};
 
+mod maintenance;
 mod thread;
+pub use maintenance::HugeMaintenance;
 pub use thread::{ReallocError, ThreadHandle, MAX_ALIGN};
 
 #[derive(Debug)]
@@ -330,7 +332,7 @@ impl Heap {
     /// moment it takes, and skips what needs one if no slot is free (docs/design.md §7.6).
     pub fn sweep_huge(&self) -> usize {
         let Some(view) = self.mem().huge().filter(|v| v.in_own_process()) else { return 0 };
-        let dropped = huge::ops::drop_stale_mappings(view);
+        let dropped = huge::ops::drop_stale_mappings(view, None);
         huge::ops::sweep_unheld(self.mem(), view);
         self.attach().map_or(0, |t| t.release_huge(&dropped) + t.release_freed_huge())
     }
@@ -345,7 +347,7 @@ impl Heap {
     /// §7.6). Does nothing in a forked child (its huge mappings are its parent's, §7.5).
     pub fn drop_stale_huge(&self) -> usize {
         let Some(view) = self.mem().huge().filter(|v| v.in_own_process()) else { return 0 };
-        let dropped = huge::ops::drop_stale_mappings(view);
+        let dropped = huge::ops::drop_stale_mappings(view, None);
         if !dropped.is_empty() {
             // A thread for the pending record of each release; none free: the owners take
             // them back at their next huge work, or a sweep.
@@ -354,6 +356,19 @@ impl Heap {
             }
         }
         dropped.len()
+    }
+
+    /// Starts a thread that runs [`Heap::drop_stale_huge`] every `every`, until the returned
+    /// handle is dropped (or every `Heap` of this instance is gone): for a process that reads
+    /// huge blocks other processes allocate and free but allocates and frees none itself, whose
+    /// mappings would otherwise keep freed blocks from being reclaimed until its next huge
+    /// operation, or a fault on a full hazard table. Off unless started: the library starts no
+    /// thread behind the application's back, and a process that allocates or frees huge blocks
+    /// drops its stale mappings at each of those already. A pass with nothing stale reads this
+    /// process's hazard entries and makes no system call; 100 ms is a reasonable period
+    /// (docs/design.md §7.4).
+    pub fn maintain_huge(&self, every: std::time::Duration) -> Result<HugeMaintenance, MaintenanceError> {
+        HugeMaintenance::start(self, every)
     }
 
     /// Adopts thread slot `slot`, whose holder process died, for the calling thread: finishes

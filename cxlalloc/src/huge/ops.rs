@@ -165,11 +165,20 @@ impl HugeThread<'_> {
         d.status.store(HugeState::Live.word(generation), Ordering::Release);
         crash_point!(HugeReused);
         let key = HazardKey::new(c.offset, generation);
-        // No mapping call: this process's mapping of the range is the same object still, kept
-        // since this thread freed it, or `PROT_NONE` if some thread dropped it meanwhile (then
-        // the first touch faults and the handler maps the object again by name). Never
-        // another object: a range is unmapped here before it leaves the cache or becomes free.
-        let mapped = view.publish(key, c.size / view.page as u64, &|_| true).map_err(|_| AllocError::HazardsExhausted);
+        let entry = view.publish(key, c.size / view.page as u64, &|_| true).map_err(|_| AllocError::HazardsExhausted);
+        // This process's mapping of the range is the same object still (kept since this thread
+        // freed it or dropped its stale mapping, §7.6), or `PROT_NONE` (a thread of another
+        // slot dropped it meanwhile): never another object, for a range is unmapped here
+        // before it leaves the cache or becomes free. Only the second needs a mapping call,
+        // and then one `MADV_POPULATE_WRITE` enters the object's pages, which are all still
+        // there, instead of a fault per page (docs/design.md §7.6).
+        let mapped = entry.and_then(|entry| {
+            if !view.maps_object(c.offset) {
+                view.map_named(c.offset, c.size as usize, c.object).map_err(AllocError::Backing)?;
+                let _ = view.populate(c.offset, c.size as usize);
+            }
+            Ok(entry)
+        });
         match mapped {
             Ok(entry) => {
                 view.confirm(entry);
@@ -183,6 +192,9 @@ impl HugeThread<'_> {
             }
             Err(e) => {
                 let _ = view.unmap(c.offset, c.size as usize);
+                if let Ok(entry) = entry {
+                    view.retract_entry(entry);
+                }
                 self.discard(c.desc, &HugeName::of_block(&c));
                 self.t.settle();
                 space.insert(c.offset, c.size);
@@ -393,10 +405,24 @@ impl HugeThread<'_> {
         // range goes back to its free space ([`HugeThread::take_back`]); until then the range
         // can only show this very object again (docs/design.md §7.6).
         let owns = space.is_some() && owner == self.t.slot;
-        if !(owns && view.named_objects()) {
+        // A thread beside the owner (another slot held by this process) leaves this process's
+        // mapping and the hazard entries that cover it: the owner's next huge operation drops
+        // them without unmapping ([`drop_stale_mappings`] keeps the mappings of its own blocks)
+        // and reclaims the block into its cache, so that it reuses the object and its mapped
+        // pages — no new object, no `fallocate`, no zeroing, no fault (docs/design.md §7.6).
+        // The entries keep the block from being reclaimed or released until then, also by a
+        // second heap instance of this process, whose mappings are its own.
+        let beside = !owns && view.named_objects() && view.holder != 0 && {
+            // Relaxed: a policy read; the entries, not the lease, protect the mapping.
+            self.mem().lease(owner).holder.load(Ordering::Relaxed) == view.holder
+        };
+        let keeps_mapping = beside || (owns && view.named_objects());
+        if !keeps_mapping {
             let _ = view.unmap(b.offset, b.size as usize);
         }
-        view.retract(HazardKey::new(b.offset, b.generation));
+        if !beside {
+            view.retract(HazardKey::new(b.offset, b.generation));
+        }
         let freed = mark_freed(view, &b);
         crash_point!(HugeFreeMarked);
         if !freed {
@@ -412,8 +438,11 @@ impl HugeThread<'_> {
             None => {
                 // Another slot's block: give its memory back now if nobody maps it, rather
                 // than when its owner next does huge work (docs/design.md §7.6). Still under
-                // the HugeFree record, which recovery finishes from wherever this stops.
-                let _ = release(self.mem(), view, &b);
+                // the HugeFree record, which recovery finishes from wherever this stops. Not
+                // beside the owner: our own entries protect it, for the owner to reuse.
+                if !beside {
+                    let _ = release(self.mem(), view, &b);
+                }
                 self.t.settle();
             }
         }
@@ -435,7 +464,9 @@ impl HugeThread<'_> {
     /// Drops this process's stale mappings, reclaims what is reclaimable and unclaims empty
     /// huge slots.
     pub(crate) fn maintain(&self, space: &mut FreeRanges) {
-        let dropped = drop_stale_mappings(self.view);
+        // The mappings of our own blocks stay: we reclaim them next, into the cache (the range
+        // can show nothing but that object until `take_back` unmaps it) or not.
+        let dropped = drop_stale_mappings(self.view, Some(self.t.slot));
         if !dropped.is_empty() {
             release_dropped(self.t, self.view, &dropped);
         }
@@ -446,6 +477,14 @@ impl HugeThread<'_> {
             match b.state {
                 Some(HugeState::Freed | HugeState::Reclaiming) if self.try_reclaim(&b) => self.reclaim_one(&b, space),
                 Some(HugeState::Released) => self.take_back(&b, space),
+                // Not reclaimable yet (a hazard elsewhere, or another thread releasing it):
+                // the mapping this process may have kept (the owner's free, our drop above)
+                // must not outlive our hold of the slot, after which a thread of another
+                // process may discard the block and reuse its range. While we hold the slot
+                // nobody can, so the unmap cannot hit another block's mapping.
+                Some(HugeState::Freed | HugeState::Reclaiming | HugeState::Releasing) if self.view.named_objects() => {
+                    let _ = self.view.unmap(b.offset, b.size as usize);
+                }
                 _ => {}
             }
         }
@@ -598,10 +637,14 @@ fn memory_is_short(bytes: u64) -> bool {
 
 /// Drops this process's mappings (and hazards) of huge blocks that are no longer live, so
 /// their owners can reclaim them ([`HugeView::drop_stale_into`]); returns the keys of the blocks it
-/// dropped.
-pub(crate) fn drop_stale_mappings(view: &HugeView) -> Vec<HazardKey> {
+/// dropped. With `owner`, the calling thread's slot, which reclaims next: the entries of that
+/// slot's blocks are retracted but their ranges stay mapped, for the reclaim to cache with
+/// their pages (only that slot's thread may do this: it alone moves its blocks on, and unmaps
+/// a range before it leaves the cache or becomes free, docs/design.md §7.6).
+pub(crate) fn drop_stale_mappings(view: &HugeView, owner: Option<u32>) -> Vec<HazardKey> {
     let mut keys = Vec::new();
-    view.drop_stale_into(&mut |k| keys.push(k));
+    let keep = |k: HazardKey| view.named_objects() && owner.is_some() && view.owner_of(k.offset) == owner;
+    view.drop_stale_into(&keep, &mut |k| keys.push(k));
     keys
 }
 

@@ -384,7 +384,7 @@ impl HugeView {
         }
         // Full: stale entries go first, so that a process that only reads (and so never runs
         // `maintain`) recycles its entries instead of leasing set after set.
-        if self.drop_stale_touching(touch, &mut |_| {}) > 0 {
+        if self.drop_stale_touching(touch, &|_| false, &mut |_| {}) > 0 {
             if let Some(e) = self.publish_in_mine(word, pages) {
                 return Ok(e);
             }
@@ -502,18 +502,29 @@ impl HugeView {
     /// many this call dropped, and hands each dropped block's key to `dropped` (after its
     /// entry is retracted), so that the caller can release the blocks whose last mapping that
     /// was. Async-signal-safe if `dropped` is.
-    pub(crate) fn drop_stale_into(&self, dropped: &mut dyn FnMut(HazardKey)) -> usize {
-        self.drop_stale_touching(&|_| true, dropped)
+    /// `keep` names the blocks whose ranges stay mapped while their entries go: the caller is
+    /// their owner's thread, which reclaims them next (see `ops::drop_stale_mappings`).
+    pub(crate) fn drop_stale_into(
+        &self,
+        keep: &dyn Fn(HazardKey) -> bool,
+        dropped: &mut dyn FnMut(HazardKey),
+    ) -> usize {
+        self.drop_stale_touching(&|_| true, keep, dropped)
     }
 
-    fn drop_stale_touching(&self, touch: Touch<'_>, dropped: &mut dyn FnMut(HazardKey)) -> usize {
+    fn drop_stale_touching(
+        &self,
+        touch: Touch<'_>,
+        keep: &dyn Fn(HazardKey) -> bool,
+        dropped: &mut dyn FnMut(HazardKey),
+    ) -> usize {
         let dead = |word: u64| HazardKey::unpack(word).is_some_and(|key| self.is_stale_touching(key, touch));
         let mut keys = [0u64; HAZARDS_PER_SET];
         let mut n = 0;
         for s in self.my_sets() {
             let mut k = 0;
             let unmap = |word: u64, pages: u64| {
-                if let Some(key) = HazardKey::unpack(word) {
+                if let Some(key) = HazardKey::unpack(word).filter(|&key| !keep(key)) {
                     let _ = self.unmap(key.offset, pages as usize * self.page);
                 }
                 if let Some(slot) = keys.get_mut(k) {
@@ -601,6 +612,16 @@ impl HugeView {
         let addr = self.range(off, len)?;
         // SAFETY: the range was just mapped by the caller, inside our huge span.
         unsafe { map::populate_write(addr, len.next_multiple_of(self.page)) }
+    }
+
+    /// Whether the range at huge offset `off` still maps a backing object in this process,
+    /// judged by its first page being resident: a range returned to `PROT_NONE` has no pages.
+    /// Only for a range that can map nothing but one object or `PROT_NONE` (a cached block's,
+    /// docs/design.md §7.6); "no" when unsure, which costs a needless mapping call, never a
+    /// wrong one. Async-signal-safe.
+    pub(crate) fn maps_object(&self, off: u64) -> bool {
+        // SAFETY: `range` checked that the page lies in the huge span of our reservation.
+        self.range(off, self.page).is_ok_and(|addr| unsafe { map::is_resident(addr, self.page) })
     }
 
     /// Returns `len` bytes at huge offset `off` to reserved `PROT_NONE` address space in this

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* The Rust side asserts the same layout (src/ffi.rs). */
@@ -519,6 +520,69 @@ static void test_remote_free(cxl_heap_t* heap, cxl_thread_t* t) {
     for (int i = 0; i < REMOTE; i++) CHECK(cxl_free(t, from_main[i]) == CXL_OK);
 }
 
+/* The child of test_huge_maintenance: it maps the parent's huge block by reading it, waits
+ * until the parent has freed it, then drops its stale mapping. Exits with the number of the
+ * step that went wrong (never through exit(), whose cleanup would unlink the parent's heap). */
+static void huge_reader(const cxl_heap_t* inherited, const char* name, uint64_t off, int ready, int freed) {
+    cxl_heap_t* own = cxl_heap_open(name);
+    if (own == NULL) _exit(2);
+    const unsigned char* p = (const unsigned char*)cxl_pointer(own, off);
+    if (p == NULL || p[0] != 0x3c || p[((size_t)2 << 20) - 1] != 0x3c) _exit(3);
+    char c = 1;
+    if (write(ready, &c, 1) != 1 || read(freed, &c, 1) != 1) _exit(4);
+    /* A handle inherited across fork is refused, with a code and a message. */
+    size_t n = 99;
+    if (cxl_heap_drop_stale_huge(inherited, &n) != CXL_EINVAL || n != 99) _exit(5);
+    if (cxl_last_error() != CXL_EINVAL || strstr(cxl_last_error_message(), "fork") == NULL) _exit(6);
+    /* Our own handle drops the one mapping of the freed block. */
+    if (cxl_heap_drop_stale_huge(own, &n) != CXL_OK || n != 1 || cxl_last_error() != CXL_OK) _exit(7);
+    if (cxl_heap_drop_stale_huge(own, &n) != CXL_OK || n != 0) _exit(8);
+    cxl_heap_close(own);
+    _exit(0);
+}
+
+static void test_huge_maintenance(cxl_heap_t* heap, cxl_thread_t* t, const char* name) {
+    size_t n = 99;
+    CHECK_ERR(cxl_heap_drop_stale_huge(NULL, &n), CXL_EINVAL, EINVAL);
+    CHECK(strstr(cxl_last_error_message(), "cxl_heap_drop_stale_huge") != NULL);
+    CHECK_ERR(cxl_heap_sweep_huge(NULL, &n), CXL_EINVAL, EINVAL);
+    CHECK(strstr(cxl_last_error_message(), "cxl_heap_sweep_huge") != NULL);
+    CHECK(n == 99);
+    /* Nothing stale: nothing dropped, nothing swept; the counts are optional. */
+    CHECK(cxl_heap_drop_stale_huge(heap, &n) == CXL_OK && n == 0);
+    CHECK(cxl_heap_sweep_huge(heap, NULL) == CXL_OK);
+    CHECK(cxl_last_error() == CXL_OK);
+
+    /* A block another process maps: freed here, its mapping there is stale until dropped. */
+    void* b = cxl_malloc(t, (size_t)2 << 20);
+    CHECK(b != NULL);
+    memset(b, 0x3c, (size_t)2 << 20);
+    uint64_t off = cxl_offset_of(heap, b);
+    int ready[2], freed[2];
+    CHECK(pipe(ready) == 0 && pipe(freed) == 0);
+    fflush(NULL);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) huge_reader(heap, name, off, ready[1], freed[0]);
+    char c;
+    CHECK(read(ready[0], &c, 1) == 1);
+    CHECK(cxl_free(t, b) == CXL_OK);
+    CHECK(write(freed[1], &c, 1) == 1);
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "huge reader: status %d\n", status);
+        exit(1);
+    }
+    for (int i = 0; i < 2; i++) {
+        close(ready[i]);
+        close(freed[i]);
+    }
+    CHECK(cxl_heap_sweep_huge(heap, &n) == CXL_OK);
+    size_t problems = 99;
+    CHECK(cxl_heap_check(heap, &problems) == CXL_OK && problems == 0);
+}
+
 static void test_slots_exhausted(void) {
     cxl_config_t cfg;
     cxl_config_default(&cfg);
@@ -775,6 +839,7 @@ int main(void) {
     test_roots(heap, t);
     test_remote_free(heap, t);
     test_detectable(heap, t);
+    test_huge_maintenance(heap, t, name);
 
     size_t problems = 99;
     CHECK(cxl_heap_check(heap, &problems) == CXL_OK);
