@@ -221,6 +221,10 @@ fn free_checked(
     from: usize,
 ) -> Result<(), String> {
     let (p, off, n) = block;
+    if from != me {
+        // The application's side of receiving a block: drop stale copies before reading it.
+        sim::app_invalidate(heap, p.as_ptr(), n);
+    }
     ensure!(
         intact(p, off, n, salt(from)),
         "block {off:#x} ({n} bytes) from host {from} overwritten: {}",
@@ -298,7 +302,9 @@ fn host(name: &str, me: usize, net: &Net) -> Result<(), String> {
             let k = rng.below(4).min(live.len() as u64);
             net.data[me][to].send_u64(k);
             for _ in 0..k {
-                let (_, off, n) = live.swap_remove(rng.below(live.len() as u64) as usize);
+                let (p, off, n) = live.swap_remove(rng.below(live.len() as u64) as usize);
+                // The application's side of a hand-over: what it wrote reaches memory first.
+                sim::app_write_back(&heap, p.as_ptr(), n);
                 net.data[me][to].send_u64(off);
                 net.data[me][to].send_u64(n as u64);
             }
@@ -559,6 +565,7 @@ fn old_owner_frees_into_a_claimed_and_resized_slab(
             how.y
         );
         fill(y, off, 512, 0x5151);
+        sim::app_write_back(&heap, y.as_ptr(), 512);
         to_o.send_u64(off);
         // O frees it (remotely: the slab is R's now) and allocates.
         from_o.recv_u64(DEADLINE).ctx("O done")?;
@@ -602,6 +609,8 @@ fn non_owner_refuses_blocks_the_owner_holds_free(model: Coherence, skip: Option<
         // Block 1 freed locally (it sits in O's cached word), block 3 still allocated, and the
         // block after it never handed out.
         t.free(blocks[1]).ctx("local free")?;
+        // The application hands its live block over as on hardware: written back.
+        sim::app_write_back(&heap, blocks[3].as_ptr(), 64);
         for off in [offs[1], offs[3] + 64, offs[3]] {
             to_r.send_u64(off);
         }
@@ -620,6 +629,10 @@ fn non_owner_refuses_blocks_the_owner_holds_free(model: Coherence, skip: Option<
         let freed = block_at(&heap, from_o.recv_u64(DEADLINE).ctx("offset")?)?;
         let never = block_at(&heap, from_o.recv_u64(DEADLINE).ctx("offset")?)?;
         let live = block_at(&heap, from_o.recv_u64(DEADLINE).ctx("offset")?)?;
+        // What it received, it reads from memory (the application's side of a hand-over).
+        for p in [freed, never, live] {
+            sim::app_invalidate(&heap, p.as_ptr(), 64);
+        }
         for (what, p) in [("freed", freed), ("never allocated", never)] {
             ensure!(t.usable_size(p).is_err(), "usable_size of a {what} block answered Ok");
             ensure!(t.realloc(p, 200).is_err(), "realloc of a {what} block answered Ok");
