@@ -85,6 +85,12 @@ pub(crate) struct SlabThread<'a> {
     /// against the T4 handoff (the simulator's workload failed with mailboxes on), so both
     /// reduced models keep counting their remote frees in batches.
     mailboxes: bool,
+    /// One less than the granule a small request is rounded up to before its class is chosen:
+    /// 8 bytes in the full model; a cache line in the limited and no-HWcc models, where two
+    /// blocks sharing a line could be written on two hosts and one host's write-back of the
+    /// line would put its stale copy of the other block over what the other host wrote
+    /// (docs/design.md §9.1, "Blocks own their lines").
+    pub grain: usize,
     /// When each batch entry was last used (this thread's remote-free count then): a free of a
     /// slab no entry names applies the least recently used one.
     batch_used: [AtomicU64; RemoteBatch::ENTRIES],
@@ -155,6 +161,7 @@ impl<'a> SlabThread<'a> {
             batching,
             mailboxes: mem.coherence == crate::layout::Coherence::Full,
             marks_free: batching,
+            grain: if batching { crate::coherence::flush::LINE - 1 } else { 7 },
             batch_used,
         }
     }
