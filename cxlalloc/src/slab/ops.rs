@@ -89,7 +89,7 @@ pub(crate) struct SlabThread<'a> {
     /// 8 bytes in the full model; a cache line in the limited and no-HWcc models, where two
     /// blocks sharing a line could be written on two hosts and one host's write-back of the
     /// line would put its stale copy of the other block over what the other host wrote
-    /// (docs/design.md §9.1, "Blocks own their lines").
+    /// (docs/design.md §9.1, "Slab data").
     pub grain: usize,
     /// When each batch entry was last used (this thread's remote-free count then): a free of a
     /// slab no entry names applies the least recently used one.
@@ -749,8 +749,8 @@ impl<'a> SlabThread<'a> {
             self.mem.swcc.persist_unfenced(Site::FreeMarks, first, info.blocks as usize * size);
         } else {
             for i in 0..info.blocks as usize {
-                // SAFETY: block i lies inside the slab's data, which starts at `first`.
-                self.mem.swcc.persist_unfenced(Site::FreeMarks, unsafe { first.add(i * size) }, 8);
+                let block = self.mem.block(self.mem.data_offset(b, slab, i * size));
+                self.mem.swcc.persist_unfenced(Site::FreeMarks, block.as_ptr(), 8);
             }
         }
     }
