@@ -244,7 +244,7 @@ impl ThreadHandle {
         if dest.load(Ordering::Acquire) != 0 {
             return Err(AllocError::DestinationInUse);
         }
-        let block = match class_of(size) {
+        let block = match self.class_for(size) {
             Some((b, class)) => {
                 ops.announce(Pending::new(PendingKind::Alloc, 0), 0, dest_off, 0);
                 ops.alloc_with(b, class, |off| {
@@ -304,15 +304,41 @@ impl ThreadHandle {
     pub fn alloc(&self, size: usize) -> Result<NonNull<u8>, AllocError> {
         if size.wrapping_sub(1) < SMALL_MAX {
             // A constant bracket lets the small fast path fold its geometry.
-            self.ops().alloc(Bracket::Small, size.div_ceil(8) as u32)
+            self.ops().alloc(Bracket::Small, self.small_class(size))
         } else {
             self.alloc_other(size)
         }
     }
 
+    /// The small class of `size` bytes (`1 ..= SMALL_MAX`): its 8-byte class, rounded up to a
+    /// whole line's class (a multiple of 8 classes) in the reduced models (docs/design.md
+    /// §9.1, "Slab data"). SMALL_MAX is a multiple of 64, so the rounding stays in range. Cost:
+    /// 12 instructions per local allocation in every model (script/icount.sh), the price of
+    /// a class that depends on the heap's model.
+    #[inline(always)]
+    fn small_class(&self, size: usize) -> u32 {
+        let class = size.div_ceil(8) as u32;
+        if self.ops().line_granular {
+            (class + 7) & !7
+        } else {
+            class
+        }
+    }
+
+    /// The class serving `size` bytes in this heap's model (small requests rounded up as in
+    /// [`ThreadHandle::small_class`]; large classes are multiples of 256 bytes already).
+    #[inline]
+    fn class_for(&self, size: usize) -> Option<(Bracket, u32)> {
+        if size.wrapping_sub(1) < SMALL_MAX {
+            Some((Bracket::Small, self.small_class(size)))
+        } else {
+            class_of(size)
+        }
+    }
+
     #[inline(never)]
     fn alloc_other(&self, size: usize) -> Result<NonNull<u8>, AllocError> {
-        match class_of(size) {
+        match self.class_for(size) {
             Some((b, class)) => self.ops().alloc(b, class),
             None if size == 0 => Err(AllocError::ZeroSize),
             None => self.alloc_huge(size, 1),
@@ -378,7 +404,8 @@ impl ThreadHandle {
         if size == 0 {
             return Err(AllocError::ZeroSize);
         }
-        match class_aligned(size, align) {
+        let line = if self.ops().line_granular { crate::coherence::flush::LINE } else { 1 };
+        match class_aligned(size, align.max(line)) {
             Some((b, class)) => self.ops().alloc(b, class),
             None if size > LARGE_MAX || align > Bracket::Large.spec().slab_size() => self.alloc_huge(size, align),
             None => Err(AllocError::BadAlignment(align)),
@@ -422,7 +449,7 @@ impl ThreadHandle {
         if new_size == 0 {
             return Err(AllocError::ZeroSize.into());
         }
-        let in_place = match (class_of(new_size), class_of(old)) {
+        let in_place = match (self.class_for(new_size), self.class_for(old)) {
             (Some(a), Some(b)) => a == b,
             (None, None) => new_size <= old && new_size > old / 2,
             _ => false,

@@ -85,6 +85,12 @@ pub(crate) struct SlabThread<'a> {
     /// against the T4 handoff (the simulator's workload failed with mailboxes on), so both
     /// reduced models keep counting their remote frees in batches.
     mailboxes: bool,
+    /// Limited and no-HWcc models: a small request is rounded up to a whole cache line before
+    /// its class is chosen (every class is then a multiple of 64 bytes), since two blocks
+    /// sharing a line could be written on two hosts and one host's write-back of the line
+    /// would put its stale copy of the other block over what the other host wrote
+    /// (docs/design.md §9.1, "Slab data").
+    pub line_granular: bool,
     /// When each batch entry was last used (this thread's remote-free count then): a free of a
     /// slab no entry names applies the least recently used one.
     batch_used: [AtomicU64; RemoteBatch::ENTRIES],
@@ -155,6 +161,7 @@ impl<'a> SlabThread<'a> {
             batching,
             mailboxes: mem.coherence == crate::layout::Coherence::Full,
             marks_free: batching,
+            line_granular: batching,
             batch_used,
         }
     }
@@ -401,6 +408,9 @@ impl<'a> SlabThread<'a> {
             for i in 0..info.blocks as usize {
                 self.block_word(self.mem.data_offset(b, slab, i * info.size as usize)).store(mark, Ordering::Relaxed);
             }
+            // Non-owners on other hosts read the marks from memory (fenced by the head line's
+            // persist below).
+            self.write_back_marks(b, slab, info);
         }
         // Remote freers on other hosts locate blocks from the head line: it reaches memory
         // before the first block is handed out.
@@ -721,8 +731,43 @@ impl<'a> SlabThread<'a> {
     #[inline(always)]
     fn mark_freed<const MARK: bool>(&self, at: &Located<'_>, mark: u64) {
         if MARK {
-            self.mark_word(at).store(mark, Ordering::Relaxed);
+            let word = self.mark_word(at);
+            word.store(mark, Ordering::Relaxed);
+            // A non-owner on another host reads the mark from memory. Unfenced: whatever tells
+            // that host about the block (the application's hand-over, or a protocol step) fences
+            // after it.
+            self.mem.swcc.persist_line_unfenced(Site::FreeMarks, word as *const AtomicU64 as *const u8);
         }
+    }
+
+    /// Writes back (keeping them) the lines of `slab`'s data holding its blocks' marks: one a
+    /// block for blocks of a line or more, every line of the slab for smaller ones. Unfenced.
+    fn write_back_marks(&self, b: Bracket, slab: Slab, info: &ClassInfo) {
+        let size = info.size as usize;
+        let first = self.mem.block(self.mem.data_offset(b, slab, 0)).as_ptr() as *const u8;
+        if size < crate::coherence::flush::LINE {
+            self.mem.swcc.persist_unfenced(Site::FreeMarks, first, info.blocks as usize * size);
+        } else {
+            for i in 0..info.blocks as usize {
+                let block = self.mem.block(self.mem.data_offset(b, slab, i * size));
+                self.mem.swcc.persist_line_unfenced(Site::FreeMarks, block.as_ptr());
+            }
+        }
+    }
+
+    /// Limited and no-HWcc models: before `slab` (with free blocks) can be taken by another
+    /// host, writes its data lines back and evicts them (fenced).
+    fn publish_data(&self, b: Bracket, slab: Slab) {
+        if self.marks_free {
+            let first = self.mem.block(self.mem.data_offset(b, slab, 0)).as_ptr() as *const u8;
+            self.mem.swcc.publish(Site::SlabData, first, b.spec().slab_size());
+        }
+    }
+
+    /// The first byte of block `at`.
+    #[inline(always)]
+    fn block_bytes(&self, at: &Located<'_>) -> *const u8 {
+        self.mem.block(at.offset).as_ptr()
     }
 
     /// The first word of the block at heap offset `offset` (a block of a sized slab).
@@ -841,9 +886,10 @@ impl<'a> SlabThread<'a> {
     #[inline(always)]
     fn count_marked(&self, at: &Located<'_>, version: u32, coherent: bool) -> Result<(), FreeError> {
         let b = at.bracket;
-        // The mark line must not be written back later over the block's next life.
+        // The block's lines (its mark, and what the application wrote here) must not be
+        // written back later over the block's next life.
         if !coherent {
-            self.mem.swcc.publish(Site::RemoteMark, self.mark_word(at) as *const AtomicU64 as *const u8, 8);
+            self.mem.swcc.publish(Site::RemoteMark, self.block_bytes(at), at.size as usize);
         }
         let tag = self.tag(version);
         let outcome = remote::decrement(&self.hw(self.mem.remote(b, at.slab)), tag, self.helper(tag));
@@ -1162,7 +1208,7 @@ impl<'a> SlabThread<'a> {
         }
         crash_point!(RemoteBatchMarked);
         // Fenced once per batch, before its subtraction.
-        self.mem.swcc.publish_unfenced(Site::RemoteMark, self.mark_word(at) as *const AtomicU64 as *const u8, 8);
+        self.mem.swcc.publish_unfenced(Site::RemoteMark, self.block_bytes(at), at.size as usize);
         ThreadRecord::bump(&self.rec.counters.remote_frees);
         // Relaxed: this thread's own bookkeeping.
         self.batch_used[i].store(self.rec.counters.remote_frees.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -1408,6 +1454,8 @@ impl<'a> SlabThread<'a> {
         self.log(Redo::new(Op::Abandon, b, slab.index(), version));
         // Release: disowned before the counter can reach 0, so a claimer never finds us owner.
         d.head.owner.store(0, Ordering::Release);
+        // Its blocks (free ones) may be re-sized on another host once the counter reaches 0.
+        self.publish_data(b, slab);
         self.publish(Site::Abandoned, d.bytes());
         crash_point!(AbandonDisowned);
         let free = d.head.free.load(Ordering::Relaxed);
@@ -1450,6 +1498,9 @@ impl<'a> SlabThread<'a> {
             // push's Release CAS publishes it.
             d.head.owner.store(0, Ordering::Relaxed);
             crash_point!(PushDisowned);
+            // Another host may pop and size it: nothing of its data stays dirty here (before
+            // its pages are given back, so that no write-back lands after).
+            self.publish_data(b, slab);
             if self.return_pages {
                 // Empty and still ours: its pages go back before anyone can pop it (docs/design.md
                 // §4.7). A failure only keeps them.
