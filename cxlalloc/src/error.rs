@@ -61,6 +61,10 @@ pub enum OpenError {
     /// A no-HWcc heap's mCAS window could not be used.
     #[error("mCAS window: {0}")]
     Mcas(String),
+    /// A no-HWcc heap's window is shared by the kernels of a pod, and this host has no valid
+    /// host number (`CXLALLOC_HOST`, docs/design.md §9.2) to lease its requesters by.
+    #[error("host number: {0}")]
+    HostNumber(String),
     /// A heap name breaks the grammar of [`crate::Heap::check_name`], or a path given to a
     /// `*_at` function has no usable final component.
     #[error("invalid heap name {name:?}: {reason}")]
@@ -393,6 +397,7 @@ impl From<&OpenError> for ErrorCode {
             OpenError::InvalidConfig(_) => ErrorCode::InvalidArgument,
             OpenError::Map(_) | OpenError::TooManyHeaps(_) => ErrorCode::OutOfMemory,
             OpenError::Mcas(_) => ErrorCode::Io,
+            OpenError::HostNumber(_) => ErrorCode::InvalidArgument,
             OpenError::InvalidName { .. } => ErrorCode::InvalidArgument,
             OpenError::PermissionDenied { .. } | OpenError::MixedPermissions { .. } => ErrorCode::PermissionDenied,
             OpenError::ForeignRegion { .. } => ErrorCode::BadHeap,
