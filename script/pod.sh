@@ -309,7 +309,9 @@ test_kill() {
   host=$("$CLI" inspect --device "$DEV" --json | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
-print(" ".join(str(h["host"]) for h in d["holders"] if not h["local"]))')
+held = [h["host"] for h in d["holders"] if not h["local"]]
+# Named by index and domain (`ID:DOMAIN`), as recover --host takes it.
+print(" ".join(h["ref"] for h in d["hosts"] if h["id"] in held))')
   [ -n "$host" ] || fail "the killed guest holds no slot" || return 1
   host=${host%% *}
   # From here the killed guest's holder is on another host, not declared dead: the checker must

@@ -231,6 +231,17 @@ pub enum RecoverHostError {
     /// The host is the caller's own: a process cannot declare its own host dead.
     #[error("host {0} is this process's own host; recover it from another host")]
     OwnHost(u16),
+    /// The entry names another domain than the one given: the host was recovered and its entry
+    /// claimed by another host since it was listed (docs/design.md §8.6).
+    #[error("host {host} is now domain {found:016x}, not {named:016x}: its entry was reused; list the hosts again")]
+    Reused {
+        /// The entry's index.
+        host: u16,
+        /// The domain the caller named.
+        named: u64,
+        /// The domain the entry names now.
+        found: u64,
+    },
     /// The heap was created with recovery off: a dead host's slots cannot be adopted.
     #[error("the heap was created without recovery; dead slots cannot be adopted")]
     RecoveryDisabled,
@@ -239,7 +250,9 @@ pub enum RecoverHostError {
 impl From<&RecoverHostError> for ErrorCode {
     fn from(e: &RecoverHostError) -> Self {
         match e {
-            RecoverHostError::NoSuchHost(_) | RecoverHostError::OwnHost(_) => ErrorCode::InvalidArgument,
+            RecoverHostError::NoSuchHost(_) | RecoverHostError::OwnHost(_) | RecoverHostError::Reused { .. } => {
+                ErrorCode::InvalidArgument
+            }
             RecoverHostError::RecoveryDisabled => ErrorCode::Unsupported,
         }
     }
