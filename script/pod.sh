@@ -26,6 +26,9 @@ DEV_SIZE=${POD_DEV_SIZE:-4G}
 GUEST_TIMEOUT=${POD_GUEST_TIMEOUT:-150}
 PROFILE_DIR=$ROOT/target/debug
 CLI=$PROFILE_DIR/cxlalloc
+# This machine is host 0 of the pod (its checker opens no-HWcc heaps in the shared device);
+# guest N is host N (script_for). docs/design.md §9.2.
+export CXLALLOC_HOST=0
 WORKER=$PROFILE_DIR/examples/pod_worker
 KV=$PROFILE_DIR/examples/pod_kv
 MCASD=$PROFILE_DIR/cxlalloc-mcasd
@@ -163,7 +166,8 @@ guest_status() {
 # script_for ID CMD: writes CMD into a script the guest runs, and prints its path.
 script_for() {
   local f="$POD/cmd-$1.sh"
-  printf 'set -e\n%s\n' "$2" >"$f"
+  # Each guest is a host of the pod with its own host number (docs/design.md §9.2): the ID.
+  printf 'set -e\nexport CXLALLOC_HOST=%s\n%s\n' "$1" "$2" >"$f"
   echo "$f"
 }
 
@@ -305,7 +309,9 @@ test_kill() {
   host=$("$CLI" inspect --device "$DEV" --json | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
-print(" ".join(str(h["host"]) for h in d["holders"] if not h["local"]))')
+held = [h["host"] for h in d["holders"] if not h["local"]]
+# Named by index and domain (`ID:DOMAIN`), as recover --host takes it.
+print(" ".join(h["ref"] for h in d["hosts"] if h["id"] in held))')
   [ -n "$host" ] || fail "the killed guest holds no slot" || return 1
   host=${host%% *}
   # From here the killed guest's holder is on another host, not declared dead: the checker must

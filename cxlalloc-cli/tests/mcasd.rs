@@ -120,6 +120,8 @@ fn run(args: &[&str]) -> Output {
 fn the_daemon_serves_the_window_carved_in_a_heap_device() {
     let dev = std::path::PathBuf::from(format!("/dev/shm/cxlalloc-mcasd-dev-{}", std::process::id()));
     let _remove = RemoveFile(dev.clone());
+    // A window in a device is shared by hosts: this process opens it as host 0.
+    std::env::set_var(cxlalloc::internal::HOST_ENV, "0");
     let f = std::fs::File::create(&dev).unwrap();
     f.set_len(Heap::device_bytes(&no_hwcc()).unwrap()).unwrap();
     let heap = Heap::format_device(&dev, &no_hwcc()).unwrap();

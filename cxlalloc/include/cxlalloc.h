@@ -331,6 +331,38 @@ int cxl_heap_drop_stale_huge(const cxl_heap_t* heap, size_t* dropped_out);
  *  slots it removed in `*released_out` (if non-NULL). Returns CXL_OK, or CXL_EINVAL for a NULL
  *  heap or a handle a forked child inherited. */
 int cxl_heap_sweep_huge(const cxl_heap_t* heap, size_t* released_out);
+/** One host of a heap (an entry of its host table): a kernel's pid namespace that opened it. */
+typedef struct cxl_host_info {
+    /** The entry's index. */
+    uint16_t id;
+    /** Whether it is the calling process's own host. */
+    bool own;
+    /** Whether an operator declared it dead (its recovery may still be under way). */
+    bool declared_dead;
+    /** Its domain's fingerprint: with `id`, the name cxl_heap_recover_host() takes, which a
+     *  later claim of the entry by another host cannot take over. */
+    uint64_t domain;
+    /** Seconds since its last heartbeat by this host's clock; -1 if the beat lies ahead of
+     *  it. Advice only: an idle host is silent too. */
+    int64_t silent_for;
+    /** Its name (`uname -n` when it registered), NUL-terminated. */
+    char name[40];
+} cxl_host_info_t;
+
+/** Writes up to `capacity` hosts of the heap to `out` and returns how many hosts there are
+ *  (call again with more room when that exceeds `capacity`). 0 on error (CXL_EINVAL for a NULL
+ *  heap, or a NULL `out` with a non-zero capacity). */
+size_t cxl_heap_hosts(const cxl_heap_t* heap, cxl_host_info_t* out, size_t capacity);
+
+/** Declares host `id` of `domain` (both from cxl_heap_hosts()) dead and recovers all it held:
+ *  its slots are adopted, repaired and released, the hazard sets of its processes given back,
+ *  its entry freed once nothing names it. Run it only once the host is down (fenced): a live
+ *  process of a host declared dead would share its slots with their adopters. Stores the
+ *  number of slots recovered in `*recovered_out` if not NULL. Returns CXL_OK; CXL_EINVAL for a
+ *  NULL heap, a free entry, the caller's own host, or an entry that now names another domain
+ *  (it was freed and claimed by another host: list the hosts again); CXL_EUNSUPPORTED for a
+ *  heap created without recovery. Running it again finishes a recovery cut short. */
+int cxl_heap_recover_host(const cxl_heap_t* heap, uint16_t id, uint64_t domain, size_t* recovered_out);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Offsets and roots                                                                            */

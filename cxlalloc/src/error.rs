@@ -61,6 +61,10 @@ pub enum OpenError {
     /// A no-HWcc heap's mCAS window could not be used.
     #[error("mCAS window: {0}")]
     Mcas(String),
+    /// A no-HWcc heap's window is shared by the kernels of a pod, and this host has no valid
+    /// host number (`CXLALLOC_HOST`, docs/design.md §9.2) to lease its requesters by.
+    #[error("host number: {0}")]
+    HostNumber(String),
     /// A heap name breaks the grammar of [`crate::Heap::check_name`], or a path given to a
     /// `*_at` function has no usable final component.
     #[error("invalid heap name {name:?}: {reason}")]
@@ -227,6 +231,17 @@ pub enum RecoverHostError {
     /// The host is the caller's own: a process cannot declare its own host dead.
     #[error("host {0} is this process's own host; recover it from another host")]
     OwnHost(u16),
+    /// The entry names another domain than the one given: the host was recovered and its entry
+    /// claimed by another host since it was listed (docs/design.md §8.6).
+    #[error("host {host} is now domain {found:016x}, not {named:016x}: its entry was reused; list the hosts again")]
+    Reused {
+        /// The entry's index.
+        host: u16,
+        /// The domain the caller named.
+        named: u64,
+        /// The domain the entry names now.
+        found: u64,
+    },
     /// The heap was created with recovery off: a dead host's slots cannot be adopted.
     #[error("the heap was created without recovery; dead slots cannot be adopted")]
     RecoveryDisabled,
@@ -235,7 +250,9 @@ pub enum RecoverHostError {
 impl From<&RecoverHostError> for ErrorCode {
     fn from(e: &RecoverHostError) -> Self {
         match e {
-            RecoverHostError::NoSuchHost(_) | RecoverHostError::OwnHost(_) => ErrorCode::InvalidArgument,
+            RecoverHostError::NoSuchHost(_) | RecoverHostError::OwnHost(_) | RecoverHostError::Reused { .. } => {
+                ErrorCode::InvalidArgument
+            }
             RecoverHostError::RecoveryDisabled => ErrorCode::Unsupported,
         }
     }
@@ -393,6 +410,7 @@ impl From<&OpenError> for ErrorCode {
             OpenError::InvalidConfig(_) => ErrorCode::InvalidArgument,
             OpenError::Map(_) | OpenError::TooManyHeaps(_) => ErrorCode::OutOfMemory,
             OpenError::Mcas(_) => ErrorCode::Io,
+            OpenError::HostNumber(_) => ErrorCode::InvalidArgument,
             OpenError::InvalidName { .. } => ErrorCode::InvalidArgument,
             OpenError::PermissionDenied { .. } | OpenError::MixedPermissions { .. } => ErrorCode::PermissionDenied,
             OpenError::ForeignRegion { .. } => ErrorCode::BadHeap,

@@ -78,6 +78,10 @@ pub struct CxlConfig {
 
 // Pinned to the header's `cxl_config_t` (the C test asserts the same numbers).
 const _: () = assert!(std::mem::size_of::<CxlConfig>() == 56);
+// The layout `cxl_host_info_t` has in the header (tests/c/api_test.c asserts the same).
+const _: () = assert!(std::mem::size_of::<CxlHostInfo>() == 64);
+const _: () = assert!(std::mem::offset_of!(CxlHostInfo, domain) == 8);
+const _: () = assert!(std::mem::offset_of!(CxlHostInfo, name) == 24);
 const _: () = assert!(std::mem::offset_of!(CxlConfig, recovery) == 48);
 const _: () = assert!(std::mem::align_of::<CxlConfig>() == 8);
 const _: () = assert!(std::mem::offset_of!(CxlConfig, thread_slots) == 16);
@@ -848,6 +852,108 @@ pub unsafe extern "C" fn cxl_heap_sweep_huge(heap: *const CxlHeap, released_out:
     }
     succeed();
     ErrorCode::Ok as c_int
+}
+
+/// `cxl_host_info_t`: one entry of a heap's host table ([`crate::HostInfo`], docs/design.md §8.6).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CxlHostInfo {
+    /// [`crate::HostInfo::id`]: the entry's index.
+    pub id: u16,
+    /// [`crate::HostInfo::own`].
+    pub own: bool,
+    /// [`crate::HostInfo::declared_dead`].
+    pub declared_dead: bool,
+    /// [`crate::HostInfo::domain`]: with `id`, the host's name for `cxl_heap_recover_host`.
+    pub domain: u64,
+    /// [`crate::HostInfo::silent_for`] in seconds; -1 when the beat lies ahead of this clock.
+    pub silent_for: i64,
+    /// [`crate::HostInfo::name`], NUL-terminated (cut at a character to fit).
+    pub name: [c_char; 40],
+}
+
+/// `size_t cxl_heap_hosts(const cxl_heap_t* heap, cxl_host_info_t* out, size_t capacity)`:
+/// writes up to `capacity` entries of the heap's host table to `out` and returns how many hosts
+/// there are (more than `capacity`: call again with room for all). 0 on error (last error set).
+///
+/// # Safety
+///
+/// `heap` is null or a live heap handle; `out` is null (then `capacity` must be 0) or points to
+/// `capacity` writable `cxl_host_info_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_heap_hosts(heap: *const CxlHeap, out: *mut CxlHostInfo, capacity: usize) -> usize {
+    const F: &str = "cxl_heap_hosts";
+    // SAFETY: forwarded from this function's contract.
+    let Some(heap) = (unsafe { heap_ref(heap, F) }) else {
+        return 0;
+    };
+    if out.is_null() && capacity != 0 {
+        fail(F, ErrorCode::InvalidArgument, libc::EINVAL, &"out is NULL with a non-zero capacity");
+        return 0;
+    }
+    let hosts = heap.hosts();
+    for (i, h) in hosts.iter().take(capacity).enumerate() {
+        let mut name = [0 as c_char; 40];
+        let mut end = h.name.len().min(name.len() - 1);
+        while !h.name.is_char_boundary(end) {
+            end -= 1;
+        }
+        for (d, &b) in name.iter_mut().zip(&h.name.as_bytes()[..end]) {
+            *d = b as c_char;
+        }
+        let info = CxlHostInfo {
+            id: h.id,
+            own: h.own,
+            declared_dead: h.declared_dead,
+            domain: h.domain,
+            silent_for: h.silent_for.map_or(-1, |s| i64::try_from(s).unwrap_or(i64::MAX)),
+            name,
+        };
+        // SAFETY: `i < capacity`, and `out` points to `capacity` writable entries (contract).
+        unsafe { out.add(i).write(info) };
+    }
+    succeed();
+    hosts.len()
+}
+
+/// `int cxl_heap_recover_host(const cxl_heap_t* heap, uint16_t id, uint64_t domain,
+/// size_t* recovered_out)`: [`Heap::recover_host`]: declares host `id` of `domain` (as
+/// `cxl_heap_hosts` lists it) dead and recovers what it held; stores the number of slots
+/// recovered in `*recovered_out` (if non-null). Returns `CXL_OK`; `CXL_EINVAL` for a null heap,
+/// a free entry, this process's own host, or an entry now naming another domain (reused);
+/// `CXL_EUNSUPPORTED` for a heap created without recovery.
+///
+/// # Safety
+///
+/// `heap` is null or a live heap handle; `recovered_out` is null or points to a writable
+/// `size_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_heap_recover_host(
+    heap: *const CxlHeap,
+    id: u16,
+    domain: u64,
+    recovered_out: *mut usize,
+) -> c_int {
+    const F: &str = "cxl_heap_recover_host";
+    // SAFETY: forwarded from this function's contract.
+    let Some(heap) = (unsafe { heap_ref(heap, F) }) else {
+        return ErrorCode::InvalidArgument as c_int;
+    };
+    match heap.recover_host(id, domain) {
+        Ok(r) => {
+            // SAFETY: by the contract above, a non-null `recovered_out` is writable.
+            if let Some(out) = unsafe { recovered_out.as_mut() } {
+                *out = r.reports.len();
+            }
+            succeed();
+            ErrorCode::Ok as c_int
+        }
+        Err(e) => {
+            let code = ErrorCode::from(&e);
+            fail(F, code, errno_of(code), &e);
+            code as c_int
+        }
+    }
 }
 
 /// `void cxl_thread_detach(cxl_thread_t* thread)`: releases the slot (its cached empty slabs go

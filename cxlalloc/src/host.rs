@@ -52,6 +52,9 @@ pub(crate) enum DeclareError {
     NoSuchHost,
     /// The entry is the caller's own domain: a process cannot declare itself dead.
     OwnHost,
+    /// The entry now names another domain (this one: its fingerprint) than the operator named:
+    /// it was freed and claimed again since the operator read it.
+    Reused(u64),
 }
 
 /// Wall-clock seconds now (Unix time); 0 if the clock is before 1970.
@@ -124,16 +127,23 @@ impl<'a> HostTable<'a> {
         self.get(holder.host).is_some_and(|w| w.domain == HostWord::fingerprint(domain))
     }
 
-    /// Declares host `id` dead, and with it every other live entry of its domain: from now on
-    /// every holder of it, on any host, is dead. Returns the ids so declared. Refused for a free
-    /// entry and for the caller's own domain. Declaring an already dead host again succeeds.
-    pub(crate) fn declare_dead(&self, id: u16, domain: u64) -> Result<Vec<u16>, DeclareError> {
+    /// Declares host `id`, of domain fingerprint `named` (as the operator read it), dead, and
+    /// with it every other live entry of that domain: from now on every holder of it, on any
+    /// host, is dead. Returns the ids so declared. Refused for a free entry, for an entry that
+    /// names another domain than `named` (reused since), and for the caller's own domain
+    /// (`domain`, raw). Declaring an already dead host again succeeds. Only entries of `named`
+    /// are ever declared: the CASes compare against it, so an entry reused between the check
+    /// and the CAS is left alone.
+    pub(crate) fn declare_dead(&self, id: u16, named: u64, domain: u64) -> Result<Vec<u16>, DeclareError> {
         let target = self.get(id).ok_or(DeclareError::NoSuchHost)?;
-        if target.domain == HostWord::fingerprint(domain) {
+        if target.domain != named {
+            return Err(DeclareError::Reused(target.domain));
+        }
+        if named == HostWord::fingerprint(domain) {
             return Err(DeclareError::OwnHost);
         }
         let n = self.entries.len();
-        Ok(protocol::declare_dead(n, |i| self.word(i), target.domain).into_iter().map(|i| i as u16).collect())
+        Ok(protocol::declare_dead(n, |i| self.word(i), named).into_iter().map(|i| i as u16).collect())
     }
 
     /// Frees entry `id`, declared dead, once nothing names it any more (the caller checked):
@@ -225,7 +235,7 @@ mod tests {
         // A pid that surely names nothing in this /proc.
         let h = Holder { pid: (1 << 22) - 2, host: foreign, start: 7 };
         assert!(t.holder_alive(h, mine));
-        assert_eq!(t.declare_dead(foreign, mine), Ok(vec![foreign]));
+        assert_eq!(t.declare_dead(foreign, HostWord::fingerprint(other), mine), Ok(vec![foreign]));
         assert!(!t.holder_alive(h, mine));
     }
 
@@ -259,9 +269,10 @@ mod tests {
         e[1].word.store(other.pack(), Ordering::Relaxed);
         e[3].word.store(other.pack(), Ordering::Relaxed);
         assert_eq!(t.register(5, "me"), Some(0));
-        assert_eq!(t.declare_dead(0, 5), Err(DeclareError::OwnHost));
-        assert_eq!(t.declare_dead(2, 5), Err(DeclareError::NoSuchHost));
-        assert_eq!(t.declare_dead(1, 5), Ok(vec![1, 3]));
+        let me = HostWord::fingerprint(5);
+        assert_eq!(t.declare_dead(0, me, 5), Err(DeclareError::OwnHost));
+        assert_eq!(t.declare_dead(2, other.domain, 5), Err(DeclareError::NoSuchHost));
+        assert_eq!(t.declare_dead(1, other.domain, 5), Ok(vec![1, 3]));
         assert!(t.get(3).is_some_and(|w| w.dead));
         assert!(t.get(0).is_some_and(|w| !w.dead));
     }
@@ -271,12 +282,27 @@ mod tests {
         let e = table(3);
         let t = HostTable::new(&e, None);
         assert_eq!(t.register(7, "x"), Some(0));
-        assert_eq!(t.declare_dead(0, 5), Ok(vec![0]));
+        assert_eq!(t.declare_dead(0, HostWord::fingerprint(7), 5), Ok(vec![0]));
         // The same domain coming back (a reused pid namespace id) gets a live entry of its own.
         assert_eq!(t.register(7, "x"), Some(1));
         assert!(!t.release(1), "a live entry is not released");
         assert!(t.release(0));
         assert_eq!(t.get(0), None);
+    }
+
+    #[test]
+    fn an_entry_reused_by_another_domain_is_not_declared_by_its_old_name() {
+        let e = table(3);
+        let t = HostTable::new(&e, None);
+        let (gone, innocent) = (HostWord::fingerprint(7), HostWord::fingerprint(8));
+        assert_eq!(t.register(7, "gone"), Some(0));
+        assert_eq!(t.declare_dead(0, gone, 5), Ok(vec![0]));
+        assert!(t.release(0));
+        // Entry 0 is claimed again, by another host; an operator repeats `recover --host 0`
+        // with the name it read before.
+        assert_eq!(t.register(8, "innocent"), Some(0));
+        assert_eq!(t.declare_dead(0, gone, 5), Err(DeclareError::Reused(innocent)));
+        assert!(t.get(0).is_some_and(|w| !w.dead), "the innocent host stays live");
     }
 
     #[test]

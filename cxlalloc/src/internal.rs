@@ -49,7 +49,9 @@ pub use self::not_loom::*;
 mod not_loom {
     pub use crate::backing::files::UNLINKED_PREFIX;
     pub use crate::class::{class_aligned, class_of, LARGE_MAX, SMALL_MAX};
-    pub use crate::coherence::{hwcc::inject_latency, Site, DEVICE_FILE, PROCESS_REQUESTERS, WINDOW_FILE};
+    pub use crate::coherence::{
+        hwcc::inject_latency, Site, DEVICE_FILE, HOST_ENV, HOST_NUMBERS, PROCESS_REQUESTERS, WINDOW_FILE,
+    };
     pub use crate::layout::{RegionId, REGIONS};
 
     /// `(start, len)`: the address range `heap` reserves in this process (every region, slab

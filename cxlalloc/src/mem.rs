@@ -9,7 +9,7 @@ use nix::errno::Errno;
 use crate::backing::Backing;
 use crate::class::Bracket;
 use crate::coherence::hwcc::{Hw, Targets};
-use crate::coherence::{window_geometry, McasHub, Site, Swcc};
+use crate::coherence::{window_geometry, HubError, McasHub, Site, Swcc};
 use crate::error::OpenError;
 use crate::host::HostTable;
 use crate::huge::view::HugeView;
@@ -355,7 +355,10 @@ impl HeapMem {
         let hwcc = [RegionId::Shared, RegionId::Claims, RegionId::Remote].map(|r| self.layout.region(r));
         let targets = Targets::new(hwcc.map(|s| (self.addr(s.offset) as usize, s.size)));
         let geometry = window_geometry(self.layout.slots, hwcc.iter().map(|s| s.size as u64).sum());
-        McasHub::open(&home, geometry, targets).map(Some).map_err(|e| OpenError::Mcas(e.to_string()))
+        McasHub::open(&home, geometry, targets).map(Some).map_err(|e| match e {
+            HubError::HostNumber(why) => OpenError::HostNumber(why),
+            e => OpenError::Mcas(e.to_string()),
+        })
     }
 
     /// No-HWcc model: the mCAS window connection (`None` in the other models).

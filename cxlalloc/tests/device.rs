@@ -54,6 +54,12 @@ fn config() -> Config {
     Config { thread_slots: 64, huge_capacity: 16 << 30, ..Config::with_capacity(256 << 20) }
 }
 
+/// Gives this test process (and the children it forks) host number 0: a no-HWcc heap whose
+/// mCAS window lies in a device needs one (`CXLALLOC_HOST`, docs/design.md §9.2).
+fn on_host_zero() {
+    std::env::set_var(cxlalloc::internal::HOST_ENV, "0");
+}
+
 fn wait_ok(mut child: common::Child, what: &str) {
     match child.wait(CHILD_DEADLINE) {
         WaitStatus::Exited(_, 0) => {}
@@ -214,7 +220,10 @@ fn a_huge_block_lives_in_the_devices_huge_range_and_no_other_file_is_made() {
         assert_eq!(u64::from_ne_bytes(word), common::pattern(off + 8, 11), "block {off:#x} is not at its place");
     }
     let after: Vec<_> = std::fs::read_dir("/dev/shm").unwrap().flatten().map(|e| e.file_name()).collect();
-    let made: Vec<_> = after.iter().filter(|n| !before.contains(n)).collect();
+    // Other tests of this binary make their device files meanwhile (`DevFile`): not huge blocks.
+    let ours = format!("cxlalloc-dev-{}-", std::process::id());
+    let made: Vec<_> =
+        after.iter().filter(|n| !before.contains(n) && !n.to_string_lossy().starts_with(&ours)).collect();
     assert!(made.is_empty(), "a huge block made files: {made:?}");
     let t = heap.attach().unwrap();
     for off in [first, second] {
@@ -321,6 +330,7 @@ fn a_limited_coherence_heap_on_a_device_is_shared_by_processes() {
 
 #[test]
 fn a_no_hwcc_heap_on_a_device_runs_through_the_window_carved_in_it() {
+    on_host_zero();
     let config = Config { coherence: Coherence::NoHwcc, huge_capacity: 0, thread_slots: 8, ..config() };
     let dev = DevFile::sized_for("nohwcc", &config);
     let heap = Heap::format_device(dev.path(), &config).unwrap();
@@ -334,6 +344,7 @@ fn a_no_hwcc_heap_on_a_device_runs_through_the_window_carved_in_it() {
 
 #[test]
 fn a_device_window_served_from_another_host_lets_threads_attach() {
+    on_host_zero();
     let config = Config { coherence: Coherence::NoHwcc, huge_capacity: 0, thread_slots: 8, ..config() };
     let dev = DevFile::sized_for("remote-server", &config);
     let heap = Heap::format_device(dev.path(), &config).unwrap();
@@ -353,6 +364,24 @@ fn a_device_window_served_from_another_host_lets_threads_attach() {
     t.free(b).unwrap();
     drop(t);
     assert!(device.stop() > 0, "no CAS went through the device's window");
+}
+
+#[test]
+fn a_no_hwcc_device_heap_is_refused_to_a_process_without_a_host_number() {
+    on_host_zero();
+    let config = Config { coherence: Coherence::NoHwcc, huge_capacity: 0, thread_slots: 8, ..config() };
+    let dev = DevFile::sized_for("no-host", &config);
+    let _heap = Heap::format_device(dev.path(), &config).unwrap();
+    let path = dev.path().to_path_buf();
+    let child = fork_child("opener without a host number", move || {
+        std::env::remove_var(cxlalloc::internal::HOST_ENV);
+        match Heap::open_device(&path) {
+            Err(e @ OpenError::HostNumber(_)) if e.to_string().contains(cxlalloc::internal::HOST_ENV) => Ok(()),
+            Err(e) => Err(format!("refused for another reason: {e}")),
+            Ok(_) => Err("opened without a host number".into()),
+        }
+    });
+    wait_ok(child, "opener without a host number");
 }
 
 #[test]

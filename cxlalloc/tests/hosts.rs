@@ -250,11 +250,10 @@ fn a_dead_hosts_slots_are_recovered_only_once_it_is_declared_dead() {
     assert!(heap.dead_slots().is_empty());
     assert!(heap.recover_dead().is_empty());
     assert_eq!(heap.slots().len(), THREADS);
-    assert_eq!(
-        heap.recover_host(heap.host_id().expect("registered at open")).err(),
-        Some(RecoverHostError::OwnHost(heap.host_id().expect("registered at open")))
-    );
-    let done = heap.recover_host(host).expect("recover_host");
+    let own = heap.host_id().expect("registered at open");
+    assert_eq!(heap.recover_host(own, domain_of(&heap, own)).err(), Some(RecoverHostError::OwnHost(own)));
+    let domain = domain_of(&heap, host);
+    let done = heap.recover_host(host, domain).expect("recover_host");
     assert_eq!(done.declared, vec![host]);
     assert_eq!(done.reports.len(), THREADS, "{done:?}");
     assert!(done.remaining.is_empty(), "{done:?}");
@@ -271,7 +270,32 @@ fn a_dead_hosts_slots_are_recovered_only_once_it_is_declared_dead() {
     drop(t);
     let report = heap.check();
     assert!(report.is_clean() && report.live_blocks() == 0, "{report}");
-    assert_eq!(heap.recover_host(host).err(), Some(RecoverHostError::NoSuchHost(host)));
+    assert_eq!(heap.recover_host(host, domain).err(), Some(RecoverHostError::NoSuchHost(host)));
+}
+
+/// The domain fingerprint `heap` lists for host `id` (0 if it lists none).
+fn domain_of(heap: &Heap, id: u16) -> u64 {
+    heap.hosts().iter().find(|h| h.id == id).map_or(0, |h| h.domain)
+}
+
+#[test]
+fn a_recovered_hosts_entry_claimed_again_is_not_declared_by_its_old_name() {
+    let _serial = common::serial();
+    let name = HeapName::new("hosts-reused");
+    let heap = Heap::create(name.as_str(), &config()).expect("create");
+    let gone = Foreign::start(name.as_str(), 0);
+    let (host, domain) = (gone.host, domain_of(&heap, gone.host));
+    gone.kill();
+    assert_eq!(heap.recover_host(host, domain).expect("recover_host").released, vec![host]);
+    // Another namespace (another host) claims the freed entry; the operator repeats the
+    // recovery with the name listed before.
+    let innocent = Foreign::start(name.as_str(), HELPER_ROOTS);
+    assert_eq!(innocent.host, host, "the freed entry is the first free one");
+    let found = domain_of(&heap, host);
+    assert_ne!(found, domain);
+    assert_eq!(heap.recover_host(host, domain).err(), Some(RecoverHostError::Reused { host, named: domain, found }));
+    assert!(heap.hosts().iter().any(|h| h.id == host && !h.declared_dead), "the innocent host stays live");
+    assert!(innocent.finish(), "the innocent host's workload ran undisturbed");
 }
 
 #[test]
@@ -307,13 +331,14 @@ fn a_host_recovery_cut_short_by_a_crash_is_finished_by_the_next_run() {
         let heap = Heap::create(name.as_str(), &config()).expect("create");
         let foreign = Foreign::start(name.as_str(), 0);
         let host = foreign.host;
+        let domain = domain_of(&heap, host);
         foreign.kill();
         let heap_name = name.as_str().to_string();
         let mut child = common::fork_code(point, move || {
             cxlalloc::internal::crash::arm(point);
             match Heap::open(&heap_name) {
                 Ok(h) => {
-                    let _ = h.recover_host(host);
+                    let _ = h.recover_host(host, domain);
                     0
                 }
                 Err(_) => common::EXIT_FAILED,
@@ -323,7 +348,7 @@ fn a_host_recovery_cut_short_by_a_crash_is_finished_by_the_next_run() {
         assert!(heap.hosts().iter().any(|h| h.id == host && h.declared_dead), "{point}: not declared");
         // The next run recovers what is left: every slot, or all but the one recovered (and
         // released) before the crash.
-        let done = heap.recover_host(host).expect("recover_host again");
+        let done = heap.recover_host(host, domain).expect("recover_host again");
         let expected = if point.starts_with("RecoveryHostSlot") { THREADS - 2 } else { THREADS };
         assert_eq!(done.reports.len(), expected, "{point}: {done:?}");
         assert!(done.remaining.is_empty() && done.released == vec![host], "{point}: {done:?}");

@@ -286,9 +286,11 @@ fn a_heap_is_described_from_its_files_through_the_curated_api() {
         && s.local
         && s.host == heap.host_id().expect("registered at open")
         && s.pid == std::process::id()));
-    let own: RecoverHostError = heap.recover_host(heap.host_id().expect("registered at open")).unwrap_err();
+    let me: u16 = heap.host_id().expect("registered at open");
+    let my_domain: u64 = heap.hosts().iter().find(|h| h.id == me).map_or(0, |h| h.domain);
+    let own: RecoverHostError = heap.recover_host(me, my_domain).unwrap_err();
     assert_eq!(own, RecoverHostError::OwnHost(heap.host_id().expect("registered at open")));
-    let none: Result<HostRecovery, RecoverHostError> = heap.recover_host(63);
+    let none: Result<HostRecovery, RecoverHostError> = heap.recover_host(63, my_domain);
     assert_eq!(none, Err(RecoverHostError::NoSuchHost(63)));
     let in_flight: Vec<&Interrupted> = slots.iter().flat_map(|s| &s.in_flight).collect();
     assert!(in_flight.is_empty());

@@ -41,6 +41,18 @@ use hwcc::{McasPort, Targets};
 /// the heap open, for the lease operations that run before a thread holds a slot.
 pub const PROCESS_REQUESTERS: u32 = 32;
 
+/// Host numbers an operator may give the hosts of a pod ([`HOST_ENV`], docs/design.md §9.2):
+/// host `h` owns process requesters `h * REQUESTERS_PER_HOST ..` of every heap's window.
+pub const HOST_NUMBERS: u32 = 8;
+
+/// Process requesters of each host number: the processes of one host that may have one heap
+/// open at once.
+const REQUESTERS_PER_HOST: u32 = PROCESS_REQUESTERS / HOST_NUMBERS;
+
+/// The environment variable that gives this host's number (`0 .. HOST_NUMBERS`), as a CXL
+/// port id would: required to open a no-HWcc heap whose window lies in a shared device.
+pub const HOST_ENV: &str = "CXLALLOC_HOST";
+
 /// The file name of a no-HWcc heap's mCAS window, in the heap directory.
 pub const WINDOW_FILE: &str = "mcas-window";
 
@@ -337,11 +349,56 @@ pub(crate) enum HubError {
     #[error("{0}")]
     Window(String),
     /// Every process requester is taken.
-    #[error("all {PROCESS_REQUESTERS} process requesters of {0} are in use")]
+    #[error("every process requester of {0} that this host may lease is in use")]
     Requesters(String),
     /// A requester could not be set up.
     #[error(transparent)]
     Mcas(#[from] McasError),
+    /// The host number is missing where the window is shared by kernels, or is malformed.
+    #[error("{0}")]
+    HostNumber(String),
+}
+
+/// This host's number from [`HOST_ENV`]: `None` when unset.
+pub(crate) fn host_number() -> Result<Option<u32>, HubError> {
+    match std::env::var(HOST_ENV) {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Ok(v) => parse_host_number(&v).map(Some),
+        Err(std::env::VarError::NotUnicode(_)) => Err(HubError::HostNumber(format!("{HOST_ENV} is not a number"))),
+    }
+}
+
+/// Parses a host number: a decimal below [`HOST_NUMBERS`].
+fn parse_host_number(v: &str) -> Result<u32, HubError> {
+    match v.trim().parse::<u32>() {
+        Ok(h) if h < HOST_NUMBERS => Ok(h),
+        _ => Err(HubError::HostNumber(format!("{HOST_ENV}={v:?}: a host number is 0 ..= {}", HOST_NUMBERS - 1))),
+    }
+}
+
+/// The process requesters (offsets from the first) a process may lease: with a host number,
+/// only its host's share, disjoint from every other host's; without, all of them (one kernel
+/// uses the window, whose OFD locks alone keep its processes apart).
+fn requester_range(host: Option<u32>) -> std::ops::Range<u32> {
+    match host {
+        Some(h) => h * REQUESTERS_PER_HOST..(h + 1) * REQUESTERS_PER_HOST,
+        None => 0..PROCESS_REQUESTERS,
+    }
+}
+
+/// The host number a process opening `home` leases under: a window carved in a heap device is
+/// shared by kernels whose byte locks do not see each other (docs/design.md §9.2), so it needs
+/// one; elsewhere one is used if given.
+fn host_for(home: &McasHome, host: Option<u32>) -> Result<Option<u32>, HubError> {
+    match (home, host) {
+        (McasHome::DeviceWindow { path, .. }, None) => Err(HubError::HostNumber(format!(
+            "the mCAS window of {} lies in a device that hosts with other kernels share: set {HOST_ENV} \
+             to this host's number (0 ..= {}), distinct on every host of the pod",
+            path.display(),
+            HOST_NUMBERS - 1
+        ))),
+        (_, host) => Ok(host),
+    }
 }
 
 impl McasHub {
@@ -391,7 +448,9 @@ impl McasHub {
                 Link::Device(Arc::new(Device::open(spec).map_err(|e| HubError::Window(e.to_string()))?))
             }
         };
-        let (index, lock) = lease_process_requester(home.lock_file(), geometry.slots - PROCESS_REQUESTERS)?;
+        let host = host_for(home, host_number()?)?;
+        let (index, lock) =
+            lease_process_requester(home.lock_file(), geometry.slots - PROCESS_REQUESTERS, requester_range(host))?;
         let process = McasPort::new(link.clone(), index, targets)?;
         let shared_device = matches!(home, McasHome::DeviceWindow { .. });
         Ok(Self { link, targets, process, _lock: lock, shared_device })
@@ -421,16 +480,20 @@ impl McasHub {
     }
 }
 
-/// Locks one of the process requesters (`first ..`) with an open-file-description lock on its
+/// Locks one of the process requesters `first + range` with an open-file-description lock on its
 /// byte of `path` (the window file, or the heap's device description): the kernel drops it when
 /// this process closes the file or dies, so a crashed process never strands a requester.
-fn lease_process_requester(path: &Path, first: u32) -> Result<(u32, std::fs::File), HubError> {
+fn lease_process_requester(
+    path: &Path,
+    first: u32,
+    range: std::ops::Range<u32>,
+) -> Result<(u32, std::fs::File), HubError> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(path)
         .map_err(|e| HubError::Window(format!("{}: {e}", path.display())))?;
-    for i in 0..PROCESS_REQUESTERS {
+    for i in range {
         let index = first + i;
         let lock = libc::flock {
             l_type: libc::F_WRLCK as i16,
@@ -444,4 +507,71 @@ fn lease_process_requester(path: &Path, first: u32) -> Result<(u32, std::fs::Fil
         }
     }
     Err(HubError::Requesters(path.display().to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_numbers_own_disjoint_requesters_that_cover_the_process_requesters() {
+        let mut owner = [None; PROCESS_REQUESTERS as usize];
+        for h in 0..HOST_NUMBERS {
+            let range = requester_range(Some(h));
+            assert_eq!(range.len() as u32, REQUESTERS_PER_HOST);
+            for i in range {
+                assert_eq!(owner[i as usize], None, "requester {i} given to hosts {:?} and {h}", owner[i as usize]);
+                owner[i as usize] = Some(h);
+            }
+        }
+        assert!(owner.iter().all(Option::is_some), "every requester belongs to a host: {owner:?}");
+    }
+
+    #[test]
+    fn without_a_host_number_every_process_requester_may_be_leased() {
+        assert_eq!(requester_range(None), 0..PROCESS_REQUESTERS);
+    }
+
+    #[test]
+    fn a_host_number_is_a_decimal_below_host_numbers() {
+        assert_eq!(parse_host_number("0").ok(), Some(0));
+        assert_eq!(parse_host_number(" 7\n").ok(), Some(HOST_NUMBERS - 1));
+        for bad in ["8", "-1", "", "one", "0x1"] {
+            assert!(matches!(parse_host_number(bad), Err(HubError::HostNumber(_))), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn a_device_window_is_refused_without_a_host_number() {
+        let shared = McasHome::DeviceWindow { path: PathBuf::from("/dev/dax0.0"), offset: 0, len: 4096 };
+        let err = host_for(&shared, None).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains(HOST_ENV), "refusal names the variable: {err:?}");
+        assert_eq!(host_for(&shared, Some(3)).ok(), Some(Some(3)));
+        let local = McasHome::Window(PathBuf::from("/dev/shm/h/mcas-window"));
+        assert_eq!(host_for(&local, None).ok(), Some(None));
+        assert_eq!(host_for(&local, Some(2)).ok(), Some(Some(2)));
+    }
+
+    #[test]
+    fn two_hosts_lease_disjoint_requesters_of_one_lock_file() {
+        // Two kernels do not see each other's byte locks; two separate files stand in for the
+        // one file as each kernel's lock table sees it.
+        let dir = std::env::temp_dir().join(format!("cxlalloc-requesters-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let (a, b) = (dir.join("a"), dir.join("b"));
+        for p in [&a, &b] {
+            std::fs::write(p, [0u8; 64]).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        }
+        let first = 100;
+        let mut held = Vec::new();
+        let mut taken = std::collections::BTreeMap::new();
+        for (path, host) in [(&a, 1), (&b, 2)] {
+            while let Ok((index, lock)) = lease_process_requester(path, first, requester_range(Some(host))) {
+                assert!(taken.insert(index, host).is_none(), "requester {index} leased by two hosts");
+                held.push(lock);
+            }
+        }
+        assert_eq!(taken.len() as u32, 2 * REQUESTERS_PER_HOST, "each host leases its whole share: {taken:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -93,6 +93,9 @@ pub struct HostRecovery {
 pub struct HostInfo {
     /// Its id: the entry's index in the host table.
     pub id: u16,
+    /// Its domain's fingerprint (docs/design.md §8.6): with `id`, the name [`Heap::recover_host`]
+    /// takes, which a later claim of the entry by another host cannot take over.
+    pub domain: u64,
     /// The host's name (`uname -n` when it registered), for people.
     pub name: String,
     /// Whether it is the calling process's own host (domain).
@@ -111,6 +114,7 @@ impl HostInfo {
             .into_iter()
             .map(|r| HostInfo {
                 id: r.id,
+                domain: r.word.domain,
                 name: r.name,
                 own: r.word.domain == mine,
                 declared_dead: r.word.dead,
@@ -395,7 +399,9 @@ impl Heap {
         self.mem().host()
     }
 
-    /// Declares host `host` dead and recovers everything it held, from this (another) host:
+    /// Declares host `host` of domain `domain` (both as [`Heap::hosts`] lists them:
+    /// [`HostInfo::id`], [`HostInfo::domain`]) dead and recovers everything it held, from this
+    /// (another) host:
     /// every slot its processes held is adopted, repaired and released, the hazard sets of its
     /// processes are given back, and its host-table entry is freed once nothing names it
     /// (docs/design.md §8.6).
@@ -403,15 +409,18 @@ impl Heap {
     /// Run it only once the host is known to be down (the operator's fencing): a process of a
     /// host declared dead that still runs would share its slots with their adopters. Declaring
     /// covers every entry of the host's domain. Running it again (after a crash mid-way, or to
-    /// finish slots another thread was adopting) goes on where the last run stopped.
-    pub fn recover_host(&self, host: u16) -> Result<HostRecovery, RecoverHostError> {
+    /// finish slots another thread was adopting) goes on where the last run stopped. Refused with
+    /// [`RecoverHostError::Reused`] once entry `host` names another domain (the host's recovery
+    /// freed it and another host claimed it): the index alone would declare an innocent host.
+    pub fn recover_host(&self, host: u16, domain: u64) -> Result<HostRecovery, RecoverHostError> {
         let mem = self.mem();
         if !mem.recoverable() {
             return Err(RecoverHostError::RecoveryDisabled);
         }
-        let declared = mem.hosts().declare_dead(host, identity::domain()).map_err(|e| match e {
+        let declared = mem.hosts().declare_dead(host, domain, identity::domain()).map_err(|e| match e {
             DeclareError::NoSuchHost => RecoverHostError::NoSuchHost(host),
             DeclareError::OwnHost => RecoverHostError::OwnHost(host),
+            DeclareError::Reused(found) => RecoverHostError::Reused { host, named: domain, found },
         })?;
         crash_point!(RecoveryHostDeclared);
         let of_host = |slot: u32| {

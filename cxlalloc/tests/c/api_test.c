@@ -11,11 +11,13 @@
  *    NULL with CXL_ENOMEM / errno ENOMEM.
  */
 #define _XOPEN_SOURCE 700
+#define _GNU_SOURCE /* unshare(2), for a second host in the host test */
 
 #include "cxlalloc.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,9 @@ _Static_assert(offsetof(cxl_config_t, coherence) == 32, "cxl_config_t.coherence"
 _Static_assert(offsetof(cxl_config_t, commit_on_grow) == 36, "cxl_config_t.commit_on_grow");
 _Static_assert(offsetof(cxl_config_t, huge_capacity) == 40, "cxl_config_t.huge_capacity");
 _Static_assert(offsetof(cxl_config_t, mode) == 52, "cxl_config_t.mode");
+_Static_assert(sizeof(cxl_host_info_t) == 64, "cxl_host_info_t size");
+_Static_assert(offsetof(cxl_host_info_t, domain) == 8, "cxl_host_info_t.domain");
+_Static_assert(offsetof(cxl_host_info_t, name) == 24, "cxl_host_info_t.name");
 
 static int checks;
 
@@ -581,6 +586,54 @@ static void test_huge_maintenance(cxl_heap_t* heap, cxl_thread_t* t, const char*
     CHECK(cxl_heap_sweep_huge(heap, &n) == CXL_OK);
     size_t problems = 99;
     CHECK(cxl_heap_check(heap, &problems) == CXL_OK && problems == 0);
+/* A second host: a process in a pid namespace of its own opens the heap, takes a slot and
+ * allocates, and dies holding it. This host lists it, is refused its own host and an entry
+ * named by a stale domain, and recovers it by its index and domain. */
+static void test_hosts(cxl_heap_t* heap, const char* name) {
+    cxl_host_info_t hosts[8];
+    size_t n = cxl_heap_hosts(heap, hosts, 8);
+    CHECK(n == 1 && hosts[0].own && !hosts[0].declared_dead && cxl_last_error() == CXL_OK);
+    CHECK(strlen(hosts[0].name) < sizeof hosts[0].name);
+    CHECK_ERR(cxl_heap_hosts(heap, NULL, 1), CXL_EINVAL, EINVAL);
+    CHECK(cxl_heap_recover_host(heap, hosts[0].id, hosts[0].domain, NULL) == CXL_EINVAL);
+    CHECK(cxl_heap_recover_host(heap, 63, hosts[0].domain, NULL) == CXL_EINVAL);
+
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        if (unshare(CLONE_NEWPID) != 0) _exit(77);
+        pid_t holder = fork();
+        if (holder == 0) {
+            /* A fresh program: the library computes a process's domain once, and a forked
+             * child would inherit this one's. */
+            execl("/proc/self/exe", "api_test", "--holder", name, (char*)NULL);
+            _exit(1);
+        }
+        int s = 0;
+        _exit(holder > 0 && waitpid(holder, &s, 0) == holder && WIFEXITED(s) ? WEXITSTATUS(s) : 1);
+    }
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status));
+    if (WEXITSTATUS(status) == 77) {
+        printf("api_test: SKIPPED the second host: unshare(CLONE_NEWPID) refused\n");
+        return;
+    }
+    CHECK(WEXITSTATUS(status) == 0);
+
+    CHECK(cxl_heap_hosts(heap, NULL, 0) == 2);
+    CHECK(cxl_heap_hosts(heap, hosts, 1) == 2);
+    n = cxl_heap_hosts(heap, hosts, 8);
+    CHECK(n == 2);
+    const cxl_host_info_t* other = hosts[0].own ? &hosts[1] : &hosts[0];
+    CHECK(!other->own && !other->declared_dead && other->domain != 0);
+    /* Dead, but only the operator can say so: nothing is recovered by this host's judgement. */
+    CHECK(cxl_heap_recover(heap) == 0);
+    size_t recovered = 99;
+    CHECK(cxl_heap_recover_host(heap, other->id, other->domain ^ 1, &recovered) == CXL_EINVAL);
+    CHECK(errno == EINVAL && strstr(cxl_last_error_message(), "reused") != NULL && recovered == 99);
+    CHECK(cxl_heap_recover_host(heap, other->id, other->domain, &recovered) == CXL_OK);
+    CHECK(recovered == 1 && cxl_last_error() == CXL_OK);
+    CHECK(cxl_heap_hosts(heap, hosts, 8) == 1 && hosts[0].own);
 }
 
 static void test_slots_exhausted(void) {
@@ -803,7 +856,16 @@ static void test_device(void) {
     dev_path[0] = '\0';
 }
 
-int main(void) {
+/* `--holder NAME`: the second host's process of test_hosts(): takes a slot of heap NAME,
+ * allocates, and dies holding the slot. */
+static int holder(const char* name) {
+    cxl_heap_t* h = cxl_heap_open(name);
+    cxl_thread_t* th = h ? cxl_thread_attach(h) : NULL;
+    _exit(th && cxl_malloc(th, 100) ? 0 : 1);
+}
+
+int main(int argc, char** argv) {
+    if (argc == 3 && strcmp(argv[1], "--holder") == 0) return holder(argv[2]);
     char* name = heap_name;
     snprintf(name, sizeof heap_name, "capi-test-%ld", (long)getpid());
     (void)cxl_heap_unlink(name); /* a leftover from a killed run with a recycled pid */
@@ -845,6 +907,7 @@ int main(void) {
     CHECK(cxl_heap_check(heap, &problems) == CXL_OK);
     CHECK(problems == 0);
     CHECK(cxl_heap_check(heap, NULL) == CXL_OK);
+    test_hosts(heap, name);
 
     cxl_thread_detach(t);
     cxl_heap_close(heap);

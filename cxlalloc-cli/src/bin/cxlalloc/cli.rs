@@ -240,10 +240,12 @@ enum Command {
     Recover {
         #[command(flatten)]
         heap: Target,
-        /// Declare host ID dead and recover all of its slots and hazard sets (run it only once
-        /// the host is known to be down: fence it first). IDs are in `cxlalloc inspect`.
-        #[arg(long, value_name = "ID")]
-        host: Option<u16>,
+        /// Declare host ID:DOMAIN dead and recover all of its slots and hazard sets (run it only
+        /// once the host is known to be down: fence it first). Hosts are named as `cxlalloc
+        /// list` and `inspect` show them: the entry's index and its domain, so that an entry
+        /// another host claimed since is refused, never declared.
+        #[arg(long, value_name = "ID:DOMAIN", value_parser = parse_host_ref)]
+        host: Option<(u16, u64)>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -364,6 +366,20 @@ fn liveness(s: &SlotInfo) -> String {
 /// A host silent this long while holding slots earns a line of advice (never a verdict).
 const SILENT_ADVICE_SECS: u64 = 10;
 
+/// How an operator names a host: its entry's index and its domain's fingerprint, `2:00ab…`.
+fn host_ref(h: &HostInfo) -> String {
+    format!("{}:{:016x}", h.id, h.domain)
+}
+
+/// Parses `recover --host`'s `ID:DOMAIN` (as [`host_ref`] prints it).
+fn parse_host_ref(s: &str) -> Result<(u16, u64), String> {
+    let usage = || format!("{s:?}: name the host as ID:DOMAIN, as `cxlalloc list` shows it (e.g. 2:00a1b2c3d4e5f607)");
+    let (id, domain) = s.split_once(':').ok_or_else(usage)?;
+    let id = id.parse::<u16>().map_err(|_| usage())?;
+    let domain = u64::from_str_radix(domain, 16).map_err(|_| usage())?;
+    Ok((id, domain))
+}
+
 /// One line about a host: its name, whether it is this one, its heartbeat.
 fn host_line(h: &HostInfo) -> String {
     let name = if h.name.is_empty() { String::new() } else { format!("{} ", h.name) };
@@ -379,6 +395,8 @@ fn host_line(h: &HostInfo) -> String {
 fn host_json(h: &HostInfo) -> Json {
     Json::object([
         ("id", h.id.into()),
+        ("domain", format!("{:016x}", h.domain).into()),
+        ("ref", host_ref(h).into()),
         ("name", h.name.clone().into()),
         ("own", h.own.into()),
         ("declared_dead", h.declared_dead.into()),
@@ -399,7 +417,7 @@ fn silent_hosts(hosts: &[HostInfo], holders: &[SlotInfo], heap: &str) -> Vec<Str
                     "host {} silent for {} s, holding {held} slot(s): if it is down, fence it and run `cxlalloc recover {heap} --host {}`",
                     h.id,
                     h.silent_for.unwrap_or(0),
-                    h.id
+                    host_ref(h)
                 )
             })
         })
@@ -507,7 +525,7 @@ fn list_entry(out: &mut Out, name: &str, path: &Path, json: bool) -> std::io::Re
             out.fact(&format!("  slot {}", s.slot), format_args!("pid {} ({})", s.pid, liveness(s)))?;
         }
         for h in info.hosts.iter().flatten() {
-            out.fact(&format!("  host {}", h.id), host_line(h))?;
+            out.fact(&format!("  host {}", host_ref(h)), host_line(h))?;
         }
         for a in silent_hosts(info.hosts.as_deref().unwrap_or(&[]), holders.map_or(&[], |h| h.as_slice()), name) {
             out.fact("  advice", a)?;
@@ -645,7 +663,7 @@ fn inspect(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
     match &info.hosts {
         Ok(hosts) => {
             for h in hosts {
-                out.fact(&format!("host {}", h.id), host_line(h))?;
+                out.fact(&format!("host {}", host_ref(h)), host_line(h))?;
             }
             for a in silent_hosts(hosts, info.holders.as_deref().unwrap_or(&[]), &heap.to_string()) {
                 out.fact("advice", a)?;
@@ -847,7 +865,7 @@ fn check(out: &mut Out, heap: &Target, json: bool) -> Result<ExitCode, Error> {
         }
     }
     for host in &hosts {
-        out.fact(&format!("host {}", host.id), host_line(host))?;
+        out.fact(&format!("host {}", host_ref(host)), host_line(host))?;
     }
     for a in &silent {
         out.fact("advice", a)?;
@@ -907,12 +925,12 @@ fn format(out: &mut Out, device: &Path, shape: &Shape, force: bool) -> Result<()
     Ok(())
 }
 
-fn recover(out: &mut Out, heap: &Target, host: Option<u16>, json: bool) -> Result<(), Error> {
+fn recover(out: &mut Out, heap: &Target, host: Option<(u16, u64)>, json: bool) -> Result<(), Error> {
     let h = heap.open()?;
     let (reports, of_host) = match host {
         None => (h.recover_dead(), None),
-        Some(id) => {
-            let r = h.recover_host(id).map_err(Error::RecoverHost)?;
+        Some((id, domain)) => {
+            let r = h.recover_host(id, domain).map_err(Error::RecoverHost)?;
             (r.reports.clone(), Some(r))
         }
     };
@@ -1042,7 +1060,7 @@ mod tests {
     use super::*;
 
     fn host(id: u16, own: bool, declared_dead: bool, silent_for: Option<u64>) -> HostInfo {
-        HostInfo { id, name: format!("h{id}"), own, declared_dead, silent_for }
+        HostInfo { id, domain: 0xab00 + u64::from(id), name: format!("h{id}"), own, declared_dead, silent_for }
     }
 
     fn held_by(slot: u32, host: u16) -> SlotInfo {
@@ -1063,7 +1081,16 @@ mod tests {
         let advice = silent_hosts(&hosts, &holders, "pod");
         assert_eq!(advice.len(), 1, "{advice:?}");
         assert!(advice[0].starts_with("host 1 silent for 14 s, holding 2 slot(s)"), "{advice:?}");
-        assert!(advice[0].contains("cxlalloc recover pod --host 1"), "{advice:?}");
+        assert!(advice[0].contains("cxlalloc recover pod --host 1:000000000000ab01`"), "{advice:?}");
+    }
+
+    #[test]
+    fn a_host_is_named_by_its_index_and_domain() {
+        let h = host(2, false, false, None);
+        assert_eq!(parse_host_ref(&host_ref(&h)), Ok((2, h.domain)));
+        for bare in ["2", "2:", ":ab", "2:xyz", "70000:ab"] {
+            assert!(parse_host_ref(bare).is_err(), "{bare:?} accepted");
+        }
     }
 
     #[test]
