@@ -103,6 +103,14 @@ pub enum Site {
     /// its removal; on hardware a dirty mark line written back after the slab's next sizing
     /// would overwrite a block of it.
     RemoteMark,
+    /// A mailbox push's link in the freed block, written back before the push CAS publishes it
+    /// (docs/design.md §4.6).
+    MailboxLink,
+    /// A harvested block's link, read from memory (its pusher wrote it on another host).
+    MailboxRead,
+    /// A harvested block's cleared link, written back so that no later eviction of ours lands
+    /// on the block's next life.
+    MailboxCleared,
     /// A slot's record when the slot is leased or adopted.
     SlotTaken,
     /// Every descriptor when a slot is leased or adopted: copies this host cached before

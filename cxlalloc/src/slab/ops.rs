@@ -153,7 +153,7 @@ impl<'a> SlabThread<'a> {
             recommit: config.return_pages && config.commit_on_grow,
             port,
             batching,
-            mailboxes: mem.coherence == crate::layout::Coherence::Full,
+            mailboxes: mem.coherence != crate::layout::Coherence::NoHwcc,
             marks_free: batching,
             batch_used,
         }
@@ -919,6 +919,10 @@ impl<'a> SlabThread<'a> {
             |next| {
                 // The block is ours until the CAS succeeds: a plain store of its link.
                 word.store(Link { next }.pack(mark), Ordering::Relaxed);
+                if !coherent {
+                    // The owner may read the link on another host: in memory before the CAS.
+                    self.mem.swcc.publish(Site::MailboxLink, word as *const AtomicU64 as *const u8, 8);
+                }
             },
             self.helper(tag),
         );
@@ -1067,6 +1071,9 @@ impl<'a> SlabThread<'a> {
         let offset = self.mem.data_offset(b, slab, id.block as usize * size as usize);
         let at = Located { bracket: b, slab, desc: d, class, size, blocks, block: id.block, offset };
         let word = self.mark_word(&at);
+        let line = word as *const AtomicU64 as *const u8;
+        // The pusher wrote the link, maybe on another host.
+        self.refresh(Site::MailboxRead, (line, 8));
         let mark = d.head.mark.load(Ordering::Relaxed);
         let raw = word.load(Ordering::Relaxed);
         let next = match Link::unpack(raw, mark) {
@@ -1086,10 +1093,14 @@ impl<'a> SlabThread<'a> {
                 self.return_block(&at);
             }
             crash_point!(HarvestReturned);
-            // A free block must not look freed: allocation does not clear the word in the full
-            // model (the only one with mailboxes), so the next owner's free would be refused.
-            if Link::freed(word.load(Ordering::Relaxed), mark) {
-                word.store(0, Ordering::Relaxed);
+            // Full model: a free block must not look freed (allocation does not clear the
+            // word, so the next owner's free would be refused). Limited: a free block carries
+            // the plain mark, as after a local free, so that a non-owner's second free of it
+            // is refused (allocation clears it).
+            let free_word = if self.marks_free { mark } else { 0 };
+            if word.load(Ordering::Relaxed) != free_word {
+                word.store(free_word, Ordering::Relaxed);
+                self.mem.swcc.publish_unfenced(Site::MailboxCleared, line, 8);
             }
         } else if raw != mark {
             Link::unpack(raw, mark)?;
