@@ -109,6 +109,19 @@ mod not_loom {
             heap.mem().swcc.global_flush();
         }
 
+        /// The application's write-back of `len` bytes at `p` (heap memory) on a simulated
+        /// host, as before it hands them to another host: never removed by [`skip`].
+        pub fn app_write_back(heap: &crate::Heap, p: *const u8, len: usize) {
+            heap.mem().swcc.app_write_back(p, len);
+        }
+
+        /// The application's invalidation of `len` bytes at `p` (heap memory) on a simulated
+        /// host, before it reads what another host wrote there: a dirty line of this host is
+        /// written back first (over whatever memory held), as a CPU does.
+        pub fn app_invalidate(heap: &crate::Heap, p: *const u8, len: usize) {
+            heap.mem().swcc.app_invalidate(p, len);
+        }
+
         /// The sizing of the slab holding the allocated slab block at `ptr`, as `thread`
         /// reads it: `(bracket, slab index, generation, block size)`; `None` outside sized
         /// slabs. A slab's generation grows with every sizing, so what one host observes of a

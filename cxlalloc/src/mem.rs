@@ -286,6 +286,15 @@ impl HeapMem {
             }
             mem.map_whole(r)?;
         }
+        #[cfg(feature = "noncoherent-sim")]
+        if mem.simulated(RegionId::Data) {
+            // Slab data is a simulated host's cache too, mapped whole: every chunk counts as
+            // mapped, so that neither a fault nor `ensure_mapped` maps the file over it.
+            mem.simulate(RegionId::Data)?;
+            for bits in &mem.mapped_chunks {
+                bits.iter().for_each(|w| w.store(u64::MAX, Ordering::Relaxed));
+            }
+        }
         mem.lazy = Some(mem.lazy_map());
         mem.mcas = mem.connect_mcas()?;
         for b in Bracket::ALL {
@@ -310,12 +319,13 @@ impl HeapMem {
             .map_err(OpenError::Map)
     }
 
-    /// Whether region `r` is one of the SWcc regions a simulated host caches.
+    /// Whether region `r` is one of the SWcc regions a simulated host caches (slab data
+    /// included: docs/design.md §9.3).
     #[cfg(feature = "noncoherent-sim")]
     fn simulated(&self, r: RegionId) -> bool {
         crate::coherence::sim::enabled()
             && self.coherence != Coherence::Full
-            && matches!(r, RegionId::Owned | RegionId::Hazard | RegionId::Local)
+            && matches!(r, RegionId::Owned | RegionId::Hazard | RegionId::Local | RegionId::Data)
     }
 
     /// Maps region `r` as this simulated host's private cache of its file.

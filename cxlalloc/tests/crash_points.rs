@@ -348,3 +348,60 @@ fn cli_check_describes_an_interrupted_detectable_allocation_and_recover_complete
     owner.free_from(heap.root(1).expect("root 1")).expect("free the recovered block");
     finish(heap, owner);
 }
+
+fn free_from_root_1(heap: &Heap) -> Result<(), String> {
+    let t = heap.attach().map_err(|e| e.to_string())?;
+    let word = heap.root(1).ok_or("no root 1")?;
+    t.free_from(word).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// A detectable free's record names its block's allocation by the slab's generation (a
+/// remote detectable free is always counted, never left in a mailbox, so its block comes back
+/// only through a new sizing of its slab). A thread dies once its remote free of the first
+/// block of another slot's full slab is done (`FreeDone`); another thread frees the rest,
+/// which claims the slab (T8) and gives it to the global list, where the next refill of the
+/// same class sizes it again (same offsets, same size, the next generation) and hands that
+/// block out again. Recovery of the dead slot must not redo the free on the new allocation.
+#[test]
+fn a_detectable_free_is_not_redone_on_the_block_of_a_later_sizing_of_its_slab() {
+    let _serial = serial();
+    for coherence in [Coherence::Full, Coherence::Limited] {
+        let (name, heap, owner) = fresh_heap("resized-FreeDone", coherence);
+        // A fresh slab of the 1 KiB class, filled by a thread that stays attached while the
+        // child frees (so that the child's free is remote).
+        let filler = heap.attach().unwrap();
+        let blocks: Vec<_> = (0..32).map(|_| filler.alloc(1024).unwrap()).collect();
+        let slab = blocks[0].as_ptr() as usize >> 15;
+        assert!(blocks.iter().all(|p| p.as_ptr() as usize >> 15 == slab), "{coherence:?}: not one slab");
+        let x = blocks[0];
+        heap.root(1).unwrap().store(heap.offset_of(x.as_ptr()).unwrap().raw(), Ordering::Release);
+        assert!(crash_child(name.as_str(), "FreeDone", free_from_root_1), "{coherence:?}: FreeDone not reached");
+        // The rest are freed from a third slot once the filler is gone (its mailbox closed:
+        // counted in every model); the freer's detach applies its batch (reduced models), whose
+        // last free claims the slab, and pushes the slab to the global list.
+        let freer = heap.attach().unwrap();
+        drop(filler);
+        for &p in &blocks[1..] {
+            freer.free(p).unwrap_or_else(|e| panic!("{coherence:?}: remote free: {e}"));
+        }
+        drop(freer);
+        let again = owner.alloc(1024).unwrap();
+        assert_eq!(again, x, "{coherence:?}: the claimed slab was not sized again with the block first");
+        // SAFETY: a live 1 KiB block of ours.
+        unsafe { (x.as_ptr() as *mut u64).write(0x5a5a) };
+        let reports = heap.recover_dead();
+        assert!(heap.dead_slots().is_empty(), "{coherence:?}: dead slots left: {reports:?}");
+        assert!(owner.usable_size(x).is_ok(), "{coherence:?}: recovery freed the block's new allocation");
+        // SAFETY: as above.
+        assert_eq!(unsafe { (x.as_ptr() as *const u64).read() }, 0x5a5a, "{coherence:?}: its bytes changed");
+        let more: Vec<_> = (0..64).map(|_| owner.alloc(1024).unwrap()).collect();
+        assert!(!more.contains(&x), "{coherence:?}: the block was handed out twice");
+        for p in more.into_iter().chain([x]) {
+            owner.free(p).unwrap_or_else(|e| panic!("{coherence:?}: free: {e}"));
+        }
+        let r = heap.check();
+        assert!(r.is_clean(), "{coherence:?}: {reports:?}\n{r}");
+        finish(heap, owner);
+    }
+}

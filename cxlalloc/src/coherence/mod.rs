@@ -98,19 +98,25 @@ pub enum Site {
     PopNext,
     /// A remote free locating its block from the slab's head line.
     Located,
-    /// A remote free's mark, written back before the counter moves: slab data, which the
-    /// simulator keeps coherent (docs/design.md §9.3), so its mutation matrix cannot observe
-    /// its removal; on hardware a dirty mark line written back after the slab's next sizing
-    /// would overwrite a block of it.
+    /// A remote free's mark, written back and evicted before the counter moves: a dirty mark
+    /// line written back after the slab's next sizing would overwrite a block of it.
     RemoteMark,
-    /// A mailbox push's link in the freed block, written back before the push CAS publishes it
+    /// Limited model: a mailbox push's freed block (its link, and what the application wrote
+    /// there), written back and evicted before the push CAS hands it to the owner
     /// (docs/design.md §4.6).
     MailboxLink,
-    /// A harvested block's link, read from memory (its pusher wrote it on another host).
+    /// Limited model: a harvested block's link, read from memory (its pusher wrote it on
+    /// another host).
     MailboxRead,
-    /// A harvested block's cleared link, written back so that no later eviction of ours lands
-    /// on the block's next life.
-    MailboxCleared,
+    /// The owner's free marks (every block's at sizing, the block's at a local free), written
+    /// back and kept: a non-owner on another host reads them from memory to refuse a block
+    /// the owner holds free (docs/design.md §4.1, "Free mark").
+    FreeMarks,
+    /// A slab leaving this host's hands with free blocks (T9 push, abandon): its data lines
+    /// written back and evicted, so that no dirty line of it (marks, bytes the application
+    /// wrote into blocks freed since) is written back later over a block of the slab's next
+    /// sizing on another host, and no stale copy is read here.
+    SlabData,
     /// A slot's record when the slot is leased or adopted.
     SlotTaken,
     /// Every descriptor when a slot is leased or adopted: copies this host cached before
@@ -180,6 +186,13 @@ impl Swcc {
         self.apply(Action::PublishLater, site, p, len);
     }
 
+    /// [`Swcc::persist`] without its fence: a later fence (the application's, before it
+    /// tells another host, or the protocol's next [`Swcc::persist`]) orders it.
+    #[inline]
+    pub(crate) fn persist_unfenced(&self, site: Site, p: *const u8, len: usize) {
+        self.apply(Action::PersistLater, site, p, len);
+    }
+
     /// Orders every earlier unfenced write-back before later stores and CASes.
     #[inline]
     pub(crate) fn fence(&self) {
@@ -194,6 +207,25 @@ impl Swcc {
     pub(crate) fn global_flush(&self) {
         if let Swcc::Sim(host) = self {
             host.write_back_all();
+        }
+    }
+
+    /// Non-coherence simulator: the application's write-back of `[p, p + len)` (lines kept
+    /// cached), which no [`Site`] names and [`sim::skip`] never removes; nothing in other
+    /// models.
+    #[cfg(feature = "noncoherent-sim")]
+    pub(crate) fn app_write_back(&self, p: *const u8, len: usize) {
+        if let Swcc::Sim(host) = self {
+            host.write_back(p, len);
+        }
+    }
+
+    /// Non-coherence simulator: the application's invalidation of `[p, p + len)` (a dirty line
+    /// is written back first, as the CPU does), before it reads what another host wrote.
+    #[cfg(feature = "noncoherent-sim")]
+    pub(crate) fn app_invalidate(&self, p: *const u8, len: usize) {
+        if let Swcc::Sim(host) = self {
+            host.evict(p, len);
         }
     }
 
@@ -215,10 +247,11 @@ impl Swcc {
                     flush::full_fence();
                 }
                 Action::PublishLater => i.evict(p, len),
+                Action::PersistLater => i.write_back(p, len),
             },
             #[cfg(feature = "noncoherent-sim")]
             Swcc::Sim(host) if !sim::skipped(site) => match action {
-                Action::Persist => host.write_back(p, len),
+                Action::Persist | Action::PersistLater => host.write_back(p, len),
                 Action::Publish | Action::PublishLater | Action::Refresh => host.evict(p, len),
             },
             #[cfg(feature = "noncoherent-sim")]
@@ -235,6 +268,7 @@ enum Action {
     Persist,
     Refresh,
     PublishLater,
+    PersistLater,
 }
 
 /// Where a no-HWcc heap's HWcc words live, and what executes the CASes on them.

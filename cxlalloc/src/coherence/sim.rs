@@ -14,8 +14,18 @@
 //! Write-back and eviction work on whole 64-byte lines, like a CPU cache: a host writing back
 //! a line also writes back its stale copy of the bytes it did not change. A simulated host
 //! must run one allocator thread (the simulation does not make a line's fill atomic with
-//! respect to another thread's stores on the same host). Slab data stays coherent: it is the
-//! application's, and its own protocol's business.
+//! respect to another thread's stores on the same host).
+//!
+//! Slab data is simulated like the metadata: the allocator's own words in it (free marks) and
+//! the application's bytes alike reach other hosts only through write-backs. The application
+//! hands a block to another host the way it would on hardware, writing its lines back before
+//! and invalidating them on the receiving host ([`app_write_back`], [`app_invalidate`]); those
+//! two are the application's, never a protocol [`Site`], so [`skip`] leaves them alone.
+//!
+//! A host's cache is filled once, when the region is added: as if the host had cached every
+//! line then, which a real cache may have done. Pages that memory has never held (holes of
+//! the file) are zero in every view and are not touched, so that a large sparse region
+//! (slab data) costs only the pages in use.
 
 use std::ptr::NonNull;
 
@@ -108,11 +118,14 @@ impl Host {
         self.regions.push(region);
         mapped?;
         let r = &self.regions[self.regions.len() - 1];
-        for off in (0..len).step_by(8) {
-            let v = word(r.memory.as_ptr() as usize, off).load(Ordering::Relaxed);
-            if v != 0 {
-                word(r.cache, off).store(v, Ordering::Relaxed);
-                word(r.snapshot.as_ptr() as usize, off).store(v, Ordering::Relaxed);
+        // A page memory has never held reads as zero, as the cache's untouched pages do.
+        for (page, size) in resident_pages(r.memory.as_ptr() as usize, len) {
+            for off in (page..page + size).step_by(8) {
+                let v = word(r.memory.as_ptr() as usize, off).load(Ordering::Relaxed);
+                if v != 0 {
+                    word(r.cache, off).store(v, Ordering::Relaxed);
+                    word(r.snapshot.as_ptr() as usize, off).store(v, Ordering::Relaxed);
+                }
             }
         }
         Ok(())
@@ -197,9 +210,24 @@ impl Host {
     /// Global Persistent Flush does for a host going down (see [`crate::coherence`], "Crashes").
     pub(crate) fn write_back_all(&self) {
         for r in &self.regions {
-            self.write_back(r.cache as *const u8, r.len);
+            // A cache page never written is zero in the cache and in the snapshot: clean.
+            for (page, size) in resident_pages(r.cache, r.len) {
+                self.write_back((r.cache + page) as *const u8, size);
+            }
         }
     }
+}
+
+/// The pages of `[addr, addr + len)` (page-aligned) that are resident, as `(offset, bytes)`
+/// from `addr`; every page when the kernel cannot say (`mincore` fails).
+fn resident_pages(addr: usize, len: usize) -> Vec<(usize, usize)> {
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(LINE);
+    let mut vec = vec![0u8; len.div_ceil(page)];
+    // SAFETY: `[addr, addr + len)` is one of this host's mappings (callers' contract), and the
+    // vector holds one byte per page of it.
+    let ok = unsafe { libc::mincore(addr as *mut libc::c_void, len, vec.as_mut_ptr()) } == 0;
+    (0..vec.len()).filter(|&i| !ok || vec[i] & 1 != 0).map(|i| (i * page, page.min(len - i * page))).collect()
 }
 
 impl Default for Host {

@@ -244,7 +244,7 @@ impl ThreadHandle {
         if dest.load(Ordering::Acquire) != 0 {
             return Err(AllocError::DestinationInUse);
         }
-        let block = match class_of(size) {
+        let block = match self.class_for(size) {
             Some((b, class)) => {
                 ops.announce(Pending::new(PendingKind::Alloc, 0), 0, dest_off, 0);
                 ops.alloc_with(b, class, |off| {
@@ -303,16 +303,27 @@ impl ThreadHandle {
     #[inline]
     pub fn alloc(&self, size: usize) -> Result<NonNull<u8>, AllocError> {
         if size.wrapping_sub(1) < SMALL_MAX {
-            // A constant bracket lets the small fast path fold its geometry.
-            self.ops().alloc(Bracket::Small, size.div_ceil(8) as u32)
+            // A constant bracket lets the small fast path fold its geometry. Rounded up to the
+            // model's grain (a cache line in the reduced models: docs/design.md §9.1), which
+            // keeps it within SMALL_MAX, a multiple of both grains.
+            let grain = self.ops().grain;
+            self.ops().alloc(Bracket::Small, ((size + grain) & !grain) as u32 >> 3)
         } else {
             self.alloc_other(size)
         }
     }
 
+    /// The class serving `size` bytes in this heap's model: small requests are rounded up to
+    /// the model's grain first (large classes are multiples of 256 bytes already).
+    #[inline]
+    fn class_for(&self, size: usize) -> Option<(Bracket, u32)> {
+        let grain = self.ops().grain;
+        class_of(if size == 0 { 0 } else { size.saturating_add(grain) & !grain })
+    }
+
     #[inline(never)]
     fn alloc_other(&self, size: usize) -> Result<NonNull<u8>, AllocError> {
-        match class_of(size) {
+        match self.class_for(size) {
             Some((b, class)) => self.ops().alloc(b, class),
             None if size == 0 => Err(AllocError::ZeroSize),
             None => self.alloc_huge(size, 1),
@@ -378,7 +389,7 @@ impl ThreadHandle {
         if size == 0 {
             return Err(AllocError::ZeroSize);
         }
-        match class_aligned(size, align) {
+        match class_aligned(size, align.max(self.ops().grain + 1)) {
             Some((b, class)) => self.ops().alloc(b, class),
             None if size > LARGE_MAX || align > Bracket::Large.spec().slab_size() => self.alloc_huge(size, align),
             None => Err(AllocError::BadAlignment(align)),
@@ -422,7 +433,7 @@ impl ThreadHandle {
         if new_size == 0 {
             return Err(AllocError::ZeroSize.into());
         }
-        let in_place = match (class_of(new_size), class_of(old)) {
+        let in_place = match (self.class_for(new_size), self.class_for(old)) {
             (Some(a), Some(b)) => a == b,
             (None, None) => new_size <= old && new_size > old / 2,
             _ => false,

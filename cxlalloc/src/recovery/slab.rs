@@ -234,7 +234,7 @@ impl SlabThread<'_> {
             let off = self.mem.data_offset(b, slab, block as usize * size);
             if let Some(w) = self.mem.word_at(off as u64) {
                 w.store(d.head.mark.load(Ordering::Relaxed), Ordering::Relaxed);
-                self.mem.swcc.publish(crate::coherence::Site::RemoteMark, (w as *const AtomicU64).cast(), 8);
+                self.mem.swcc.publish(crate::coherence::Site::RemoteMark, (w as *const AtomicU64).cast(), size);
             }
         }
         let version = self.next_version();

@@ -85,6 +85,12 @@ pub(crate) struct SlabThread<'a> {
     /// against the T4 handoff (the simulator's workload failed with mailboxes on), so both
     /// reduced models keep counting their remote frees in batches.
     mailboxes: bool,
+    /// One less than the granule a small request is rounded up to before its class is chosen:
+    /// 8 bytes in the full model; a cache line in the limited and no-HWcc models, where two
+    /// blocks sharing a line could be written on two hosts and one host's write-back of the
+    /// line would put its stale copy of the other block over what the other host wrote
+    /// (docs/design.md §9.1, "Blocks own their lines").
+    pub grain: usize,
     /// When each batch entry was last used (this thread's remote-free count then): a free of a
     /// slab no entry names applies the least recently used one.
     batch_used: [AtomicU64; RemoteBatch::ENTRIES],
@@ -155,6 +161,7 @@ impl<'a> SlabThread<'a> {
             batching,
             mailboxes: mem.coherence != crate::layout::Coherence::NoHwcc,
             marks_free: batching,
+            grain: if batching { crate::coherence::flush::LINE - 1 } else { 7 },
             batch_used,
         }
     }
@@ -401,6 +408,9 @@ impl<'a> SlabThread<'a> {
             for i in 0..info.blocks as usize {
                 self.block_word(self.mem.data_offset(b, slab, i * info.size as usize)).store(mark, Ordering::Relaxed);
             }
+            // Non-owners on other hosts read the marks from memory (fenced by the head line's
+            // persist below).
+            self.write_back_marks(b, slab, info);
         }
         // Remote freers on other hosts locate blocks from the head line: it reaches memory
         // before the first block is handed out.
@@ -721,8 +731,43 @@ impl<'a> SlabThread<'a> {
     #[inline(always)]
     fn mark_freed<const MARK: bool>(&self, at: &Located<'_>, mark: u64) {
         if MARK {
-            self.mark_word(at).store(mark, Ordering::Relaxed);
+            let word = self.mark_word(at);
+            word.store(mark, Ordering::Relaxed);
+            // A non-owner on another host reads the mark from memory. Unfenced: whatever tells
+            // that host about the block (the application's hand-over, or a protocol step) fences
+            // after it.
+            self.mem.swcc.persist_unfenced(Site::FreeMarks, word as *const AtomicU64 as *const u8, 8);
         }
+    }
+
+    /// Writes back (keeping them) the lines of `slab`'s data holding its blocks' marks: one a
+    /// block for blocks of a line or more, every line of the slab for smaller ones. Unfenced.
+    fn write_back_marks(&self, b: Bracket, slab: Slab, info: &ClassInfo) {
+        let size = info.size as usize;
+        let first = self.mem.block(self.mem.data_offset(b, slab, 0)).as_ptr() as *const u8;
+        if size < crate::coherence::flush::LINE {
+            self.mem.swcc.persist_unfenced(Site::FreeMarks, first, info.blocks as usize * size);
+        } else {
+            for i in 0..info.blocks as usize {
+                // SAFETY: block i lies inside the slab's data, which starts at `first`.
+                self.mem.swcc.persist_unfenced(Site::FreeMarks, unsafe { first.add(i * size) }, 8);
+            }
+        }
+    }
+
+    /// Limited and no-HWcc models: before `slab` (with free blocks) can be taken by another
+    /// host, writes its data lines back and evicts them (fenced).
+    fn publish_data(&self, b: Bracket, slab: Slab) {
+        if self.marks_free {
+            let first = self.mem.block(self.mem.data_offset(b, slab, 0)).as_ptr() as *const u8;
+            self.mem.swcc.publish(Site::SlabData, first, b.spec().slab_size());
+        }
+    }
+
+    /// The first byte of block `at`.
+    #[inline(always)]
+    fn block_bytes(&self, at: &Located<'_>) -> *const u8 {
+        self.mem.block(at.offset).as_ptr()
     }
 
     /// The first word of the block at heap offset `offset` (a block of a sized slab).
@@ -841,9 +886,10 @@ impl<'a> SlabThread<'a> {
     #[inline(always)]
     fn count_marked(&self, at: &Located<'_>, version: u32, coherent: bool) -> Result<(), FreeError> {
         let b = at.bracket;
-        // The mark line must not be written back later over the block's next life.
+        // The block's lines (its mark, and what the application wrote here) must not be
+        // written back later over the block's next life.
         if !coherent {
-            self.mem.swcc.publish(Site::RemoteMark, self.mark_word(at) as *const AtomicU64 as *const u8, 8);
+            self.mem.swcc.publish(Site::RemoteMark, self.block_bytes(at), at.size as usize);
         }
         let tag = self.tag(version);
         let outcome = remote::decrement(&self.hw(self.mem.remote(b, at.slab)), tag, self.helper(tag));
@@ -912,6 +958,12 @@ impl<'a> SlabThread<'a> {
         }
         crash_point!(MailboxClaimed);
         let tag = self.tag(version);
+        // Limited model: the owner reuses the block on its own host. Every line of it we hold
+        // (the link, and what the application wrote here) is written back and evicted before
+        // the push CAS hands the block over, so that the owner reads the link from memory and
+        // no dirty line of ours is written back later over the block's next life. The first
+        // attempt writes back the whole block; a retry rewrote only the link's line.
+        let mut span = at.size as usize;
         let pushed = mailbox::push(
             &self.hw(head),
             tag,
@@ -920,8 +972,8 @@ impl<'a> SlabThread<'a> {
                 // The block is ours until the CAS succeeds: a plain store of its link.
                 word.store(Link { next }.pack(mark), Ordering::Relaxed);
                 if !coherent {
-                    // The owner may read the link on another host: in memory before the CAS.
-                    self.mem.swcc.publish(Site::MailboxLink, word as *const AtomicU64 as *const u8, 8);
+                    self.mem.swcc.publish(Site::MailboxLink, self.block_bytes(at), span);
+                    span = 8;
                 }
             },
             self.helper(tag),
@@ -1072,7 +1124,10 @@ impl<'a> SlabThread<'a> {
         let at = Located { bracket: b, slab, desc: d, class, size, blocks, block: id.block, offset };
         let word = self.mark_word(&at);
         let line = word as *const AtomicU64 as *const u8;
-        // The pusher wrote the link, maybe on another host.
+        // Limited model: the pusher wrote the link on its host and wrote it back before its
+        // push CAS (`Site::MailboxLink`), which our take's Acquire CAS follows: read it from
+        // memory. (Our own copy of the line is clean: we last wrote it when we handed the
+        // block out, and the application wrote it back when it handed the block over.)
         self.refresh(Site::MailboxRead, (line, 8));
         let mark = d.head.mark.load(Ordering::Relaxed);
         let raw = word.load(Ordering::Relaxed);
@@ -1095,12 +1150,13 @@ impl<'a> SlabThread<'a> {
             crash_point!(HarvestReturned);
             // Full model: a free block must not look freed (allocation does not clear the
             // word, so the next owner's free would be refused). Limited: a free block carries
-            // the plain mark, as after a local free, so that a non-owner's second free of it
-            // is refused (allocation clears it).
+            // the plain mark, as after a local free, written back like a local free's
+            // (`Site::FreeMarks`: a non-owner on another host reads it from memory to refuse a
+            // second free); the fence at the end of the walk completes it.
             let free_word = if self.marks_free { mark } else { 0 };
             if word.load(Ordering::Relaxed) != free_word {
                 word.store(free_word, Ordering::Relaxed);
-                self.mem.swcc.publish_unfenced(Site::MailboxCleared, line, 8);
+                self.mem.swcc.persist_unfenced(Site::FreeMarks, line, 8);
             }
         } else if raw != mark {
             Link::unpack(raw, mark)?;
@@ -1173,7 +1229,7 @@ impl<'a> SlabThread<'a> {
         }
         crash_point!(RemoteBatchMarked);
         // Fenced once per batch, before its subtraction.
-        self.mem.swcc.publish_unfenced(Site::RemoteMark, self.mark_word(at) as *const AtomicU64 as *const u8, 8);
+        self.mem.swcc.publish_unfenced(Site::RemoteMark, self.block_bytes(at), at.size as usize);
         ThreadRecord::bump(&self.rec.counters.remote_frees);
         // Relaxed: this thread's own bookkeeping.
         self.batch_used[i].store(self.rec.counters.remote_frees.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -1419,6 +1475,8 @@ impl<'a> SlabThread<'a> {
         self.log(Redo::new(Op::Abandon, b, slab.index(), version));
         // Release: disowned before the counter can reach 0, so a claimer never finds us owner.
         d.head.owner.store(0, Ordering::Release);
+        // Its blocks (free ones) may be re-sized on another host once the counter reaches 0.
+        self.publish_data(b, slab);
         self.publish(Site::Abandoned, d.bytes());
         crash_point!(AbandonDisowned);
         let free = d.head.free.load(Ordering::Relaxed);
@@ -1461,6 +1519,9 @@ impl<'a> SlabThread<'a> {
             // push's Release CAS publishes it.
             d.head.owner.store(0, Ordering::Relaxed);
             crash_point!(PushDisowned);
+            // Another host may pop and size it: nothing of its data stays dirty here (before
+            // its pages are given back, so that no write-back lands after).
+            self.publish_data(b, slab);
             if self.return_pages {
                 // Empty and still ours: its pages go back before anyone can pop it (docs/design.md
                 // §4.7). A failure only keeps them.
