@@ -78,12 +78,11 @@ pub(crate) struct SlabThread<'a> {
     /// that a remote freer, which cannot see the owner's bitset or cached word, still tells
     /// a free block from an allocated one (docs/design.md §4.1, "Free mark").
     marks_free: bool,
-    /// Whether remote frees go to their owners' mailboxes (docs/design.md §4.6): only in the
-    /// full model. Without HWcc each push would be one mCAS (2.3 µs in the paper's device)
-    /// against one per batch of counted frees (measured: xmalloc at 0.03× of the batched path);
-    /// in the limited model the harvest's view of a retired slab's head line is not shown safe
-    /// against the T4 handoff (the simulator's workload failed with mailboxes on), so both
-    /// reduced models keep counting their remote frees in batches.
+    /// Whether remote frees go to their owners' mailboxes (docs/design.md §4.6): in the full
+    /// and limited models (the latter with the `MailboxLink` / `MailboxRead` write-back and
+    /// invalidation). Without HWcc each push would be one mCAS (2.3 µs in the paper's device)
+    /// against one per batch of counted frees (measured: xmalloc at 0.03× of the batched path),
+    /// so the no-HWcc model keeps counting its remote frees in batches.
     mailboxes: bool,
     /// One less than the granule a small request is rounded up to before its class is chosen:
     /// 8 bytes in the full model; a cache line in the limited and no-HWcc models, where two
