@@ -239,6 +239,12 @@ fn free_checked(
         "block {off:#x} ({n} bytes) from host {from} overwritten: {}",
         whose(p, off, tagged)
     );
+    if from != me {
+        // The receiver uses the block before freeing it: its last line is dirty here when
+        // the free starts, as an application's would be.
+        // SAFETY: a live block of at least `n` ≥ 8 bytes, 8-aligned, ours until freed.
+        unsafe { (p.as_ptr().add(last_word(n)) as *mut u64).write(pattern(off, salt(me, tagged) ^ 2)) };
+    }
     if rng.below(4) == 0 {
         let root = heap.root(me).ctx("root")?;
         root.store(off, std::sync::atomic::Ordering::Release);

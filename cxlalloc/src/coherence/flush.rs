@@ -52,6 +52,17 @@ impl Instructions {
         }
     }
 
+    /// [`Instructions::write_back`] of the one line holding `p`. Weakly ordered.
+    #[inline(always)]
+    pub(crate) fn write_back_line(self, p: *const u8) {
+        let line = p as usize & !(LINE - 1);
+        match self {
+            Instructions::Optimized { clwb: true } => clwb(line),
+            Instructions::Optimized { clwb: false } => clflushopt(line),
+            Instructions::Legacy => clflush(line),
+        }
+    }
+
     /// Writes every line of `[p, p + len)` back if dirty and evicts it, so the next read
     /// comes from memory. Weakly ordered: follow with [`store_fence`] or [`full_fence`].
     #[inline]

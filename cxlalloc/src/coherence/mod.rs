@@ -193,6 +193,21 @@ impl Swcc {
         self.apply(Action::PersistLater, site, p, len);
     }
 
+    /// [`Swcc::persist_unfenced`] of the one line holding `p`: the fast path's form (a local
+    /// free's mark), without the range loop.
+    #[inline(always)]
+    pub(crate) fn persist_line_unfenced(&self, site: Site, p: *const u8) {
+        match self {
+            Swcc::Coherent => {}
+            Swcc::Flush(i) => i.write_back_line(p),
+            #[cfg(feature = "noncoherent-sim")]
+            Swcc::Sim(host) if !sim::skipped(site) => host.write_back(p, 1),
+            #[cfg(feature = "noncoherent-sim")]
+            Swcc::Sim(_) => {}
+        }
+        let _ = site;
+    }
+
     /// Orders every earlier unfenced write-back before later stores and CASes.
     #[inline]
     pub(crate) fn fence(&self) {

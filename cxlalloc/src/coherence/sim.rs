@@ -37,6 +37,10 @@ use crate::layout::REGION_ALIGN;
 use crate::map;
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
 
+/// Bytes the line operations compare at once before going line by line (a page or less,
+/// aligned: regions are page-aligned).
+const CHUNK: usize = 4096;
+
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static SKIPPED: AtomicU64 = AtomicU64::new(0);
 
@@ -77,7 +81,7 @@ pub(crate) struct Host {
 }
 
 // SAFETY: the raw pointers name mappings owned by the Host until drop; all accesses through
-// them are atomic word operations.
+// them are atomic or volatile (the memory view is shared with other processes).
 unsafe impl Send for Host {}
 // SAFETY: as above.
 unsafe impl Sync for Host {}
@@ -138,31 +142,56 @@ impl Host {
         })
     }
 
-    fn lines(&self, p: *const u8, len: usize) -> impl Iterator<Item = (&Region, usize)> + '_ {
-        let start = p as usize & !(LINE - 1);
-        let end = p as usize + len.max(1);
-        (start..end).step_by(LINE).filter_map(|l| self.region_of(l))
-    }
-
     /// Copies one line between two views.
     fn copy(from: usize, to: usize, off: usize) {
-        for w in (off..off + LINE).step_by(8) {
-            word(to, w).store(word(from, w).load(Ordering::Relaxed), Ordering::Relaxed);
-        }
+        store_line(to, off, load_line(from, off));
     }
 
     fn dirty(r: &Region, off: usize) -> bool {
-        (off..off + LINE).step_by(8).any(|w| {
-            word(r.cache, w).load(Ordering::Relaxed) != word(r.snapshot.as_ptr() as usize, w).load(Ordering::Relaxed)
-        })
+        load_line(r.cache, off) != load_line(r.snapshot.as_ptr() as usize, off)
+    }
+
+    /// The line-aligned range `[p, p + len)` as chunks of at most a page, each inside one
+    /// region and one page: `(region, offset in it, bytes)`.
+    fn chunks(&self, p: *const u8, len: usize) -> Vec<(&Region, usize, usize)> {
+        let mut out = Vec::new();
+        let mut at = p as usize & !(LINE - 1);
+        let end = (p as usize + len.max(1)).next_multiple_of(LINE);
+        while at < end {
+            let next = (at + CHUNK).min(end) & !(CHUNK - 1);
+            let next = if next <= at { end.min(at + CHUNK) } else { next };
+            if let Some((r, off)) = self.region_of(at) {
+                out.push((r, off, (next - at).min(r.len - off)));
+            }
+            at = next;
+        }
+        out
+    }
+
+    /// Whether `n` bytes at `off` read the same in the views at `a` and `b`. A hint where one
+    /// view is memory, which other hosts may be writing: a page found equal is left alone,
+    /// which the line-by-line path would have done too (refilled with the same bytes).
+    fn same(a: usize, b: usize, off: usize, n: usize) -> bool {
+        // SAFETY: both views map the whole region, and `off + n` stays inside it (`chunks`);
+        // the bytes are only compared.
+        unsafe {
+            std::slice::from_raw_parts((a + off) as *const u8, n)
+                == std::slice::from_raw_parts((b + off) as *const u8, n)
+        }
     }
 
     /// Writes the dirty lines of `[p, p + len)` back to memory (keeping them cached).
     pub(crate) fn write_back(&self, p: *const u8, len: usize) {
-        for (r, off) in self.lines(p, len) {
-            if Self::dirty(r, off) {
-                Self::copy(r.cache, r.memory.as_ptr() as usize, off);
-                Self::copy(r.cache, r.snapshot.as_ptr() as usize, off);
+        for (r, start, n) in self.chunks(p, len) {
+            // A chunk whose cache and snapshot agree has no dirty line.
+            if Self::same(r.cache, r.snapshot.as_ptr() as usize, start, n) {
+                continue;
+            }
+            for off in (start..start + n).step_by(LINE) {
+                if Self::dirty(r, off) {
+                    Self::copy(r.cache, r.memory.as_ptr() as usize, off);
+                    Self::copy(r.cache, r.snapshot.as_ptr() as usize, off);
+                }
             }
         }
         crate::sync::fence(Ordering::SeqCst);
@@ -171,14 +200,20 @@ impl Host {
     /// Writes the dirty lines of `[p, p + len)` back, then refills them from memory: the next
     /// read sees what other hosts wrote back.
     pub(crate) fn evict(&self, p: *const u8, len: usize) {
-        for (r, off) in self.lines(p, len) {
-            if Self::dirty(r, off) {
-                Self::copy(r.cache, r.memory.as_ptr() as usize, off);
+        for (r, start, n) in self.chunks(p, len) {
+            // Clean and equal to memory: refilling would change nothing.
+            if Self::same(r.cache, r.snapshot.as_ptr() as usize, start, n)
+                && Self::same(r.cache, r.memory.as_ptr() as usize, start, n)
+            {
+                continue;
             }
-            let line = Self::read_line(r.memory.as_ptr() as usize, off);
-            for (i, v) in line.iter().enumerate() {
-                word(r.cache, off + 8 * i).store(*v, Ordering::Relaxed);
-                word(r.snapshot.as_ptr() as usize, off + 8 * i).store(*v, Ordering::Relaxed);
+            for off in (start..start + n).step_by(LINE) {
+                if Self::dirty(r, off) {
+                    Self::copy(r.cache, r.memory.as_ptr() as usize, off);
+                }
+                let line = Self::read_line(r.memory.as_ptr() as usize, off);
+                store_line(r.cache, off, line);
+                store_line(r.snapshot.as_ptr() as usize, off, line);
             }
         }
         crate::sync::fence(Ordering::SeqCst);
@@ -190,12 +225,10 @@ impl Host {
     /// snapshot: two separate reads could differ, and the line would look dirty with bytes
     /// this host never wrote, which a later write-back would put over another host's.
     fn read_line(memory: usize, off: usize) -> [u64; LINE / 8] {
-        let read =
-            || std::array::from_fn::<u64, { LINE / 8 }, _>(|i| word(memory, off + 8 * i).load(Ordering::Relaxed));
-        let mut line = read();
+        let mut line = load_line(memory, off);
         for _ in 0..1000 {
             crate::sync::fence(Ordering::SeqCst);
-            let again = read();
+            let again = load_line(memory, off);
             if again == line {
                 break;
             }
@@ -216,6 +249,20 @@ impl Host {
             }
         }
     }
+}
+
+/// One line of a view, read with one volatile access: the memory view is written by other
+/// processes (hosts), which the compiler cannot see.
+fn load_line(base: usize, off: usize) -> [u64; LINE / 8] {
+    // SAFETY: callers pass line-aligned offsets inside one of the host's mappings, which live
+    // until the Host is dropped; any bits are a valid array of integers.
+    unsafe { std::ptr::read_volatile((base + off) as *const [u64; LINE / 8]) }
+}
+
+/// Writes one line of a view with one volatile access.
+fn store_line(base: usize, off: usize, line: [u64; LINE / 8]) {
+    // SAFETY: as for `load_line`; the views are writable.
+    unsafe { std::ptr::write_volatile((base + off) as *mut [u64; LINE / 8], line) }
 }
 
 /// The pages of `[addr, addr + len)` (page-aligned) that are resident, as `(offset, bytes)`

@@ -303,22 +303,36 @@ impl ThreadHandle {
     #[inline]
     pub fn alloc(&self, size: usize) -> Result<NonNull<u8>, AllocError> {
         if size.wrapping_sub(1) < SMALL_MAX {
-            // A constant bracket lets the small fast path fold its geometry. Rounded up to the
-            // model's grain (a cache line in the reduced models: docs/design.md §9.1), which
-            // keeps it within SMALL_MAX, a multiple of both grains.
-            let grain = self.ops().grain;
-            self.ops().alloc(Bracket::Small, ((size + grain) & !grain) as u32 >> 3)
+            // A constant bracket lets the small fast path fold its geometry.
+            self.ops().alloc(Bracket::Small, self.small_class(size))
         } else {
             self.alloc_other(size)
         }
     }
 
-    /// The class serving `size` bytes in this heap's model: small requests are rounded up to
-    /// the model's grain first (large classes are multiples of 256 bytes already).
+    /// The small class of `size` bytes (`1 ..= SMALL_MAX`): its 8-byte class, rounded up to a
+    /// whole line's class (a multiple of 8 classes) in the reduced models (docs/design.md
+    /// §9.1, "Slab data"). Written so that a constant size that is a multiple of 64 folds to
+    /// one class in every model; SMALL_MAX is a multiple of 64, so the rounding stays in range.
+    #[inline(always)]
+    fn small_class(&self, size: usize) -> u32 {
+        let class = size.div_ceil(8) as u32;
+        if self.ops().line_granular {
+            (class + 7) & !7
+        } else {
+            class
+        }
+    }
+
+    /// The class serving `size` bytes in this heap's model (small requests rounded up as in
+    /// [`ThreadHandle::small_class`]; large classes are multiples of 256 bytes already).
     #[inline]
     fn class_for(&self, size: usize) -> Option<(Bracket, u32)> {
-        let grain = self.ops().grain;
-        class_of(if size == 0 { 0 } else { size.saturating_add(grain) & !grain })
+        if size.wrapping_sub(1) < SMALL_MAX {
+            Some((Bracket::Small, self.small_class(size)))
+        } else {
+            class_of(size)
+        }
     }
 
     #[inline(never)]
@@ -389,7 +403,8 @@ impl ThreadHandle {
         if size == 0 {
             return Err(AllocError::ZeroSize);
         }
-        match class_aligned(size, align.max(self.ops().grain + 1)) {
+        let line = if self.ops().line_granular { crate::coherence::flush::LINE } else { 1 };
+        match class_aligned(size, align.max(line)) {
             Some((b, class)) => self.ops().alloc(b, class),
             None if size > LARGE_MAX || align > Bracket::Large.spec().slab_size() => self.alloc_huge(size, align),
             None => Err(AllocError::BadAlignment(align)),

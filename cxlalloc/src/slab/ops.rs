@@ -84,12 +84,12 @@ pub(crate) struct SlabThread<'a> {
     /// against one per batch of counted frees (measured: xmalloc at 0.03× of the batched path),
     /// so the no-HWcc model keeps counting its remote frees in batches.
     mailboxes: bool,
-    /// One less than the granule a small request is rounded up to before its class is chosen:
-    /// 8 bytes in the full model; a cache line in the limited and no-HWcc models, where two
-    /// blocks sharing a line could be written on two hosts and one host's write-back of the
-    /// line would put its stale copy of the other block over what the other host wrote
-    /// (docs/design.md §9.1, "Blocks own their lines").
-    pub grain: usize,
+    /// Limited and no-HWcc models: a small request is rounded up to a whole cache line before
+    /// its class is chosen (every class is then a multiple of 64 bytes), since two blocks
+    /// sharing a line could be written on two hosts and one host's write-back of the line
+    /// would put its stale copy of the other block over what the other host wrote
+    /// (docs/design.md §9.1, "Slab data").
+    pub line_granular: bool,
     /// When each batch entry was last used (this thread's remote-free count then): a free of a
     /// slab no entry names applies the least recently used one.
     batch_used: [AtomicU64; RemoteBatch::ENTRIES],
@@ -160,7 +160,7 @@ impl<'a> SlabThread<'a> {
             batching,
             mailboxes: mem.coherence != crate::layout::Coherence::NoHwcc,
             marks_free: batching,
-            grain: if batching { crate::coherence::flush::LINE - 1 } else { 7 },
+            line_granular: batching,
             batch_used,
         }
     }
@@ -735,7 +735,7 @@ impl<'a> SlabThread<'a> {
             // A non-owner on another host reads the mark from memory. Unfenced: whatever tells
             // that host about the block (the application's hand-over, or a protocol step) fences
             // after it.
-            self.mem.swcc.persist_unfenced(Site::FreeMarks, word as *const AtomicU64 as *const u8, 8);
+            self.mem.swcc.persist_line_unfenced(Site::FreeMarks, word as *const AtomicU64 as *const u8);
         }
     }
 
@@ -748,8 +748,8 @@ impl<'a> SlabThread<'a> {
             self.mem.swcc.persist_unfenced(Site::FreeMarks, first, info.blocks as usize * size);
         } else {
             for i in 0..info.blocks as usize {
-                // SAFETY: block i lies inside the slab's data, which starts at `first`.
-                self.mem.swcc.persist_unfenced(Site::FreeMarks, unsafe { first.add(i * size) }, 8);
+                let block = self.mem.block(self.mem.data_offset(b, slab, i * size));
+                self.mem.swcc.persist_line_unfenced(Site::FreeMarks, block.as_ptr());
             }
         }
     }
