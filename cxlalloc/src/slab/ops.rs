@@ -1155,7 +1155,7 @@ impl<'a> SlabThread<'a> {
             let free_word = if self.marks_free { mark } else { 0 };
             if word.load(Ordering::Relaxed) != free_word {
                 word.store(free_word, Ordering::Relaxed);
-                self.mem.swcc.persist_unfenced(Site::FreeMarks, line, 8);
+                self.mem.swcc.persist_line_unfenced(Site::FreeMarks, line);
             }
         } else if raw != mark {
             Link::unpack(raw, mark)?;
