@@ -148,6 +148,10 @@ typedef struct cxl_config {
      *  local user. Only read and write bits; the owner's are required (else CXL_EINVAL). The
      *  heap directory gets the matching search bits. */
     uint32_t mode;
+    /** Non-zero: an empty slab a thread gives back to the heap's global list first gives its
+     *  pages back to the system (a hole punched in /dev/shm; device and anonymous heaps keep
+     *  theirs). Zero keeps them, for a heap whose live set never shrinks. Default 1. */
+    int return_pages;
 } cxl_config_t;
 
 /* ------------------------------------------------------------------------------------------ */

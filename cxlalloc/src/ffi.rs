@@ -74,10 +74,12 @@ pub struct CxlConfig {
     pub recovery: c_int,
     /// [`Config::mode`]; 0 means the default, `0600`.
     pub mode: u32,
+    /// [`Config::return_pages`]; any non-zero value is true.
+    pub return_pages: c_int,
 }
 
 // Pinned to the header's `cxl_config_t` (the C test asserts the same numbers).
-const _: () = assert!(std::mem::size_of::<CxlConfig>() == 56);
+const _: () = assert!(std::mem::size_of::<CxlConfig>() == 64);
 // The layout `cxl_host_info_t` has in the header (tests/c/api_test.c asserts the same).
 const _: () = assert!(std::mem::size_of::<CxlHostInfo>() == 64);
 const _: () = assert!(std::mem::offset_of!(CxlHostInfo, domain) == 8);
@@ -89,6 +91,7 @@ const _: () = assert!(std::mem::offset_of!(CxlConfig, coherence) == 32);
 const _: () = assert!(std::mem::offset_of!(CxlConfig, commit_on_grow) == 36);
 const _: () = assert!(std::mem::offset_of!(CxlConfig, huge_capacity) == 40);
 const _: () = assert!(std::mem::offset_of!(CxlConfig, mode) == 52);
+const _: () = assert!(std::mem::offset_of!(CxlConfig, return_pages) == 56);
 
 // C shares one heap handle between threads; the wrappers inherit Send/Sync from the Rust types.
 const _: fn() = || {
@@ -112,6 +115,7 @@ impl From<&Config> for CxlConfig {
             huge_capacity: c.huge_capacity,
             recovery: c_int::from(c.recovery),
             mode: c.mode,
+            return_pages: c_int::from(c.return_pages),
         }
     }
 }
@@ -131,8 +135,7 @@ impl CxlConfig {
             coherence,
             commit_on_grow: self.commit_on_grow != 0,
             recovery: self.recovery != 0,
-            // Not in `cxl_config_t` (its layout is fixed): C heaps get the default.
-            return_pages: Config::default().return_pages,
+            return_pages: self.return_pages != 0,
             // C creates window-backed no-HWcc heaps; device-backed ones open like any other.
             mcas_device: None,
             mode: if self.mode == 0 { crate::layout::DEFAULT_MODE } else { self.mode },
@@ -1429,6 +1432,8 @@ mod tests {
             let c = Config { coherence, huge_capacity: 0, ..Config::with_capacity(1 << 30) };
             assert_eq!(CxlConfig::from(&c).to_config(), Ok(c));
         }
+        let kept = Config { return_pages: false, ..Config::with_capacity(1 << 30) };
+        assert_eq!(CxlConfig::from(&kept).to_config(), Ok(kept));
     }
 
     #[test]

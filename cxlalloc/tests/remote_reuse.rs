@@ -1,8 +1,8 @@
 //! Remote frees must not strand memory (docs/design.md §4.6): a block freed by a thread that does
 //! not own its slab is reusable at the owner's next refill, through the owner's mailbox, not
-//! only once every block of the slab has been freed. (Full coherence; the reduced models still
-//! count remote frees in batches: §4.6 says why.) Not a benchmark: the heap's length (and so
-//! its memory) is what is asserted, never time.
+//! only once every block of the slab has been freed. Full and limited coherence; the no-HWcc
+//! model still counts remote frees in batches (§4.6 says why). Not a benchmark: the heap's
+//! length (and so its memory) is what is asserted, never time.
 
 mod common;
 
@@ -40,12 +40,6 @@ fn intact(p: NonNull<u8>, salt: u64) -> bool {
 /// `PER_SLAB` (a long-lived value pinning its slab), and `b` frees all the others remotely. The
 /// small heap must stay a few slabs long: without reuse it grows by `SLABS_PER_ROUND` a round.
 fn owner_reuses_remote_frees(coherence: Coherence) {
-    owner_reuses_remote_frees_or_not(coherence, true);
-}
-
-/// Remote frees of many slabs while every slab keeps one live block; `mailboxed`: whether the
-/// model returns them to the owner (the heap stays small) or counts them (no harvest at all).
-fn owner_reuses_remote_frees_or_not(coherence: Coherence, mailboxed: bool) {
     let _g = serial();
     let name = HeapName::new(&format!("reuse-{}", coherence.name()));
     let heap = Heap::create(name.as_str(), &config(coherence)).unwrap();
@@ -71,7 +65,7 @@ fn owner_reuses_remote_frees_or_not(coherence: Coherence, mailboxed: bool) {
     }
     let report = heap.check();
     assert!(report.is_clean(), "{report}");
-    if mailboxed {
+    {
         let length = report.bracket(Bracket::Small).length as usize;
         // Every round's blocks but the kept ones come back: the kept blocks fill a few slabs.
         let bound = kept.len() / PER_SLAB + 2 * SLABS_PER_ROUND + 2;
@@ -83,8 +77,6 @@ fn owner_reuses_remote_frees_or_not(coherence: Coherence, mailboxed: bool) {
             heap.stats().counters
         );
         assert!(heap.stats().counters.harvested > 0);
-    } else {
-        assert_eq!(heap.stats().counters.harvested, 0, "{}: a reduced model used a mailbox", coherence.name());
     }
     for &(p, salt) in &kept {
         assert!(intact(p, salt), "a kept block was overwritten");
@@ -105,18 +97,23 @@ fn remote_frees_are_reused_before_their_slab_drains_under_full_coherence() {
 }
 
 #[test]
-fn remote_frees_under_limited_coherence_are_counted_not_mailboxed() {
-    // The reduced models keep batch counting (docs/design.md §4.6): the heap grows as before.
-    owner_reuses_remote_frees_or_not(Coherence::Limited, false);
+fn remote_frees_are_reused_before_their_slab_drains_under_limited_coherence() {
+    owner_reuses_remote_frees(Coherence::Limited);
+}
+
+#[test]
+fn a_block_waiting_in_a_mailbox_cannot_be_freed_again() {
+    for coherence in [Coherence::Full, Coherence::Limited] {
+        waiting_block_cannot_be_freed_again(coherence);
+    }
 }
 
 /// A block waiting in its owner's mailbox is freed: freeing it again, remotely or by its owner,
 /// is a double free, and the owner's harvest returns it exactly once.
-#[test]
-fn a_block_waiting_in_a_mailbox_cannot_be_freed_again() {
+fn waiting_block_cannot_be_freed_again(coherence: Coherence) {
     let _g = serial();
-    let name = HeapName::new("reuse-double");
-    let heap = Heap::create(name.as_str(), &config(Coherence::Full)).unwrap();
+    let name = HeapName::new(&format!("reuse-double-{}", coherence.name()));
+    let heap = Heap::create(name.as_str(), &config(coherence)).unwrap();
     let a = heap.attach().unwrap();
     let b = heap.attach().unwrap();
     let p = a.alloc(BLOCK).unwrap();
@@ -221,9 +218,18 @@ fn consume_blocks(heap: &Heap, h: &ThreadHandle, table: &[AtomicU64]) -> Result<
 /// produced volume would take if remote frees waited for their slabs to drain.
 #[test]
 fn processes_freeing_each_others_blocks_keep_the_heap_small() {
+    processes_keep_the_heap_small(Coherence::Full);
+}
+
+#[test]
+fn processes_freeing_each_others_blocks_keep_a_limited_heap_small() {
+    processes_keep_the_heap_small(Coherence::Limited);
+}
+
+fn processes_keep_the_heap_small(coherence: Coherence) {
     let _g = serial();
-    let name = HeapName::new("reuse-procs");
-    let heap = Heap::create(name.as_str(), &config(Coherence::Full)).unwrap();
+    let name = HeapName::new(&format!("reuse-procs-{}", coherence.name()));
+    let heap = Heap::create(name.as_str(), &config(coherence)).unwrap();
     let t = heap.attach().unwrap();
     let table = t.alloc_zeroed(CELLS * 8).unwrap();
     heap.root(0).unwrap().store(heap.offset_of(table.as_ptr()).unwrap().raw(), Ordering::Release);

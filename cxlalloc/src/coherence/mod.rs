@@ -113,6 +113,13 @@ pub enum Site {
     /// A remote free's mark, written back and evicted before the counter moves: a dirty mark
     /// line written back after the slab's next sizing would overwrite a block of it.
     RemoteMark,
+    /// Limited model: a mailbox push's freed block (its link, and what the application wrote
+    /// there), written back and evicted before the push CAS hands it to the owner
+    /// (docs/design.md §4.6).
+    MailboxLink,
+    /// Limited model: a harvested block's link, read from memory (its pusher wrote it on
+    /// another host).
+    MailboxRead,
     /// The owner's free marks (every block's at sizing, the block's at a local free), written
     /// back and kept: a non-owner on another host reads them from memory to refuse a block
     /// the owner holds free (docs/design.md §4.1, "Free mark").

@@ -78,12 +78,11 @@ pub(crate) struct SlabThread<'a> {
     /// that a remote freer, which cannot see the owner's bitset or cached word, still tells
     /// a free block from an allocated one (docs/design.md §4.1, "Free mark").
     marks_free: bool,
-    /// Whether remote frees go to their owners' mailboxes (docs/design.md §4.6): only in the
-    /// full model. Without HWcc each push would be one mCAS (2.3 µs in the paper's device)
-    /// against one per batch of counted frees (measured: xmalloc at 0.03× of the batched path);
-    /// in the limited model the harvest's view of a retired slab's head line is not shown safe
-    /// against the T4 handoff (the simulator's workload failed with mailboxes on), so both
-    /// reduced models keep counting their remote frees in batches.
+    /// Whether remote frees go to their owners' mailboxes (docs/design.md §4.6): in the full
+    /// and limited models (the latter with the `MailboxLink` / `MailboxRead` write-back and
+    /// invalidation). Without HWcc each push would be one mCAS (2.3 µs in the paper's device)
+    /// against one per batch of counted frees (measured: xmalloc at 0.03× of the batched path),
+    /// so the no-HWcc model keeps counting its remote frees in batches.
     mailboxes: bool,
     /// Limited and no-HWcc models: a small request is rounded up to a whole cache line before
     /// its class is chosen (every class is then a multiple of 64 bytes), since two blocks
@@ -159,7 +158,7 @@ impl<'a> SlabThread<'a> {
             recommit: config.return_pages && config.commit_on_grow,
             port,
             batching,
-            mailboxes: mem.coherence == crate::layout::Coherence::Full,
+            mailboxes: mem.coherence != crate::layout::Coherence::NoHwcc,
             marks_free: batching,
             line_granular: batching,
             batch_used,
@@ -958,6 +957,12 @@ impl<'a> SlabThread<'a> {
         }
         crash_point!(MailboxClaimed);
         let tag = self.tag(version);
+        // Limited model: the owner reuses the block on its own host. Every line of it we hold
+        // (the link, and what the application wrote here) is written back and evicted before
+        // the push CAS hands the block over, so that the owner reads the link from memory and
+        // no dirty line of ours is written back later over the block's next life. The first
+        // attempt writes back the whole block; a retry rewrote only the link's line.
+        let mut span = at.size as usize;
         let pushed = mailbox::push(
             &self.hw(head),
             tag,
@@ -965,6 +970,10 @@ impl<'a> SlabThread<'a> {
             |next| {
                 // The block is ours until the CAS succeeds: a plain store of its link.
                 word.store(Link { next }.pack(mark), Ordering::Relaxed);
+                if !coherent {
+                    self.mem.swcc.publish(Site::MailboxLink, self.block_bytes(at), span);
+                    span = 8;
+                }
             },
             self.helper(tag),
         );
@@ -1113,6 +1122,12 @@ impl<'a> SlabThread<'a> {
         let offset = self.mem.data_offset(b, slab, id.block as usize * size as usize);
         let at = Located { bracket: b, slab, desc: d, class, size, blocks, block: id.block, offset };
         let word = self.mark_word(&at);
+        let line = word as *const AtomicU64 as *const u8;
+        // Limited model: the pusher wrote the link on its host and wrote it back before its
+        // push CAS (`Site::MailboxLink`), which our take's Acquire CAS follows: read it from
+        // memory. (Our own copy of the line is clean: we last wrote it when we handed the
+        // block out, and the application wrote it back when it handed the block over.)
+        self.refresh(Site::MailboxRead, (line, 8));
         let mark = d.head.mark.load(Ordering::Relaxed);
         let raw = word.load(Ordering::Relaxed);
         let next = match Link::unpack(raw, mark) {
@@ -1132,10 +1147,15 @@ impl<'a> SlabThread<'a> {
                 self.return_block(&at);
             }
             crash_point!(HarvestReturned);
-            // A free block must not look freed: allocation does not clear the word in the full
-            // model (the only one with mailboxes), so the next owner's free would be refused.
-            if Link::freed(word.load(Ordering::Relaxed), mark) {
-                word.store(0, Ordering::Relaxed);
+            // Full model: a free block must not look freed (allocation does not clear the
+            // word, so the next owner's free would be refused). Limited: a free block carries
+            // the plain mark, as after a local free, written back like a local free's
+            // (`Site::FreeMarks`: a non-owner on another host reads it from memory to refuse a
+            // second free); the fence at the end of the walk completes it.
+            let free_word = if self.marks_free { mark } else { 0 };
+            if word.load(Ordering::Relaxed) != free_word {
+                word.store(free_word, Ordering::Relaxed);
+                self.mem.swcc.persist_line_unfenced(Site::FreeMarks, line);
             }
         } else if raw != mark {
             Link::unpack(raw, mark)?;

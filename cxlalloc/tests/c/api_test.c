@@ -27,13 +27,14 @@
 #include <unistd.h>
 
 /* The Rust side asserts the same layout (src/ffi.rs). */
-_Static_assert(sizeof(cxl_config_t) == 56, "cxl_config_t size");
+_Static_assert(sizeof(cxl_config_t) == 64, "cxl_config_t size");
 _Static_assert(offsetof(cxl_config_t, recovery) == 48, "cxl_config_t.recovery");
 _Static_assert(offsetof(cxl_config_t, thread_slots) == 16, "cxl_config_t.thread_slots");
 _Static_assert(offsetof(cxl_config_t, coherence) == 32, "cxl_config_t.coherence");
 _Static_assert(offsetof(cxl_config_t, commit_on_grow) == 36, "cxl_config_t.commit_on_grow");
 _Static_assert(offsetof(cxl_config_t, huge_capacity) == 40, "cxl_config_t.huge_capacity");
 _Static_assert(offsetof(cxl_config_t, mode) == 52, "cxl_config_t.mode");
+_Static_assert(offsetof(cxl_config_t, return_pages) == 56, "cxl_config_t.return_pages");
 _Static_assert(sizeof(cxl_host_info_t) == 64, "cxl_host_info_t size");
 _Static_assert(offsetof(cxl_host_info_t, domain) == 8, "cxl_host_info_t.domain");
 _Static_assert(offsetof(cxl_host_info_t, name) == 24, "cxl_host_info_t.name");
@@ -99,7 +100,65 @@ static void test_config_defaults(void) {
     CHECK(cfg.cache_local == 8);
     CHECK(cfg.coherence == CXL_COHERENCE_FULL);
     CHECK(cfg.commit_on_grow == 1);
+    CHECK(cfg.return_pages == 1);
     CHECK_ERR(cxl_config_default(NULL), CXL_EINVAL, EINVAL);
+}
+
+/* Bytes of backing store the data file of the heap at `path` holds. */
+static uint64_t data_bytes(const char* path) {
+    char data[128];
+    snprintf(data, sizeof data, "%s/data", path);
+    struct stat st;
+    CHECK(stat(data, &st) == 0);
+    return (uint64_t)st.st_blocks * 512;
+}
+
+/* cfg.return_pages: a thread that frees its blocks and detaches sends its empty slabs (no
+ * local cache) to the global list; with return_pages their pages leave the data file, without
+ * it they stay. Returns {bytes when full, bytes once drained}. */
+static void pages_after_drain(int return_pages, uint64_t* full, uint64_t* drained) {
+    char dir[64];
+    snprintf(dir, sizeof dir, "/dev/shm/cxlalloc-capi-pages-XXXXXX");
+    CHECK(mkdtemp(dir) != NULL);
+    char path[96];
+    snprintf(path, sizeof path, "%s/heap", dir);
+    cxl_config_t cfg;
+    cxl_config_default(&cfg);
+    cfg.small_capacity = cfg.large_capacity = (uint64_t)64 << 20;
+    cfg.huge_capacity = 0;
+    cfg.cache_local = 0;
+    cfg.return_pages = return_pages;
+    cxl_heap_t* heap = cxl_heap_create_at(path, &cfg);
+    CHECK(heap != NULL);
+    cxl_thread_t* t = cxl_thread_attach(heap);
+    CHECK(t != NULL);
+    /* 64 slabs of 64-byte blocks (512 to a 32 KiB slab), every byte written. */
+    enum { BLOCKS = 64 * 512 };
+    void** blocks = malloc(BLOCKS * sizeof *blocks);
+    CHECK(blocks != NULL);
+    for (int i = 0; i < BLOCKS; i++) {
+        blocks[i] = cxl_malloc(t, 64);
+        CHECK(blocks[i] != NULL);
+        memset(blocks[i], 0x5a, 64);
+    }
+    *full = data_bytes(path);
+    for (int i = 0; i < BLOCKS; i++) CHECK(cxl_free(t, blocks[i]) == CXL_OK);
+    free(blocks);
+    cxl_thread_detach(t);
+    *drained = data_bytes(path);
+    cxl_heap_close(heap);
+    CHECK(cxl_heap_unlink_at(path) == CXL_OK);
+    CHECK(rmdir(dir) == 0);
+}
+
+static void test_return_pages(void) {
+    uint64_t full, drained;
+    pages_after_drain(1, &full, &drained);
+    CHECK(full >= (uint64_t)64 * (32 << 10));
+    CHECK(drained < full / 8);
+    pages_after_drain(0, &full, &drained);
+    CHECK(full >= (uint64_t)64 * (32 << 10));
+    CHECK(drained >= full);
 }
 
 static void test_errors_without_heap(const char* name) {
@@ -586,6 +645,8 @@ static void test_huge_maintenance(cxl_heap_t* heap, cxl_thread_t* t, const char*
     CHECK(cxl_heap_sweep_huge(heap, &n) == CXL_OK);
     size_t problems = 99;
     CHECK(cxl_heap_check(heap, &problems) == CXL_OK && problems == 0);
+}
+
 /* A second host: a process in a pid namespace of its own opens the heap, takes a slot and
  * allocates, and dies holding it. This host lists it, is refused its own host and an entry
  * named by a stale domain, and recovers it by its index and domain. */
@@ -872,6 +933,7 @@ int main(int argc, char** argv) {
     CHECK(atexit(cleanup) == 0);
 
     test_config_defaults();
+    test_return_pages();
     test_errors_without_heap(name);
 
     cxl_config_t cfg;
