@@ -67,8 +67,11 @@ pub(crate) struct SlabThread<'a> {
     /// again (read once, like the others: building the header's `Config` on every pop cost the
     /// refill ~150 instructions, script/icount.sh).
     recommit: bool,
-    /// No-HWcc model: this slot's mCAS requester, through which every HWcc CAS goes.
-    port: Option<McasPort>,
+    /// No-HWcc model: this slot's mCAS requester, through which every HWcc CAS goes. Boxed,
+    /// like `batch_used`: a field with interior mutability (the requester's lock) would keep
+    /// the compiler from treating `&SlabThread` as read-only, and it would then load `mem`,
+    /// `rec` and the flags again after every store of an operation (script/icount.sh).
+    port: Option<Box<McasPort>>,
     /// Limited and no-HWcc models: remote frees are counted per slab in the record and
     /// subtracted with one CAS (mCAS) per run ([`RemoteBatch`]) instead of one each, which also
     /// spares each free its log write-backs and its read of the slab's head from memory.
@@ -86,8 +89,8 @@ pub(crate) struct SlabThread<'a> {
     /// reduced models keep counting their remote frees in batches.
     mailboxes: bool,
     /// When each batch entry was last used (this thread's remote-free count then): a free of a
-    /// slab no entry names applies the least recently used one.
-    batch_used: [AtomicU64; RemoteBatch::ENTRIES],
+    /// slab no entry names applies the least recently used one. Boxed (see `port`).
+    batch_used: Box<[AtomicU64; RemoteBatch::ENTRIES]>,
 }
 
 /// A fresh free-block mark for a slab being sized: unpredictable (salted by the heap secret)
@@ -140,9 +143,9 @@ impl<'a> SlabThread<'a> {
     /// The view of slot `slot` (leased by the caller).
     pub(crate) fn new(mem: &'a HeapMem, slot: u32) -> Self {
         // The window has a requester per thread slot (checked when the heap was opened).
-        let port = mem.mcas().and_then(|hub| hub.thread_port(slot).ok());
+        let port = mem.mcas().and_then(|hub| hub.thread_port(slot).ok()).map(Box::new);
         let batching = mem.coherence != crate::layout::Coherence::Full;
-        let batch_used = std::array::from_fn(|_| AtomicU64::new(0));
+        let batch_used = Box::new(std::array::from_fn(|_| AtomicU64::new(0)));
         let config = mem.header.config();
         Self {
             mem,
@@ -163,7 +166,14 @@ impl<'a> SlabThread<'a> {
     /// has no HWcc).
     #[inline]
     pub(crate) fn hw<'w>(&'w self, word: &'w AtomicU64) -> Hw<'w> {
-        Hw::new(word, self.port.as_ref())
+        Hw::new(word, self.port.as_deref())
+    }
+
+    /// [`SlabThread::hw`] on a path that knows whether the model is full (`coherent`): there
+    /// the heap has no mCAS requester, and the requester test folds away.
+    #[inline(always)]
+    fn hw_in<'w>(&'w self, word: &'w AtomicU64, coherent: bool) -> Hw<'w> {
+        Hw::new(word, if coherent { None } else { self.port.as_deref() })
     }
 
     /// Writes the redo record before an operation's first store.
@@ -250,9 +260,15 @@ impl<'a> SlabThread<'a> {
     /// The detectable-CAS help step for a CAS by this slot with `tag`: records the version of
     /// the word's last writer before we overwrite it (nothing when recovery is off).
     pub(crate) fn helper(&self, tag: Tag) -> impl Fn(u64) + '_ {
+        self.helper_in(tag, false)
+    }
+
+    /// [`SlabThread::helper`] on a path that knows whether the model is full ([`SlabThread::hw_in`]).
+    #[inline(always)]
+    fn helper_in(&self, tag: Tag, coherent: bool) -> impl Fn(u64) + '_ {
         move |seen| {
             if self.recoverable {
-                detectable::help(seen, tag, |s| self.mem.help(s).map(|w| self.hw(w)));
+                detectable::help(seen, tag, |s| self.mem.help(s).map(|w| self.hw_in(w, coherent)));
             }
         }
     }
@@ -260,14 +276,23 @@ impl<'a> SlabThread<'a> {
     /// Starts a detectable-CAS operation: its fresh version. Every
     /// [`detectable::REFRESH_PERIOD`] versions the slot moves its own help word up to the
     /// version it just finished, so that the entry never falls half the version space behind.
+    /// Inlined, the refresh (once per [`detectable::REFRESH_PERIOD`]) out of line.
+    #[inline]
     pub(crate) fn next_version(&self) -> u32 {
         let v = self.rec.next_version();
         if self.recoverable && detectable::refreshes_at(v) {
-            if let Some(h) = self.mem.help(self.slot) {
-                detectable::refresh(&self.hw(h), v - 1);
-            }
+            self.refresh_help(v);
         }
         v
+    }
+
+    /// [`SlabThread::next_version`]'s refresh of this slot's help word to `v - 1`.
+    #[cold]
+    #[inline(never)]
+    fn refresh_help(&self, v: u32) {
+        if let Some(h) = self.mem.help(self.slot) {
+            detectable::refresh(&self.hw(h), v - 1);
+        }
     }
 
     #[inline]
@@ -846,7 +871,8 @@ impl<'a> SlabThread<'a> {
             self.mem.swcc.publish(Site::RemoteMark, self.mark_word(at) as *const AtomicU64 as *const u8, 8);
         }
         let tag = self.tag(version);
-        let outcome = remote::decrement(&self.hw(self.mem.remote(b, at.slab)), tag, self.helper(tag));
+        let outcome =
+            remote::decrement(&self.hw_in(self.mem.remote(b, at.slab), coherent), tag, self.helper_in(tag, coherent));
         ThreadRecord::bump(&self.rec.counters.remote_frees);
         let result = match outcome {
             Ok(remote::Decrement::Counted) => Ok(()),
@@ -913,31 +939,45 @@ impl<'a> SlabThread<'a> {
         crash_point!(MailboxClaimed);
         let tag = self.tag(version);
         let pushed = mailbox::push(
-            &self.hw(head),
+            &self.hw_in(head, coherent),
             tag,
             id,
             |next| {
                 // The block is ours until the CAS succeeds: a plain store of its link.
                 word.store(Link { next }.pack(mark), Ordering::Relaxed);
             },
-            self.helper(tag),
+            self.helper_in(tag, coherent),
         );
         if pushed.is_ok() {
             ThreadRecord::bump(&self.rec.counters.remote_frees);
             self.clear_log();
             return Ok(());
         }
-        self.count_instead(at, mark, coherent)
+        self.count_instead(at.bracket, at.slab, at.class, at.block, at.offset, mark, coherent)
     }
 
     /// A push that found the mailbox closed: nobody will harvest the block. Counted instead, as
-    /// a logged remote free of its own.
+    /// a logged remote free of its own. The block by its fields, not a `Located`: a reference
+    /// passed out of line made every remote free build one in memory (script/icount.sh).
     #[cold]
     #[inline(never)]
-    fn count_instead(&self, at: &Located<'_>, mark: u64, coherent: bool) -> Result<(), FreeError> {
+    #[allow(clippy::too_many_arguments)]
+    fn count_instead(
+        &self,
+        b: Bracket,
+        slab: Slab,
+        class: u32,
+        block: u32,
+        offset: usize,
+        mark: u64,
+        coherent: bool,
+    ) -> Result<(), FreeError> {
+        let desc = self.mem.desc(b, slab);
+        let (size, blocks) = (desc.head.size.load(Ordering::Relaxed), desc.head.blocks.load(Ordering::Relaxed));
+        let at = &Located { bracket: b, slab, desc, class, size, blocks, block, offset };
         let word = self.mark_word(at);
         let version = self.next_version();
-        self.log(Redo::new(Op::RemoteFree, at.bracket, at.slab.index(), version));
+        self.log(Redo::new(Op::RemoteFree, b, slab.index(), version));
         word.store(mark, Ordering::Relaxed);
         self.count_marked(at, version, coherent)
     }
