@@ -88,6 +88,10 @@ pub(crate) struct SlabThread<'a> {
     /// against the T4 handoff (the simulator's workload failed with mailboxes on), so both
     /// reduced models keep counting their remote frees in batches.
     mailboxes: bool,
+    /// The owner value (`u64::from(owner)`) that sends a free down the full model's local
+    /// path: `me()` in the full model, none (`u64::MAX`) in the reduced models, so that one
+    /// compare decides both ownership and model ([`SlabThread::free`]).
+    local_owner: u64,
     /// When each batch entry was last used (this thread's remote-free count then): a free of a
     /// slab no entry names applies the least recently used one. Boxed (see `port`).
     batch_used: Box<[AtomicU64; RemoteBatch::ENTRIES]>,
@@ -158,6 +162,7 @@ impl<'a> SlabThread<'a> {
             batching,
             mailboxes: mem.coherence == crate::layout::Coherence::Full,
             marks_free: batching,
+            local_owner: if batching { u64::MAX } else { u64::from(slot) + 1 },
             batch_used,
         }
     }
@@ -276,8 +281,9 @@ impl<'a> SlabThread<'a> {
     /// Starts a detectable-CAS operation: its fresh version. Every
     /// [`detectable::REFRESH_PERIOD`] versions the slot moves its own help word up to the
     /// version it just finished, so that the entry never falls half the version space behind.
-    /// Inlined, the refresh (once per [`detectable::REFRESH_PERIOD`]) out of line.
-    #[inline]
+    /// Always inlined (a call cost each remote free 11 instructions, script/icount.sh), the
+    /// refresh (once per [`detectable::REFRESH_PERIOD`] versions) out of line.
+    #[inline(always)]
     pub(crate) fn next_version(&self) -> u32 {
         let v = self.rec.next_version();
         if self.recoverable && detectable::refreshes_at(v) {
@@ -333,18 +339,21 @@ impl<'a> SlabThread<'a> {
         let rest = bits & bits.wrapping_sub(1);
         let offset = cur.block0.load(Ordering::Relaxed) as usize + bits.trailing_zeros() as usize * info.size as usize;
         announce(offset);
-        if self.marks_free {
-            // Cleared before the bit is taken: a crash in between leaves a free block without
-            // its mark (a later double free of it goes undetected), never an allocated block
-            // with one (whose legitimate free would be refused).
-            self.block_word(offset).store(0, Ordering::Relaxed);
-        }
+        let block = self.mem.block(offset);
+        // Reduced models: the slab's free mark leaves the block. Cleared before the bit is
+        // taken: a crash in between leaves a free block without its mark (a later double free
+        // of it goes undetected), never an allocated block with one (whose legitimate free
+        // would be refused). The full model's free blocks hold no mark (a harvest clears the
+        // link), so there the store is idle; it runs in every model because one store costs
+        // less than testing the model (script/icount.sh).
+        // SAFETY: `block` starts a block (at least 8 bytes, 8-aligned) of our current slab.
+        unsafe { &*(block.as_ptr() as *const AtomicU64) }.store(0, Ordering::Relaxed);
         cur.bits.store(rest, Ordering::Relaxed);
         if rest == 0 {
             // We still hold the block just taken, which T4/T5 rely on.
             self.word_emptied(b, class, info, cur)?;
         }
-        Ok(self.mem.block(offset))
+        Ok(block)
     }
 
     /// The cached word ran out: take the current slab's next bitset word, or retire the slab
@@ -619,7 +628,12 @@ impl<'a> SlabThread<'a> {
         // we evict a descriptor whenever we give its slab up (T4 included) and re-read it
         // whenever we take one, but a Detached slab changes hands (T8) without us, and a copy
         // read while it was Detached still names us. Such a copy says the slab is full.
-        if d.head.owner.load(Ordering::Relaxed) != self.me() {
+        //
+        // `local_owner` folds the model into this test (docs/design.md §15): it is `me()` only in
+        // the full model, and no owner at all in the reduced models, whose local frees (marked)
+        // take the branch too. So the full model's local free tests no model flag.
+        let owner = d.head.owner.load(Ordering::Relaxed);
+        if u64::from(owner) != self.local_owner {
             // Under full coherence the block just located is what a remote free would locate
             // again (no head line to read from memory, no batch to consult): hand it over.
             if self.mem.swcc.is_coherent() {
@@ -628,9 +642,17 @@ impl<'a> SlabThread<'a> {
                     Bracket::Large => self.free_remote_large(at.slab, at.class, at.block, at.offset),
                 };
             }
+            if owner == self.me() {
+                return self.free_local_in::<true>(b, at, self.block_word(at.offset), Some((ptr, rel)));
+            }
             return self.free_remote(ptr);
         }
-        self.free_local(b, at, ptr, rel)
+        // Full model (`local_owner` matched): a located block starts at `ptr`, so its first word
+        // is read there, not at the base plus its offset (two loads less).
+        // SAFETY: `locate_in` found `ptr` to be the start of a block (at least 8 bytes,
+        // 8-aligned) of a sized slab inside the mapping.
+        let word = unsafe { &*(ptr as *const AtomicU64) };
+        self.free_local_in::<false>(b, at, word, None)
     }
 
     /// Limited and no-HWcc models: a free that our copy of the head line sends down the local
@@ -656,31 +678,23 @@ impl<'a> SlabThread<'a> {
         self.free_local_checked(b, at)
     }
 
-    /// The local free of block `at` of a slab our copy of its head line says is ours (`ptr`
-    /// and `rel` locate it again, [`SlabThread::free_owned_full`]).
-    #[inline(always)]
-    fn free_local(&self, b: Bracket, at: Located<'_>, ptr: *const u8, rel: usize) -> Result<(), FreeError> {
-        if self.marks_free {
-            self.free_local_in::<true>(b, at, Some((ptr, rel)))
-        } else {
-            self.free_local_in::<false>(b, at, None)
-        }
-    }
-
-    /// [`SlabThread::free_local`] of a block whose owner was read from memory.
+    /// A reduced model's local free of a block whose owner was read from memory.
     #[inline(never)]
     fn free_local_checked(&self, b: Bracket, at: Located<'_>) -> Result<(), FreeError> {
-        self.free_local_in::<true>(b, at, None)
+        self.free_local_in::<true>(b, at, self.block_word(at.offset), None)
     }
 
-    /// The local free; `recheck`: where to locate the block again if the slab turns out full
-    /// and not current in a reduced model (`None`: its owner was already read from memory).
+    /// The local free of block `at` (first word `word`) of a slab our copy of its head line
+    /// says is ours. `MARK`: a reduced model (free blocks carry the slab's mark). `recheck`:
+    /// where to locate the block again if the slab turns out full and not current in a reduced
+    /// model ([`SlabThread::free_owned_full`]; `None`: its owner was already read from memory).
     /// `at` by value: by reference it was stored to the stack ahead of every local free.
     #[inline(always)]
     fn free_local_in<const MARK: bool>(
         &self,
         b: Bracket,
         at: Located<'_>,
+        word: &AtomicU64,
         recheck: Option<(*const u8, usize)>,
     ) -> Result<(), FreeError> {
         let at = &at;
@@ -689,7 +703,7 @@ impl<'a> SlabThread<'a> {
         // remotely (never returns to the owner) or waiting in a mailbox (returns at the owner's
         // next harvest).
         let mark = d.head.mark.load(Ordering::Relaxed);
-        if Link::freed(self.mark_word(at).load(Ordering::Relaxed), mark) {
+        if Link::freed(word.load(Ordering::Relaxed), mark) {
             return Err(FreeError::DoubleFree);
         }
         let (w, bit) = ((at.block / 64) as usize, 1u64 << (at.block % 64));
@@ -703,7 +717,7 @@ impl<'a> SlabThread<'a> {
                 return Err(FreeError::DoubleFree);
             }
             cur.bits.store(bits | bit, Ordering::Relaxed);
-            self.mark_freed::<MARK>(at, mark);
+            self.mark_freed::<MARK>(word, mark);
             return Ok(());
         }
         let before = d.head.free.load(Ordering::Relaxed);
@@ -716,8 +730,7 @@ impl<'a> SlabThread<'a> {
                 return self.free_owned_full(b, ptr, at.offset, rel);
             }
         }
-        let word = d.bits[w].load(Ordering::Relaxed);
-        if word & bit != 0 {
+        if d.bits[w].load(Ordering::Relaxed) & bit != 0 {
             return Err(FreeError::DoubleFree);
         }
         #[cfg(feature = "validate")]
@@ -729,12 +742,12 @@ impl<'a> SlabThread<'a> {
             let free = d.put(at.block);
             // Marked while the slab is still ours: T7 may hand it to the global list below,
             // and a mark written after that could land on a block of its next sizing.
-            self.mark_freed::<MARK>(at, mark);
+            self.mark_freed::<MARK>(word, mark);
             self.after_local_free(b, at.class, at.slab, free == at.blocks);
             self.clear_log();
         } else {
             d.put(at.block);
-            self.mark_freed::<MARK>(at, mark);
+            self.mark_freed::<MARK>(word, mark);
         }
         Ok(())
     }
@@ -744,9 +757,9 @@ impl<'a> SlabThread<'a> {
     /// it goes undetected, but no legitimate free is refused) and before the slab can change
     /// hands.
     #[inline(always)]
-    fn mark_freed<const MARK: bool>(&self, at: &Located<'_>, mark: u64) {
+    fn mark_freed<const MARK: bool>(&self, word: &AtomicU64, mark: u64) {
         if MARK {
-            self.mark_word(at).store(mark, Ordering::Relaxed);
+            word.store(mark, Ordering::Relaxed);
         }
     }
 
