@@ -584,7 +584,12 @@ impl<'a> SlabThread<'a> {
     /// [`SlabThread::is_free`]; `coherent`: the caller knows the model is full (no check).
     #[inline(always)]
     fn is_free_in(&self, at: &Located<'_>, coherent: bool) -> bool {
-        let owner = at.desc.head.owner.load(Ordering::Relaxed);
+        self.is_free_of(at, at.desc.head.owner.load(Ordering::Relaxed), coherent)
+    }
+
+    /// [`SlabThread::is_free_in`] with the slab's owner as the caller read it.
+    #[inline(always)]
+    fn is_free_of(&self, at: &Located<'_>, owner: u32, coherent: bool) -> bool {
         // Without coherence another host's bitset and cached word reach memory only when its
         // slabs change hands, so they name blocks it has allocated since: they would refuse
         // good frees. There every free block carries the slab's mark instead (`marks_free`),
@@ -844,10 +849,14 @@ impl<'a> SlabThread<'a> {
         let desc = self.mem.desc(b, slab);
         let (size, blocks) = (desc.head.size.load(Ordering::Relaxed), desc.head.blocks.load(Ordering::Relaxed));
         let at = Located { bracket: b, slab, desc, class, size, blocks, block, offset };
-        if self.is_free_in(&at, true) {
+        // Read once for both uses (a relaxed atomic load is not merged by the compiler). An
+        // owner that changes meanwhile is the race every push has anyway: a block pushed to a
+        // slot that no longer owns its slab is counted at that slot's harvest.
+        let owner = desc.head.owner.load(Ordering::Relaxed);
+        if self.is_free_of(&at, owner, true) {
             return Err(FreeError::DoubleFree);
         }
-        if let Some(done) = self.try_mailbox(&at, true) {
+        if let Some(done) = self.try_mailbox_of(&at, owner, true) {
             return done;
         }
         self.free_remote_counted(&at, true)
@@ -906,10 +915,16 @@ impl<'a> SlabThread<'a> {
     /// after a harvest would mislead), or the block has no mailbox name.
     #[inline(always)]
     fn try_mailbox(&self, at: &Located<'_>, coherent: bool) -> Option<Result<(), FreeError>> {
-        if !self.mailboxes {
+        self.try_mailbox_of(at, at.desc.head.owner.load(Ordering::Relaxed), coherent)
+    }
+
+    /// [`SlabThread::try_mailbox`] with the slab's owner as the caller read it.
+    #[inline(always)]
+    fn try_mailbox_of(&self, at: &Located<'_>, owner: u32, coherent: bool) -> Option<Result<(), FreeError>> {
+        // The full model (`coherent`) always has mailboxes: no flag to test there.
+        if !coherent && !self.mailboxes {
             return None;
         }
-        let owner = at.desc.head.owner.load(Ordering::Relaxed);
         if owner == 0 || owner == self.me() || owner > self.mem.layout.slots {
             return None;
         }
