@@ -638,6 +638,11 @@ impl<'a> SlabThread<'a> {
         // the full model, and no owner at all in the reduced models, whose local frees (marked)
         // take the branch too. So the full model's local free tests no model flag.
         let owner = d.head.owner.load(Ordering::Relaxed);
+        // A located block starts at `ptr`, so its first word is read there, not at the base
+        // plus its offset (two loads less).
+        // SAFETY: `locate_in` found `ptr` to be the start of a block (at least 8 bytes,
+        // 8-aligned) of a sized slab inside the mapping.
+        let word = unsafe { &*(ptr as *const AtomicU64) };
         if u64::from(owner) != self.local_owner {
             // Under full coherence the block just located is what a remote free would locate
             // again (no head line to read from memory, no batch to consult): hand it over.
@@ -648,15 +653,11 @@ impl<'a> SlabThread<'a> {
                 };
             }
             if owner == self.me() {
-                return self.free_local_in::<true>(b, at, self.block_word(at.offset), Some((ptr, rel)));
+                return self.free_local_in::<true>(b, at, word, Some((ptr, rel)));
             }
             return self.free_remote(ptr);
         }
-        // Full model (`local_owner` matched): a located block starts at `ptr`, so its first word
-        // is read there, not at the base plus its offset (two loads less).
-        // SAFETY: `locate_in` found `ptr` to be the start of a block (at least 8 bytes,
-        // 8-aligned) of a sized slab inside the mapping.
-        let word = unsafe { &*(ptr as *const AtomicU64) };
+        // Full model (`local_owner` matched).
         self.free_local_in::<false>(b, at, word, None)
     }
 
