@@ -96,8 +96,9 @@ pub(crate) struct SlabThread<'a> {
     /// slab no entry names applies the least recently used one. Boxed (see `port`).
     batch_used: Box<[AtomicU64; RemoteBatch::ENTRIES]>,
     /// Bytes of slabs this thread pushed to the global list with their pages since it last
-    /// popped one: at [`WARM_BYTES`], pushes give their pages back ([`SlabThread::keep_pages`]). This
-    /// handle's alone, not persistent. Boxed (see `port`).
+    /// popped one, [`WARM_BYTES`] before its first pop: at [`WARM_BYTES`], pushes give their
+    /// pages back ([`SlabThread::keep_pages`]). This handle's alone, not persistent. Boxed
+    /// (see `port`).
     warm_pushed: Box<AtomicU64>,
 }
 
@@ -174,7 +175,9 @@ impl<'a> SlabThread<'a> {
             marks_free: batching,
             local_owner: if batching { u64::MAX } else { u64::from(slot) + 1 },
             batch_used,
-            warm_pushed: Box::new(AtomicU64::new(0)),
+            // Full until the first pop: a thread that has taken nothing from the global list is
+            // not churning slabs through it.
+            warm_pushed: Box::new(AtomicU64::new(WARM_BYTES)),
         }
     }
 
@@ -1390,7 +1393,7 @@ impl<'a> SlabThread<'a> {
             // Its pages were given back at T9: reserved again here, so that a full device is an
             // error now and not a SIGBUS at first touch. Back on the global list if it cannot be.
             let len = self.rec.lists(b).unsized_len.load(Ordering::Relaxed);
-            self.release_unsized(b, len.saturating_sub(1));
+            self.release_unsized(b, len.saturating_sub(1), false);
             return Err(AllocError::OutOfMemory(b));
         }
         Ok(true)
@@ -1509,17 +1512,18 @@ impl<'a> SlabThread<'a> {
 
     /// T9: returns empty slabs beyond the cache limit to the global list.
     fn trim_cache(&self, b: Bracket) {
-        self.release_unsized(b, self.mem.header.cache_local);
+        self.release_unsized(b, self.mem.header.cache_local, false);
     }
 
     /// T9 for every cached empty slab (a thread detaching).
     pub(crate) fn drain_unsized(&self, b: Bracket) {
-        self.release_unsized(b, 0);
+        self.release_unsized(b, 0, true);
     }
 
     /// Whether the slab this thread is about to push to the global list keeps its pages
-    /// (docs/design.md §4.7, "Warm slabs"): not when the thread detaches (`draining`), nor once
-    /// it has pushed [`WARM_BYTES`] of slabs since it last popped one. A thread whose cache
+    /// (docs/design.md §4.7, "Warm slabs"): not when the thread detaches (`draining`), nor
+    /// before its first pop, nor once it has pushed [`WARM_BYTES`] of slabs since it last
+    /// popped one. A thread whose cache
     /// overflows in bursts that it takes back within a few refills (a producer harvesting its
     /// consumer's frees) stays under the bound and faults nothing in again (punching the pages
     /// out at every push cost xmalloc 2.4x its time, 70k page faults in 2.5 M operations); a
@@ -1534,7 +1538,8 @@ impl<'a> SlabThread<'a> {
         true
     }
 
-    fn release_unsized(&self, b: Bracket, keep: u32) {
+    /// T9 for the slabs of `b`'s unsized list beyond `keep`; `draining`: the thread detaches.
+    fn release_unsized(&self, b: Bracket, keep: u32, draining: bool) {
         let lists = self.rec.lists(b);
         while lists.unsized_len.load(Ordering::Relaxed) > keep {
             let Ok(Some(slab)) = self.mem.link(b, lists.unsized_head.load(Ordering::Relaxed)) else {
@@ -1549,7 +1554,7 @@ impl<'a> SlabThread<'a> {
             // push's Release CAS publishes it.
             d.head.owner.store(0, Ordering::Relaxed);
             crash_point!(PushDisowned);
-            if self.return_pages && !self.keep_pages(b, keep == 0) {
+            if self.return_pages && !self.keep_pages(b, draining) {
                 // Empty and still ours: its pages go back before anyone can pop it (docs/design.md
                 // §4.7). A failure only keeps them.
                 let _ = self.mem.release_slab(b, slab);
