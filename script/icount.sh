@@ -11,15 +11,18 @@
 # which depends on scheduling), divided by the operations it performed. Instruction counts do not depend on the
 # machine's load, so the check is safe on a busy machine.
 #
-# Compares every count with script/icount.baseline and fails if any grew more than 5 %; counts
-# that shrank more than 5 % are reported (update the baseline to keep the gain). --update
+# Compares every count with script/icount.baseline and fails if any grew more than 2 %; counts
+# that shrank more than 2 % are reported (update the baseline to keep the gain). The counts repeat
+# exactly from run to run (measured: two runs, all 15 equal to the tenth), so 2 % is only slack
+# for toolchain drift; 5 % let a 5-instruction regression of the full model's local free (+4.2 %)
+# through. --update
 # rewrites the baseline from this run: commit it with the change that moved it, and say why in
 # the commit message.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 baseline=script/icount.baseline
-tolerance=5
+tolerance=2
 update=0
 [ "${1:-}" = --update ] && update=1
 

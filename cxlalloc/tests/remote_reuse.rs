@@ -305,3 +305,75 @@ fn without_return_pages_empty_slabs_keep_their_pages() {
     let (full, drained) = pages_after_a_drained_thread(false);
     assert!(drained >= full, "{full} bytes before, {drained} after");
 }
+
+/// Frees every block of `blocks` and returns the data file's stored bytes just before and just
+/// after (the thread stays attached: its trims push the emptied slabs to the global list).
+fn stored_around_freeing(t: &ThreadHandle, name: &str, blocks: Vec<NonNull<u8>>) -> (u64, u64) {
+    let before = data_file_bytes(name);
+    for p in blocks {
+        t.free(p).unwrap();
+    }
+    (before, data_file_bytes(name))
+}
+
+fn alloc_filled(t: &ThreadHandle, slabs: usize) -> Vec<NonNull<u8>> {
+    (0..slabs * PER_SLAB)
+        .map(|i| {
+            let p = t.alloc(BLOCK).unwrap();
+            fill(p, i as u64);
+            p
+        })
+        .collect()
+}
+
+/// A thread that takes slabs back from the global list (here: every slab it gave away) keeps
+/// the pages of the slabs it pushes there again, up to its warm bound: it would fault them in
+/// again at its next refills (docs/design.md §4.7).
+#[test]
+fn a_thread_taking_slabs_back_keeps_the_pages_of_slabs_it_pushes_again() {
+    let _g = serial();
+    let name = HeapName::new("warm-pages");
+    let config = Config { cache_local: 0, ..config(Coherence::Full) };
+    let heap = Heap::create(name.as_str(), &config).unwrap();
+    let t = heap.attach().unwrap();
+    // First round: bumped slabs, pushed before any pop, give their pages back.
+    let first = alloc_filled(&t, 8);
+    let (full, after) = stored_around_freeing(&t, name.as_str(), first);
+    assert!(after < full / 2, "{full} bytes before, {after} after the first round");
+    // Second round: the same slabs popped again, then pushed again with their pages.
+    let second = alloc_filled(&t, 8);
+    assert_eq!(heap.stats().counters.global_pops, 8, "the slabs came from the global list");
+    let (full, after) = stored_around_freeing(&t, name.as_str(), second);
+    assert!(full >= 8 * (32 << 10), "8 slabs touched, {full} bytes stored");
+    assert!(after >= full, "{full} bytes before, {after} after the second round");
+    drop(t);
+    let r = heap.check();
+    assert!(r.is_clean(), "{r}");
+}
+
+/// Past its warm bound (4 MiB pushed since its last pop) a thread is shrinking, not churning:
+/// every further slab it pushes gives its pages back, without waiting for it to detach.
+#[test]
+fn a_shrinking_thread_gives_pages_back_past_its_warm_bound() {
+    let _g = serial();
+    let name = HeapName::new("warm-bound");
+    let config = Config { cache_local: 0, ..config(Coherence::Full) };
+    let heap = Heap::create(name.as_str(), &config).unwrap();
+    let t = heap.attach().unwrap();
+    // A pop makes the thread warm: two slabs (the current one stays), freed, then taken again.
+    for _ in 0..2 {
+        let round = alloc_filled(&t, 2);
+        stored_around_freeing(&t, name.as_str(), round);
+    }
+    assert!(heap.stats().counters.global_pops >= 1);
+    // 192 slabs (6 MiB): 128 pushed keep their pages (4 MiB), the others give them back.
+    let many = alloc_filled(&t, 192);
+    let (full, after) = stored_around_freeing(&t, name.as_str(), many);
+    let slab = 32u64 << 10;
+    assert!(full >= 192 * slab, "192 slabs touched, {full} bytes stored");
+    assert!(after <= full - 56 * slab, "{full} bytes before, {after} after: ~64 slabs' pages should be gone");
+    assert!(after >= full - 72 * slab, "{full} bytes before, {after} after: 128 slabs' pages should stay");
+    drop(t);
+    let r = heap.check();
+    assert!(r.is_clean(), "{r}");
+}

@@ -303,23 +303,26 @@ impl ThreadHandle {
     #[inline]
     pub fn alloc(&self, size: usize) -> Result<NonNull<u8>, AllocError> {
         if size.wrapping_sub(1) < SMALL_MAX {
-            // A constant bracket lets the small fast path fold its geometry.
-            self.ops().alloc(Bracket::Small, self.small_class(size))
+            // A constant bracket and class let the small fast path fold its geometry: one arm
+            // per model rounding, so that a constant size still folds to one class in each.
+            let class = size.div_ceil(8) as u32;
+            if self.ops().line_granular {
+                self.ops().alloc(Bracket::Small, line_class(class))
+            } else {
+                self.ops().alloc(Bracket::Small, class)
+            }
         } else {
             self.alloc_other(size)
         }
     }
 
     /// The small class of `size` bytes (`1 ..= SMALL_MAX`): its 8-byte class, rounded up to a
-    /// whole line's class (a multiple of 8 classes) in the reduced models (docs/design.md
-    /// §9.1, "Slab data"). SMALL_MAX is a multiple of 64, so the rounding stays in range. Cost:
-    /// 12 instructions per local allocation in every model (script/icount.sh), the price of
-    /// a class that depends on the heap's model.
+    /// whole line's class in the reduced models ([`line_class`]).
     #[inline(always)]
     fn small_class(&self, size: usize) -> u32 {
         let class = size.div_ceil(8) as u32;
         if self.ops().line_granular {
-            (class + 7) & !7
+            line_class(class)
         } else {
             class
         }
@@ -503,4 +506,14 @@ impl Drop for ThreadHandle {
         lease::release(&mem.hw_process(&mem.lease(self.ops.slot).holder), self.holder);
         mem.beat();
     }
+}
+
+/// The small class of whole cache lines holding 8-byte class `class`: a multiple of 8 classes,
+/// as the reduced models hand out (docs/design.md §9.1, "Slab data": two blocks sharing a line
+/// could be written on two hosts, and one host's write-back of the line would put its stale
+/// copy of the other block over what the other host wrote). SMALL_MAX is a multiple of 64, so
+/// the rounding stays in range.
+#[inline(always)]
+const fn line_class(class: u32) -> u32 {
+    (class + 7) & !7
 }

@@ -67,8 +67,11 @@ pub(crate) struct SlabThread<'a> {
     /// again (read once, like the others: building the header's `Config` on every pop cost the
     /// refill ~150 instructions, script/icount.sh).
     recommit: bool,
-    /// No-HWcc model: this slot's mCAS requester, through which every HWcc CAS goes.
-    port: Option<McasPort>,
+    /// No-HWcc model: this slot's mCAS requester, through which every HWcc CAS goes. Boxed,
+    /// like `batch_used`: a field with interior mutability (the requester's lock) would keep
+    /// the compiler from treating `&SlabThread` as read-only, and it would then load `mem`,
+    /// `rec` and the flags again after every store of an operation (script/icount.sh).
+    port: Option<Box<McasPort>>,
     /// Limited and no-HWcc models: remote frees are counted per slab in the record and
     /// subtracted with one CAS (mCAS) per run ([`RemoteBatch`]) instead of one each, which also
     /// spares each free its log write-backs and its read of the slab's head from memory.
@@ -90,10 +93,25 @@ pub(crate) struct SlabThread<'a> {
     /// would put its stale copy of the other block over what the other host wrote
     /// (docs/design.md §9.1, "Slab data").
     pub line_granular: bool,
+    /// The owner value (`u64::from(owner)`) that sends a free down the full model's local
+    /// path: `me()` in the full model, none (`u64::MAX`) in the reduced models, so that one
+    /// compare decides both ownership and model ([`SlabThread::free`]).
+    local_owner: u64,
     /// When each batch entry was last used (this thread's remote-free count then): a free of a
-    /// slab no entry names applies the least recently used one.
-    batch_used: [AtomicU64; RemoteBatch::ENTRIES],
+    /// slab no entry names applies the least recently used one. Boxed (see `port`).
+    batch_used: Box<[AtomicU64; RemoteBatch::ENTRIES]>,
+    /// Bytes of slabs this thread pushed to the global list with their pages since it last
+    /// popped one, [`WARM_BYTES`] before its first pop: at [`WARM_BYTES`], pushes give their
+    /// pages back ([`SlabThread::keep_pages`]). This handle's alone, not persistent. Boxed
+    /// (see `port`).
+    warm_pushed: Box<AtomicU64>,
 }
+
+/// How many bytes of slabs a thread may push to the global list with their pages after its
+/// last pop before its pushes give their pages back (docs/design.md §4.7): 128 small slabs or
+/// 8 large ones. Measured on xmalloc (T = 2, 20 000 containers): 32 small slabs still left 16k
+/// page faults a run (mimalloc: 0.6k), 128 none beyond what keeping every page gives (1.4k).
+const WARM_BYTES: u64 = 4 << 20;
 
 /// A fresh free-block mark for a slab being sized: unpredictable (salted by the heap secret)
 /// and different for every sizing of every slab.
@@ -145,9 +163,9 @@ impl<'a> SlabThread<'a> {
     /// The view of slot `slot` (leased by the caller).
     pub(crate) fn new(mem: &'a HeapMem, slot: u32) -> Self {
         // The window has a requester per thread slot (checked when the heap was opened).
-        let port = mem.mcas().and_then(|hub| hub.thread_port(slot).ok());
+        let port = mem.mcas().and_then(|hub| hub.thread_port(slot).ok()).map(Box::new);
         let batching = mem.coherence != crate::layout::Coherence::Full;
-        let batch_used = std::array::from_fn(|_| AtomicU64::new(0));
+        let batch_used = Box::new(std::array::from_fn(|_| AtomicU64::new(0)));
         let config = mem.header.config();
         Self {
             mem,
@@ -161,7 +179,11 @@ impl<'a> SlabThread<'a> {
             mailboxes: mem.coherence != crate::layout::Coherence::NoHwcc,
             marks_free: batching,
             line_granular: batching,
+            local_owner: if batching { u64::MAX } else { u64::from(slot) + 1 },
             batch_used,
+            // Full until the first pop: a thread that has taken nothing from the global list is
+            // not churning slabs through it.
+            warm_pushed: Box::new(AtomicU64::new(WARM_BYTES)),
         }
     }
 
@@ -169,7 +191,14 @@ impl<'a> SlabThread<'a> {
     /// has no HWcc).
     #[inline]
     pub(crate) fn hw<'w>(&'w self, word: &'w AtomicU64) -> Hw<'w> {
-        Hw::new(word, self.port.as_ref())
+        Hw::new(word, self.port.as_deref())
+    }
+
+    /// [`SlabThread::hw`] on a path that knows whether the model is full (`coherent`): there
+    /// the heap has no mCAS requester, and the requester test folds away.
+    #[inline(always)]
+    fn hw_in<'w>(&'w self, word: &'w AtomicU64, coherent: bool) -> Hw<'w> {
+        Hw::new(word, if coherent { None } else { self.port.as_deref() })
     }
 
     /// Writes the redo record before an operation's first store.
@@ -256,9 +285,15 @@ impl<'a> SlabThread<'a> {
     /// The detectable-CAS help step for a CAS by this slot with `tag`: records the version of
     /// the word's last writer before we overwrite it (nothing when recovery is off).
     pub(crate) fn helper(&self, tag: Tag) -> impl Fn(u64) + '_ {
+        self.helper_in(tag, false)
+    }
+
+    /// [`SlabThread::helper`] on a path that knows whether the model is full ([`SlabThread::hw_in`]).
+    #[inline(always)]
+    fn helper_in(&self, tag: Tag, coherent: bool) -> impl Fn(u64) + '_ {
         move |seen| {
             if self.recoverable {
-                detectable::help(seen, tag, |s| self.mem.help(s).map(|w| self.hw(w)));
+                detectable::help(seen, tag, |s| self.mem.help(s).map(|w| self.hw_in(w, coherent)));
             }
         }
     }
@@ -266,14 +301,24 @@ impl<'a> SlabThread<'a> {
     /// Starts a detectable-CAS operation: its fresh version. Every
     /// [`detectable::REFRESH_PERIOD`] versions the slot moves its own help word up to the
     /// version it just finished, so that the entry never falls half the version space behind.
+    /// Always inlined (a call cost each remote free 11 instructions, script/icount.sh), the
+    /// refresh (once per [`detectable::REFRESH_PERIOD`] versions) out of line.
+    #[inline(always)]
     pub(crate) fn next_version(&self) -> u32 {
         let v = self.rec.next_version();
         if self.recoverable && detectable::refreshes_at(v) {
-            if let Some(h) = self.mem.help(self.slot) {
-                detectable::refresh(&self.hw(h), v - 1);
-            }
+            self.refresh_help(v);
         }
         v
+    }
+
+    /// [`SlabThread::next_version`]'s refresh of this slot's help word to `v - 1`.
+    #[cold]
+    #[inline(never)]
+    fn refresh_help(&self, v: u32) {
+        if let Some(h) = self.mem.help(self.slot) {
+            detectable::refresh(&self.hw(h), v - 1);
+        }
     }
 
     #[inline]
@@ -314,18 +359,21 @@ impl<'a> SlabThread<'a> {
         let rest = bits & bits.wrapping_sub(1);
         let offset = cur.block0.load(Ordering::Relaxed) as usize + bits.trailing_zeros() as usize * info.size as usize;
         announce(offset);
-        if self.marks_free {
-            // Cleared before the bit is taken: a crash in between leaves a free block without
-            // its mark (a later double free of it goes undetected), never an allocated block
-            // with one (whose legitimate free would be refused).
-            self.block_word(offset).store(0, Ordering::Relaxed);
-        }
+        let block = self.mem.block(offset);
+        // Reduced models: the slab's free mark leaves the block. Cleared before the bit is
+        // taken: a crash in between leaves a free block without its mark (a later double free
+        // of it goes undetected), never an allocated block with one (whose legitimate free
+        // would be refused). The full model's free blocks hold no mark (a harvest clears the
+        // link), so there the store is idle; it runs in every model because one store costs
+        // less than testing the model (script/icount.sh).
+        // SAFETY: `block` starts a block (at least 8 bytes, 8-aligned) of our current slab.
+        unsafe { &*(block.as_ptr() as *const AtomicU64) }.store(0, Ordering::Relaxed);
         cur.bits.store(rest, Ordering::Relaxed);
         if rest == 0 {
             // We still hold the block just taken, which T4/T5 rely on.
             self.word_emptied(b, class, info, cur)?;
         }
-        Ok(self.mem.block(offset))
+        Ok(block)
     }
 
     /// The cached word ran out: take the current slab's next bitset word, or retire the slab
@@ -559,7 +607,12 @@ impl<'a> SlabThread<'a> {
     /// [`SlabThread::is_free`]; `coherent`: the caller knows the model is full (no check).
     #[inline(always)]
     fn is_free_in(&self, at: &Located<'_>, coherent: bool) -> bool {
-        let owner = at.desc.head.owner.load(Ordering::Relaxed);
+        self.is_free_of(at, at.desc.head.owner.load(Ordering::Relaxed), coherent)
+    }
+
+    /// [`SlabThread::is_free_in`] with the slab's owner as the caller read it.
+    #[inline(always)]
+    fn is_free_of(&self, at: &Located<'_>, owner: u32, coherent: bool) -> bool {
         // Without coherence another host's bitset and cached word reach memory only when its
         // slabs change hands, so they name blocks it has allocated since: they would refuse
         // good frees. There every free block carries the slab's mark instead (`marks_free`),
@@ -603,7 +656,17 @@ impl<'a> SlabThread<'a> {
         // we evict a descriptor whenever we give its slab up (T4 included) and re-read it
         // whenever we take one, but a Detached slab changes hands (T8) without us, and a copy
         // read while it was Detached still names us. Such a copy says the slab is full.
-        if d.head.owner.load(Ordering::Relaxed) != self.me() {
+        //
+        // `local_owner` folds the model into this test (docs/design.md §15): it is `me()` only in
+        // the full model, and no owner at all in the reduced models, whose local frees (marked)
+        // take the branch too. So the full model's local free tests no model flag.
+        let owner = d.head.owner.load(Ordering::Relaxed);
+        // A located block starts at `ptr`, so its first word is read there, not at the base
+        // plus its offset (two loads less).
+        // SAFETY: `locate_in` found `ptr` to be the start of a block (at least 8 bytes,
+        // 8-aligned) of a sized slab inside the mapping.
+        let word = unsafe { &*(ptr as *const AtomicU64) };
+        if u64::from(owner) != self.local_owner {
             // Under full coherence the block just located is what a remote free would locate
             // again (no head line to read from memory, no batch to consult): hand it over.
             if self.mem.swcc.is_coherent() {
@@ -612,9 +675,13 @@ impl<'a> SlabThread<'a> {
                     Bracket::Large => self.free_remote_large(at.slab, at.class, at.block, at.offset),
                 };
             }
+            if owner == self.me() {
+                return self.free_local_in::<true>(b, at, word, Some((ptr, rel)));
+            }
             return self.free_remote(ptr);
         }
-        self.free_local(b, at, ptr, rel)
+        // Full model (`local_owner` matched).
+        self.free_local_in::<false>(b, at, word, None)
     }
 
     /// Limited and no-HWcc models: a free that our copy of the head line sends down the local
@@ -640,31 +707,23 @@ impl<'a> SlabThread<'a> {
         self.free_local_checked(b, at)
     }
 
-    /// The local free of block `at` of a slab our copy of its head line says is ours (`ptr`
-    /// and `rel` locate it again, [`SlabThread::free_owned_full`]).
-    #[inline(always)]
-    fn free_local(&self, b: Bracket, at: Located<'_>, ptr: *const u8, rel: usize) -> Result<(), FreeError> {
-        if self.marks_free {
-            self.free_local_in::<true>(b, at, Some((ptr, rel)))
-        } else {
-            self.free_local_in::<false>(b, at, None)
-        }
-    }
-
-    /// [`SlabThread::free_local`] of a block whose owner was read from memory.
+    /// A reduced model's local free of a block whose owner was read from memory.
     #[inline(never)]
     fn free_local_checked(&self, b: Bracket, at: Located<'_>) -> Result<(), FreeError> {
-        self.free_local_in::<true>(b, at, None)
+        self.free_local_in::<true>(b, at, self.block_word(at.offset), None)
     }
 
-    /// The local free; `recheck`: where to locate the block again if the slab turns out full
-    /// and not current in a reduced model (`None`: its owner was already read from memory).
+    /// The local free of block `at` (first word `word`) of a slab our copy of its head line
+    /// says is ours. `MARK`: a reduced model (free blocks carry the slab's mark). `recheck`:
+    /// where to locate the block again if the slab turns out full and not current in a reduced
+    /// model ([`SlabThread::free_owned_full`]; `None`: its owner was already read from memory).
     /// `at` by value: by reference it was stored to the stack ahead of every local free.
     #[inline(always)]
     fn free_local_in<const MARK: bool>(
         &self,
         b: Bracket,
         at: Located<'_>,
+        word: &AtomicU64,
         recheck: Option<(*const u8, usize)>,
     ) -> Result<(), FreeError> {
         let at = &at;
@@ -673,7 +732,7 @@ impl<'a> SlabThread<'a> {
         // remotely (never returns to the owner) or waiting in a mailbox (returns at the owner's
         // next harvest).
         let mark = d.head.mark.load(Ordering::Relaxed);
-        if Link::freed(self.mark_word(at).load(Ordering::Relaxed), mark) {
+        if Link::freed(word.load(Ordering::Relaxed), mark) {
             return Err(FreeError::DoubleFree);
         }
         let (w, bit) = ((at.block / 64) as usize, 1u64 << (at.block % 64));
@@ -687,7 +746,7 @@ impl<'a> SlabThread<'a> {
                 return Err(FreeError::DoubleFree);
             }
             cur.bits.store(bits | bit, Ordering::Relaxed);
-            self.mark_freed::<MARK>(at, mark);
+            self.mark_freed::<MARK>(word, mark);
             return Ok(());
         }
         let before = d.head.free.load(Ordering::Relaxed);
@@ -700,8 +759,7 @@ impl<'a> SlabThread<'a> {
                 return self.free_owned_full(b, ptr, at.offset, rel);
             }
         }
-        let word = d.bits[w].load(Ordering::Relaxed);
-        if word & bit != 0 {
+        if d.bits[w].load(Ordering::Relaxed) & bit != 0 {
             return Err(FreeError::DoubleFree);
         }
         #[cfg(feature = "validate")]
@@ -713,12 +771,12 @@ impl<'a> SlabThread<'a> {
             let free = d.put(at.block);
             // Marked while the slab is still ours: T7 may hand it to the global list below,
             // and a mark written after that could land on a block of its next sizing.
-            self.mark_freed::<MARK>(at, mark);
+            self.mark_freed::<MARK>(word, mark);
             self.after_local_free(b, at.class, at.slab, free == at.blocks);
             self.clear_log();
         } else {
             d.put(at.block);
-            self.mark_freed::<MARK>(at, mark);
+            self.mark_freed::<MARK>(word, mark);
         }
         Ok(())
     }
@@ -728,9 +786,8 @@ impl<'a> SlabThread<'a> {
     /// it goes undetected, but no legitimate free is refused) and before the slab can change
     /// hands.
     #[inline(always)]
-    fn mark_freed<const MARK: bool>(&self, at: &Located<'_>, mark: u64) {
+    fn mark_freed<const MARK: bool>(&self, word: &AtomicU64, mark: u64) {
         if MARK {
-            let word = self.mark_word(at);
             word.store(mark, Ordering::Relaxed);
             // A non-owner on another host reads the mark from memory. Unfenced: whatever tells
             // that host about the block (the application's hand-over, or a protocol step) fences
@@ -850,10 +907,14 @@ impl<'a> SlabThread<'a> {
         let desc = self.mem.desc(b, slab);
         let (size, blocks) = (desc.head.size.load(Ordering::Relaxed), desc.head.blocks.load(Ordering::Relaxed));
         let at = Located { bracket: b, slab, desc, class, size, blocks, block, offset };
-        if self.is_free_in(&at, true) {
+        // Read once for both uses (a relaxed atomic load is not merged by the compiler). An
+        // owner that changes meanwhile is the race every push has anyway: a block pushed to a
+        // slot that no longer owns its slab is counted at that slot's harvest.
+        let owner = desc.head.owner.load(Ordering::Relaxed);
+        if self.is_free_of(&at, owner, true) {
             return Err(FreeError::DoubleFree);
         }
-        if let Some(done) = self.try_mailbox(&at, true) {
+        if let Some(done) = self.try_mailbox_of(&at, owner, true) {
             return done;
         }
         self.free_remote_counted(&at, true)
@@ -891,7 +952,8 @@ impl<'a> SlabThread<'a> {
             self.mem.swcc.publish(Site::RemoteMark, self.block_bytes(at), at.size as usize);
         }
         let tag = self.tag(version);
-        let outcome = remote::decrement(&self.hw(self.mem.remote(b, at.slab)), tag, self.helper(tag));
+        let outcome =
+            remote::decrement(&self.hw_in(self.mem.remote(b, at.slab), coherent), tag, self.helper_in(tag, coherent));
         ThreadRecord::bump(&self.rec.counters.remote_frees);
         let result = match outcome {
             Ok(remote::Decrement::Counted) => Ok(()),
@@ -912,10 +974,16 @@ impl<'a> SlabThread<'a> {
     /// after a harvest would mislead), or the block has no mailbox name.
     #[inline(always)]
     fn try_mailbox(&self, at: &Located<'_>, coherent: bool) -> Option<Result<(), FreeError>> {
-        if !self.mailboxes {
+        self.try_mailbox_of(at, at.desc.head.owner.load(Ordering::Relaxed), coherent)
+    }
+
+    /// [`SlabThread::try_mailbox`] with the slab's owner as the caller read it.
+    #[inline(always)]
+    fn try_mailbox_of(&self, at: &Located<'_>, owner: u32, coherent: bool) -> Option<Result<(), FreeError>> {
+        // The full model (`coherent`) always has mailboxes: no flag to test there.
+        if !coherent && !self.mailboxes {
             return None;
         }
-        let owner = at.desc.head.owner.load(Ordering::Relaxed);
         if owner == 0 || owner == self.me() || owner > self.mem.layout.slots {
             return None;
         }
@@ -964,7 +1032,7 @@ impl<'a> SlabThread<'a> {
         // attempt writes back the whole block; a retry rewrote only the link's line.
         let mut span = at.size as usize;
         let pushed = mailbox::push(
-            &self.hw(head),
+            &self.hw_in(head, coherent),
             tag,
             id,
             |next| {
@@ -975,24 +1043,38 @@ impl<'a> SlabThread<'a> {
                     span = 8;
                 }
             },
-            self.helper(tag),
+            self.helper_in(tag, coherent),
         );
         if pushed.is_ok() {
             ThreadRecord::bump(&self.rec.counters.remote_frees);
             self.clear_log();
             return Ok(());
         }
-        self.count_instead(at, mark, coherent)
+        self.count_instead(at.bracket, at.slab, at.class, at.block, at.offset, mark, coherent)
     }
 
     /// A push that found the mailbox closed: nobody will harvest the block. Counted instead, as
-    /// a logged remote free of its own.
+    /// a logged remote free of its own. The block by its fields, not a `Located`: a reference
+    /// passed out of line made every remote free build one in memory (script/icount.sh).
     #[cold]
     #[inline(never)]
-    fn count_instead(&self, at: &Located<'_>, mark: u64, coherent: bool) -> Result<(), FreeError> {
+    #[allow(clippy::too_many_arguments)]
+    fn count_instead(
+        &self,
+        b: Bracket,
+        slab: Slab,
+        class: u32,
+        block: u32,
+        offset: usize,
+        mark: u64,
+        coherent: bool,
+    ) -> Result<(), FreeError> {
+        let desc = self.mem.desc(b, slab);
+        let (size, blocks) = (desc.head.size.load(Ordering::Relaxed), desc.head.blocks.load(Ordering::Relaxed));
+        let at = &Located { bracket: b, slab, desc, class, size, blocks, block, offset };
         let word = self.mark_word(at);
         let version = self.next_version();
-        self.log(Redo::new(Op::RemoteFree, at.bracket, at.slab.index(), version));
+        self.log(Redo::new(Op::RemoteFree, b, slab.index(), version));
         word.store(mark, Ordering::Relaxed);
         self.count_marked(at, version, coherent)
     }
@@ -1369,12 +1451,14 @@ impl<'a> SlabThread<'a> {
         d.head.owner.store(self.me(), Ordering::Relaxed);
         self.push_unsized(b, slab, d);
         ThreadRecord::bump(&self.rec.counters.global_pops);
+        // A thread that takes slabs back is not shrinking: its next pushes keep their pages.
+        self.warm_pushed.store(0, Ordering::Relaxed);
         self.clear_log();
         if self.recommit && mem.recommit_slab(b, slab).is_err() {
             // Its pages were given back at T9: reserved again here, so that a full device is an
             // error now and not a SIGBUS at first touch. Back on the global list if it cannot be.
             let len = self.rec.lists(b).unsized_len.load(Ordering::Relaxed);
-            self.release_unsized(b, len.saturating_sub(1));
+            self.release_unsized(b, len.saturating_sub(1), false);
             return Err(AllocError::OutOfMemory(b));
         }
         Ok(true)
@@ -1495,15 +1579,34 @@ impl<'a> SlabThread<'a> {
 
     /// T9: returns empty slabs beyond the cache limit to the global list.
     fn trim_cache(&self, b: Bracket) {
-        self.release_unsized(b, self.mem.header.cache_local);
+        self.release_unsized(b, self.mem.header.cache_local, false);
     }
 
     /// T9 for every cached empty slab (a thread detaching).
     pub(crate) fn drain_unsized(&self, b: Bracket) {
-        self.release_unsized(b, 0);
+        self.release_unsized(b, 0, true);
     }
 
-    fn release_unsized(&self, b: Bracket, keep: u32) {
+    /// Whether the slab this thread is about to push to the global list keeps its pages
+    /// (docs/design.md §4.7, "Warm slabs"): not when the thread detaches (`draining`), nor
+    /// before its first pop, nor once it has pushed [`WARM_BYTES`] of slabs since it last
+    /// popped one. A thread whose cache
+    /// overflows in bursts that it takes back within a few refills (a producer harvesting its
+    /// consumer's frees) stays under the bound and faults nothing in again (punching the pages
+    /// out at every push cost xmalloc 2.4x its time, 70k page faults in 2.5 M operations); a
+    /// thread whose live set shrinks pops nothing, passes it, and every further slab it gives
+    /// away gives its pages back.
+    fn keep_pages(&self, b: Bracket, draining: bool) -> bool {
+        let warm = self.warm_pushed.load(Ordering::Relaxed) + (1 << b.slab_shift());
+        if draining || warm > WARM_BYTES {
+            return false;
+        }
+        self.warm_pushed.store(warm, Ordering::Relaxed);
+        true
+    }
+
+    /// T9 for the slabs of `b`'s unsized list beyond `keep`; `draining`: the thread detaches.
+    fn release_unsized(&self, b: Bracket, keep: u32, draining: bool) {
         let lists = self.rec.lists(b);
         while lists.unsized_len.load(Ordering::Relaxed) > keep {
             let Ok(Some(slab)) = self.mem.link(b, lists.unsized_head.load(Ordering::Relaxed)) else {
@@ -1521,7 +1624,7 @@ impl<'a> SlabThread<'a> {
             // Another host may pop and size it: nothing of its data stays dirty here (before
             // its pages are given back, so that no write-back lands after).
             self.publish_data(b, slab);
-            if self.return_pages {
+            if self.return_pages && !self.keep_pages(b, draining) {
                 // Empty and still ours: its pages go back before anyone can pop it (docs/design.md
                 // §4.7). A failure only keeps them.
                 let _ = self.mem.release_slab(b, slab);
