@@ -168,6 +168,14 @@ fn a_shared_heap_without_a_huge_heap_serves_huge_requests_from_process_memory() 
 }
 
 #[test]
+fn a_freed_huge_block_of_process_memory_gives_its_pages_back() {
+    // 272 MiB is more than the cache of huge blocks keeps (256 MiB), so it is freed either way.
+    for model in ["full", "limited"] {
+        passes(&run(&["trim"], &[("CXLALLOC_COHERENCE", model)]), "trim");
+    }
+}
+
+#[test]
 fn a_forked_child_of_a_shared_heap_shares_its_parents_blocks_and_gets_huge_blocks_of_its_own() {
     let name = format!("preload-fork-{}", std::process::id());
     let err = passes(&run(&["sharedfork"], &[("CXLALLOC_HEAP", &name), ("CXLALLOC_UNLINK", "1")]), "sharedfork");

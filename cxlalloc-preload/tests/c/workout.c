@@ -13,6 +13,8 @@
  *                                    free everything, allocate again
  *   workout huge                     blocks above 512 KiB by every entry point, bytes kept
  *                                    (also where the heap has no huge heap of its own)
+ *   workout trim                     a freed huge block (one the cache does not keep) leaves
+ *                                    no pages resident
  *   workout sharedfork               a forked child of a shared heap: it sees its parent's
  *                                    blocks (and its writes reach the parent), and its own huge
  *                                    requests are served
@@ -363,6 +365,35 @@ static int huge(void) {
   return 0;
 }
 
+/* Resident KiB of this process (VmRSS). */
+static long rss_kib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  CHECK(f != NULL, "open /proc/self/status");
+  char line[256];
+  long kib = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+  fclose(f);
+  CHECK(kib >= 0, "no VmRSS line");
+  return kib;
+}
+
+/* A freed 272 MiB block gives its pages back: resident memory falls to near where it was. */
+static int trim(void) {
+  long before = rss_kib();
+  size_t n = (size_t)272 << 20;
+  unsigned char *p = malloc(n);
+  CHECK(p != NULL, "malloc(272 MiB)");
+  fill(p, n, 6); /* every page (a memset before free could be optimised away) */
+  CHECK(intact(p, n, 6), "the block's bytes");
+  long full = rss_kib();
+  CHECK(full - before >= 200 * 1024, "the block is resident: %ld -> %ld KiB", before, full);
+  free(p);
+  long after = rss_kib();
+  CHECK(after - before < 16 * 1024, "resident after free: %ld KiB, before the block %ld KiB", after, before);
+  return 0;
+}
+
 /* ---- fork of a shared heap ---------------------------------------------------------------- */
 
 static int shared_fork(void) {
@@ -440,7 +471,7 @@ static int exhaust(void) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: workout api|threads N ROUNDS|fork N|exhaust|huge|sharedfork\n");
+    fprintf(stderr, "usage: workout api|threads N ROUNDS|fork N|exhaust|huge|trim|sharedfork\n");
     return 2;
   }
   int r;
@@ -449,6 +480,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(argv[1], "fork") && argc == 3) r = forks(atoi(argv[2]));
   else if (!strcmp(argv[1], "exhaust")) r = exhaust();
   else if (!strcmp(argv[1], "huge")) r = huge();
+  else if (!strcmp(argv[1], "trim")) r = trim();
   else if (!strcmp(argv[1], "sharedfork")) r = shared_fork();
   else {
     fprintf(stderr, "workout: unknown mode %s\n", argv[1]);
