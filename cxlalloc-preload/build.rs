@@ -9,4 +9,5 @@
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rustc-cdylib-link-arg=-Wl,--exclude-libs,ALL");
+    println!("cargo:rustc-link-lib=static:-bundle=gcc_eh");
 }
