@@ -52,6 +52,14 @@ struct Global {
     key: libc::pthread_key_t,
 }
 
+impl Global {
+    /// Whether this process inherited a shared heap across `fork` rather than opening it: its
+    /// blocks are then shared with the parent (docs/design.md §17.1).
+    fn inherited(&self) -> bool {
+        self.settings.place != Place::Private && std::process::id() != self.opener
+    }
+}
+
 /// Set once by [`init`] (Release; read with Acquire so the `Global` is seen whole), never freed.
 static GLOBAL: AtomicPtr<Global> = AtomicPtr::new(ptr::null_mut());
 
@@ -317,7 +325,10 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
         Owner::Heap => match with_heap(|g, h| {
             // A huge block may be kept for reuse instead (see `cache`); a slab block (below
             // the huge span) goes straight back.
-            if (p as usize) < g.huge_start {
+            // Nor is a forked child's free of a shared heap's huge block cached: the block is
+            // its parent's, which the child's later `malloc` must not be handed (the heap
+            // refuses the child's free instead, §17.1).
+            if (p as usize) < g.huge_start || g.inherited() {
                 return h.free(nn);
             }
             match h.usable_size(nn) {
@@ -771,7 +782,7 @@ fn report(g: &Global) {
         );
         write_all(REPORT_FD.load(Ordering::Relaxed), line.as_bytes());
     }
-    if g.settings.unlink && std::process::id() == g.opener {
+    if g.settings.unlink && !g.inherited() {
         let r = match &g.settings.place {
             Place::Named(name) => Heap::unlink(name),
             Place::Dir(dir) => Heap::unlink_at(dir),

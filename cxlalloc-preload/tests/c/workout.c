@@ -405,10 +405,13 @@ static int shared_fork(void) {
   CHECK(pid >= 0, "fork");
   if (pid == 0) {
     /* The parent's blocks are the same memory: the child reads them, and what it writes the
-       parent sees. It frees none of them (that would free the parent's blocks). */
+       parent sees. It must not free the small one (that would free the parent's block); a free
+       of the huge one is refused (the huge heap serves only the process that opened it). */
     CHECK(intact(small, 200, 1) && intact(big, 3 << 20, 1), "child sees its parent's blocks");
     fill(small, 200, 2);
     fill(big, 3 << 20, 2);
+    free(big);
+    CHECK(intact(big, 3 << 20, 2), "the parent's huge block after the child's refused free");
     /* Its own blocks, huge ones included, come from somewhere and stay intact. */
     for (int i = 0; i < 20; i++) {
       errno = 0;
