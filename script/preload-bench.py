@@ -50,7 +50,8 @@ sh(["cc", "-O2", "-pthread", "-o", WORKOUT, os.path.join(ROOT, "cxlalloc-preload
 ALLOCATORS = {
     "glibc": SHIM,
     "mimalloc": libmimalloc(),
-    "cxlalloc": os.path.join(ROOT, "target/release/libcxlalloc_preload.so"),
+    # CXLALLOC_BENCH_LIB: another build of the library (a copy, so the tree can be rebuilt meanwhile).
+    "cxlalloc": os.environ.get("CXLALLOC_BENCH_LIB", os.path.join(ROOT, "target/release/libcxlalloc_preload.so")),
 }
 
 
@@ -225,7 +226,9 @@ def main():
     rows = []
     # CXLALLOC_BENCH_ONLY=redis,sh: only the programs whose names start with one of these.
     only = [w for w in os.environ.get("CXLALLOC_BENCH_ONLY", "").split(",") if w]
-    for name, fn in PROGRAMS.items():
+    # In the order CXLALLOC_BENCH_ONLY names them.
+    order = lambda item: next((i for i, w in enumerate(only) if item[0].startswith(w)), 0)
+    for name, fn in sorted(PROGRAMS.items(), key=order):
         if only and not any(name.startswith(w) for w in only):
             continue
         # Interleaved (glibc, mimalloc, cxlalloc, glibc, ...): a change in the machine's load
