@@ -11,6 +11,8 @@ of /proc/PID/smaps_rollup, both sampled every 20 ms (servers: the server process
 program's first process), so a program shorter than that may show 0.
 
 Usage: script/preload-bench.py [REPS]   (after `cargo build --release -p cxlalloc-preload`)
+CXLALLOC_BENCH_ONLY=redis,sh measures only the programs whose names start with those words.
+Each row also gives the spread: the slowest and fastest run as ratios to glibc's median.
 """
 import math
 import os
@@ -48,7 +50,8 @@ sh(["cc", "-O2", "-pthread", "-o", WORKOUT, os.path.join(ROOT, "cxlalloc-preload
 ALLOCATORS = {
     "glibc": SHIM,
     "mimalloc": libmimalloc(),
-    "cxlalloc": os.path.join(ROOT, "target/release/libcxlalloc_preload.so"),
+    # CXLALLOC_BENCH_LIB: another build of the library (a copy, so the tree can be rebuilt meanwhile).
+    "cxlalloc": os.environ.get("CXLALLOC_BENCH_LIB", os.path.join(ROOT, "target/release/libcxlalloc_preload.so")),
 }
 
 
@@ -221,7 +224,13 @@ PROGRAMS = {
 def main():
     print(f"{REPS} runs each, interleaved, medians; this machine: {os.cpu_count()} cores, shared with other jobs")
     rows = []
-    for name, fn in PROGRAMS.items():
+    # CXLALLOC_BENCH_ONLY=redis,sh: only the programs whose names start with one of these.
+    only = [w for w in os.environ.get("CXLALLOC_BENCH_ONLY", "").split(",") if w]
+    # In the order CXLALLOC_BENCH_ONLY names them.
+    order = lambda item: next((i for i, w in enumerate(only) if item[0].startswith(w)), 0)
+    for name, fn in sorted(PROGRAMS.items(), key=order):
+        if only and not any(name.startswith(w) for w in only):
+            continue
         # Interleaved (glibc, mimalloc, cxlalloc, glibc, ...): a change in the machine's load
         # during the runs then weighs on every allocator alike.
         runs = {a: [] for a in ALLOCATORS}
@@ -232,8 +241,10 @@ def main():
         g = res["glibc"][0]
         for a, (tput, hwm, pss) in res.items():
             rows.append((name, a, tput, tput / g, hwm, pss))
-            print(f"  {name:20} {a:9} {tput:12.1f}  x{tput / g:5.2f} glibc  peak RSS {hwm / 1024:7.1f} MiB  "
-                  f"peak PSS {pss / 1024:7.1f} MiB", flush=True)
+            # The spread: the lowest and highest run, each as a ratio to glibc's median.
+            lo, hi = min(r[0] for r in runs[a]) / g, max(r[0] for r in runs[a]) / g
+            print(f"  {name:20} {a:9} {tput:12.1f}  x{tput / g:5.2f} glibc (runs x{lo:.2f}-x{hi:.2f})  "
+                  f"peak RSS {hwm / 1024:7.1f} MiB  peak PSS {pss / 1024:7.1f} MiB", flush=True)
     ratios = [r[3] for r in rows if r[1] == "cxlalloc"]
     print(f"cxlalloc / glibc: geometric mean x{math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}, "
           f"lowest x{min(ratios):.2f} (target >= 0.9 each)")

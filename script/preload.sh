@@ -30,6 +30,13 @@ fail() {
   failures=$((failures + 1))
 }
 
+# The release library exports malloc's interface and nothing else, and does not load
+# libgcc_s.so.1 (its unwinder is linked in: docs/design.md §17).
+exports=$(nm -D --defined-only "$LIB" | awk '{print $3}' | sed 's/@.*//' | LC_ALL=C sort | tr '\n' ' ')
+want="aligned_alloc calloc cfree free malloc malloc_usable_size memalign posix_memalign pvalloc realloc reallocarray valloc "
+if [[ $exports == "$want" ]]; then ok "exports malloc's interface only"; else fail "exports: $exports"; fi
+if readelf -d "$LIB" | grep -q 'NEEDED.*libgcc_s'; then fail "loads libgcc_s.so.1"; else ok "does not load libgcc_s.so.1"; fi
+
 # reports NAME LOG: at least one process of LOG reported a heap, every heap reported checks
 # clean, and every other `cxlalloc:` line is a process that stayed below the threshold of its
 # bootstrap allocator (docs/design.md §17.2) and so never opened a heap.

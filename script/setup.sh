@@ -37,7 +37,7 @@ apt_install() {
 # `libpython3` stands for the shared library of the system's python3 (package libpythonX.Y).
 sysdep_files() {
   case $1 in
-    build-essential) echo "/usr/bin/cc /usr/bin/c++ /usr/bin/make" ;;
+    build-essential) echo "/usr/bin/cc /usr/bin/c++ /usr/bin/make /usr/bin/nm /usr/bin/readelf" ;;
     libclang-dev) echo "/usr/lib/llvm-*/lib/libclang.so" ;;
     libboost-dev) echo "/usr/include/boost/interprocess/managed_shared_memory.hpp" ;;
     libpmemobj-dev) echo "/usr/include/libpmemobj.h /usr/lib/*/libpmemobj.so" ;;

@@ -45,8 +45,19 @@ struct Global {
     /// Start of the huge span (`usize::MAX`: none): blocks at or above it are huge blocks.
     huge_start: usize,
     settings: Settings,
+    /// The process that opened the heap: only it removes a shared heap at exit
+    /// (`CXLALLOC_UNLINK=1`), not the forked children that inherited it.
+    opener: u32,
     /// The pthread key whose destructor releases a thread's slot at thread exit.
     key: libc::pthread_key_t,
+}
+
+impl Global {
+    /// Whether this process inherited a shared heap across `fork` rather than opening it: its
+    /// blocks are then shared with the parent (docs/design.md §17.1).
+    fn inherited(&self) -> bool {
+        self.settings.place != Place::Private && std::process::id() != self.opener
+    }
 }
 
 /// Set once by [`init`] (Release; read with Acquire so the `Global` is seen whole), never freed.
@@ -240,6 +251,10 @@ fn allocate_uncached(size: usize, align: usize) -> *mut c_void {
     let r = with_heap(|_, h| if align <= 16 { h.alloc(request(size)) } else { h.alloc_aligned(size.max(1), align) });
     match r {
         Some(Ok(p)) => p.as_ptr().cast(),
+        // The heap has no huge heap (a reduced coherence model), or it is shared and this is a
+        // forked child, whose huge calls it refuses: the block is the process's own memory
+        // anyway, so `meta` serves it (docs/design.md §17.1).
+        Some(Err(e)) if beyond_heap(&e) => meta_alloc(size, align.max(16)),
         Some(Err(e)) => alloc_error(e),
         None => {
             if GLOBAL.load(Ordering::Relaxed).is_null() {
@@ -251,6 +266,13 @@ fn allocate_uncached(size: usize, align: usize) -> *mut c_void {
             meta_alloc(size, align.max(16))
         }
     }
+}
+
+/// Whether the heap refused a request only because it cannot serve huge blocks in this
+/// process: it has no huge heap (`CXLALLOC_COHERENCE=limited` or `none`, or `CXLALLOC_HUGE=0`),
+/// or it is a shared heap and this process is a forked child of the one that opened it.
+fn beyond_heap(e: &AllocError) -> bool {
+    matches!(e, AllocError::Unsupported(_) | AllocError::ForeignProcess)
 }
 
 /// Whose pointer `p` is.
@@ -303,7 +325,10 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
         Owner::Heap => match with_heap(|g, h| {
             // A huge block may be kept for reuse instead (see `cache`); a slab block (below
             // the huge span) goes straight back.
-            if (p as usize) < g.huge_start {
+            // Nor is a forked child's free of a shared heap's huge block cached: the block is
+            // its parent's, which the child's later `malloc` must not be handed (the heap
+            // refuses the child's free instead, §17.1).
+            if (p as usize) < g.huge_start || g.inherited() {
                 return h.free(nn);
             }
             match h.usable_size(nn) {
@@ -391,6 +416,8 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
         if let Some(r) = with_heap(|_, h| h.realloc(nn, request(size))) {
             return match r {
                 Ok(q) => q.as_ptr().cast(),
+                // Growing past what the heap serves here: the block moves to `meta` (below).
+                Err(ReallocError::Alloc(e)) if beyond_heap(&e) => move_block(p, size),
                 Err(ReallocError::Alloc(e)) => alloc_error(e),
                 Err(ReallocError::Free(_)) => {
                     REFUSED.fetch_add(1, Ordering::Relaxed);
@@ -402,6 +429,12 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     }
     // A block of the library's own (or the heap's, on a thread that cannot use the heap now):
     // move it.
+    move_block(p, size)
+}
+
+/// `realloc` by moving: a new block of `size` bytes gets the old one's bytes, and the old one is
+/// freed. `p` is a live block of ours, or not (then `ENOMEM`, its size being unknown).
+fn move_block(p: *mut c_void, size: usize) -> *mut c_void {
     let old = usable(p);
     if old == 0 {
         // Not a block we know: its size is unknown, so it cannot be moved.
@@ -653,7 +686,7 @@ fn open(settings: Settings) -> Result<Global, String> {
         return Err("pthread_key_create failed".into());
     }
     let huge_start = cxlalloc::internal::huge_start(&heap);
-    Ok(Global { heap, start, end: start + len, huge_start, settings, key })
+    Ok(Global { heap, start, end: start + len, huge_start, settings, opener: std::process::id(), key })
 }
 
 /// Before `fork`: hold both locks, so the child does not inherit one held by a thread that
@@ -749,7 +782,7 @@ fn report(g: &Global) {
         );
         write_all(REPORT_FD.load(Ordering::Relaxed), line.as_bytes());
     }
-    if g.settings.unlink {
+    if g.settings.unlink && !g.inherited() {
         let r = match &g.settings.place {
             Place::Named(name) => Heap::unlink(name),
             Place::Dir(dir) => Heap::unlink_at(dir),

@@ -7,6 +7,8 @@
 //! - `malloc` calls made before the heap is ready (the dynamic loader, other libraries'
 //!   constructors), or while this thread is inside the library already (a libc function the
 //!   library calls, such as `opendir`, calling `malloc` back);
+//! - blocks above the largest slab class when the heap has no huge heap for this process (a
+//!   reduced coherence model, or a forked child of a shared heap);
 //! - everything, if the heap could not be opened.
 //!
 //! Memory comes first from [`BOOT`], a static region in `.bss` (untouched pages cost nothing),
@@ -31,6 +33,11 @@ const HEADER: usize = 16;
 const MIN_SHIFT: u32 = 5;
 /// One free list per power of two up to the arena's size.
 const CLASSES: usize = 40;
+/// Blocks of this size and above give their pages (all but the first) back to the kernel when
+/// freed: they are huge requests, which would otherwise keep their memory for good.
+const TRIM: usize = 1 << 20;
+/// The smallest page size; `TRIM` blocks are aligned to it.
+const PAGE: usize = 4096;
 /// Marks a live header; a payload whose header lacks it is not ours to free.
 const MAGIC: u32 = 0xc81a_110c;
 
@@ -215,6 +222,15 @@ pub(crate) unsafe fn usable(p: *mut u8) -> usize {
 pub(crate) unsafe fn free(p: *mut u8) -> bool {
     // SAFETY: forwarded.
     let Some((block, c)) = (unsafe { header(p as usize) }) else { return false };
+    let size = class_bytes(c);
+    if size >= TRIM {
+        // A big block (a huge request the heap could not serve, docs/design.md §17.1) gives its
+        // pages back, as an unmapped huge block would, but for the first: it holds the free
+        // list's link. Done before the block is on the list, where another thread may take it.
+        // SAFETY: [block + PAGE, block + size) is part of this live block (aligned to its size,
+        // so page-aligned), which nobody else uses now; MADV_DONTNEED refills it with zeroes.
+        unsafe { libc::madvise((block + PAGE) as *mut libc::c_void, size - PAGE, libc::MADV_DONTNEED) };
+    }
     with_state(|st| {
         // SAFETY: the header is ours (checked under no lock, but a racing double free of one
         // block is undefined for malloc too); clearing the magic makes a second free fail.

@@ -120,3 +120,69 @@ fn a_malformed_variable_is_named_and_the_program_runs_without_the_heap() {
     assert!(err.contains("cxlalloc: CXLALLOC_CAPACITY=\"lots\" is not a size"), "{err}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok api"));
 }
+
+#[test]
+fn the_library_exports_mallocs_interface_and_no_other_symbol() {
+    let out = Command::new("nm").args(["-D", "--defined-only"]).arg(library()).output().expect("run nm (binutils)");
+    assert!(out.status.success(), "nm: {}", String::from_utf8_lossy(&out.stderr));
+    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .map(|n| n.split('@').next().unwrap_or(n).to_string())
+        .collect();
+    names.sort();
+    let mut want = [
+        "aligned_alloc",
+        "calloc",
+        "cfree",
+        "free",
+        "malloc",
+        "malloc_usable_size",
+        "memalign",
+        "posix_memalign",
+        "pvalloc",
+        "realloc",
+        "reallocarray",
+        "valloc",
+    ];
+    want.sort();
+    assert_eq!(names, want, "exported dynamic symbols");
+}
+
+#[test]
+fn a_private_heap_serves_huge_requests_with_and_without_a_huge_heap() {
+    // `none` needs a named heap and an mCAS daemon; it turns the huge heap off as `limited`
+    // does, which is what sends huge requests elsewhere.
+    for model in ["full", "limited"] {
+        let err = passes(&run(&["huge"], &[("CXLALLOC_COHERENCE", model)]), "huge");
+        assert!(err.contains("cxlalloc: heap anonymous"), "{model}: {err}");
+    }
+}
+
+#[test]
+fn a_shared_heap_without_a_huge_heap_serves_huge_requests_from_process_memory() {
+    let name = format!("preload-huge-{}", std::process::id());
+    let env = [("CXLALLOC_HEAP", name.as_str()), ("CXLALLOC_COHERENCE", "limited"), ("CXLALLOC_UNLINK", "1")];
+    let err = passes(&run(&["huge"], &env), "huge");
+    assert!(err.contains(&format!("cxlalloc: heap /dev/shm/cxlalloc.{name}")) && err.contains(" 0 refused"), "{err}");
+}
+
+#[test]
+fn a_freed_huge_block_of_process_memory_gives_its_pages_back() {
+    // 272 MiB is more than the cache of huge blocks keeps (256 MiB), so it is freed either way.
+    for model in ["full", "limited"] {
+        passes(&run(&["trim"], &[("CXLALLOC_COHERENCE", model)]), "trim");
+    }
+}
+
+#[test]
+fn a_forked_child_of_a_shared_heap_shares_its_parents_blocks_and_gets_huge_blocks_of_its_own() {
+    let name = format!("preload-fork-{}", std::process::id());
+    let err = passes(&run(&["sharedfork"], &[("CXLALLOC_HEAP", &name), ("CXLALLOC_UNLINK", "1")]), "sharedfork");
+    // The child and the parent each report: the child's free of its parent's huge block was
+    // refused, and nothing of the parent's.
+    let reports: Vec<&str> = err.lines().filter(|l| l.starts_with("cxlalloc: heap ")).collect();
+    assert_eq!(reports.len(), 2, "{err}");
+    assert_eq!(reports.iter().filter(|r| r.contains(" 1 refused")).count(), 1, "{err}");
+    assert_eq!(reports.iter().filter(|r| r.contains(" 0 refused")).count(), 1, "{err}");
+}

@@ -11,6 +11,13 @@
  *                                    (huge blocks too); the parent's blocks stay intact
  *   workout exhaust                  allocate until NULL/ENOMEM (run with a small capacity),
  *                                    free everything, allocate again
+ *   workout huge                     blocks above 512 KiB by every entry point, bytes kept
+ *                                    (also where the heap has no huge heap of its own)
+ *   workout trim                     a freed huge block (one the cache does not keep) leaves
+ *                                    no pages resident
+ *   workout sharedfork               a forked child of a shared heap: it sees its parent's
+ *                                    blocks (and its writes reach the parent), and its own huge
+ *                                    requests are served
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -54,6 +61,18 @@ static void fill(unsigned char *p, size_t n, uint64_t salt) {
 static int intact(const unsigned char *p, size_t n, uint64_t salt) {
   for (size_t i = 0; i < n; i = (i < 64 || i + 64 >= n) ? i + 1 : (i + 4096 < n - 64 ? i + 4096 : n - 64))
     if (p[i] != pat(p, i, salt)) return 0;
+  return 1;
+}
+
+/* Bytes i * 13 + salt in all of [0, n): for blocks that realloc may move (the other pattern
+   depends on the address). */
+static void fill_all(unsigned char *p, size_t n, unsigned salt) {
+  for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(i * 13 + salt);
+}
+
+static int intact_all(const unsigned char *p, size_t n, unsigned salt) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != (unsigned char)(i * 13 + salt)) return 0;
   return 1;
 }
 
@@ -298,6 +317,129 @@ static int forks(int children) {
   return 0;
 }
 
+/* ---- huge blocks ------------------------------------------------------------------------ */
+
+static int huge(void) {
+  static const size_t sizes[] = {512 * 1024 + 1, 600000, 2 << 20, 9 << 20, 64 << 20};
+  enum { K = sizeof sizes / sizeof *sizes };
+  unsigned char *b[K];
+  for (int round = 0; round < 6; round++) {
+    for (int i = 0; i < K; i++) {
+      errno = 0;
+      b[i] = malloc(sizes[i]);
+      CHECK(b[i] != NULL, "round %d: malloc(%zu): errno %d", round, sizes[i], errno);
+      CHECK(aligned_to(b[i], 16) && malloc_usable_size(b[i]) >= sizes[i], "malloc(%zu)", sizes[i]);
+      fill(b[i], sizes[i], (uint64_t)round + 5);
+    }
+    for (int i = 0; i < K; i++) {
+      CHECK(intact(b[i], sizes[i], (uint64_t)round + 5), "round %d: block of %zu", round, sizes[i]);
+      free(b[i]);
+    }
+  }
+  /* calloc zeroes, also a block that reuses freed memory. */
+  for (int round = 0; round < 3; round++) {
+    unsigned char *z = calloc(3 << 20, 1);
+    CHECK(z != NULL, "calloc(3 MiB)");
+    for (size_t i = 0; i < (3 << 20); i += 511) CHECK(z[i] == 0, "calloc byte %zu = %d", i, z[i]);
+    memset(z, 0x77, 3 << 20);
+    free(z);
+  }
+  /* realloc across the slab limit, both ways, bytes kept. */
+  unsigned char *r = malloc(1000);
+  CHECK(r != NULL, "malloc(1000)");
+  fill_all(r, 1000, 9);
+  r = realloc(r, 5 << 20);
+  CHECK(r != NULL && intact_all(r, 1000, 9), "realloc small -> huge keeps the bytes");
+  fill_all(r, 5 << 20, 10);
+  r = realloc(r, 11 << 20);
+  CHECK(r != NULL && intact_all(r, 5 << 20, 10), "realloc huge -> bigger keeps the bytes");
+  r = realloc(r, 3000);
+  CHECK(r != NULL && intact_all(r, 3000, 10), "realloc huge -> small keeps the bytes");
+  free(r);
+  /* Aligned huge blocks. */
+  void *a = NULL;
+  CHECK(posix_memalign(&a, 1 << 16, 3 << 20) == 0 && aligned_to(a, 1 << 16), "posix_memalign 64 KiB, 3 MiB");
+  fill(a, 3 << 20, 11);
+  CHECK(intact(a, 3 << 20, 11), "aligned huge block");
+  free(a);
+  return 0;
+}
+
+/* Resident KiB of this process (VmRSS). */
+static long rss_kib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  CHECK(f != NULL, "open /proc/self/status");
+  char line[256];
+  long kib = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+  fclose(f);
+  CHECK(kib >= 0, "no VmRSS line");
+  return kib;
+}
+
+/* A freed 272 MiB block gives its pages back: resident memory falls to near where it was. */
+static int trim(void) {
+  long before = rss_kib();
+  size_t n = (size_t)272 << 20;
+  unsigned char *p = malloc(n);
+  CHECK(p != NULL, "malloc(272 MiB)");
+  fill(p, n, 6); /* every page (a memset before free could be optimised away) */
+  CHECK(intact(p, n, 6), "the block's bytes");
+  long full = rss_kib();
+  CHECK(full - before >= 200 * 1024, "the block is resident: %ld -> %ld KiB", before, full);
+  free(p);
+  long after = rss_kib();
+  CHECK(after - before < 16 * 1024, "resident after free: %ld KiB, before the block %ld KiB", after, before);
+  return 0;
+}
+
+/* ---- fork of a shared heap ---------------------------------------------------------------- */
+
+static int shared_fork(void) {
+  unsigned char *small = malloc(200), *big = malloc(3 << 20);
+  CHECK(small && big, "parent malloc");
+  fill(small, 200, 1);
+  fill(big, 3 << 20, 1);
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork");
+  if (pid == 0) {
+    /* The parent's blocks are the same memory: the child reads them, and what it writes the
+       parent sees. It must not free the small one (that would free the parent's block); a free
+       of the huge one is refused (the huge heap serves only the process that opened it). */
+    CHECK(intact(small, 200, 1) && intact(big, 3 << 20, 1), "child sees its parent's blocks");
+    fill(small, 200, 2);
+    fill(big, 3 << 20, 2);
+    free(big);
+    CHECK(intact(big, 3 << 20, 2), "the parent's huge block after the child's refused free");
+    /* Its own blocks, huge ones included, come from somewhere and stay intact. */
+    for (int i = 0; i < 20; i++) {
+      errno = 0;
+      unsigned char *h = malloc(4 << 20);
+      CHECK(h != NULL, "child huge malloc: errno %d", errno);
+      unsigned char *c = calloc(1 << 20, 2);
+      CHECK(c != NULL && c[12345] == 0 && c[(2 << 20) - 1] == 0, "child huge calloc");
+      unsigned char *p = malloc(100 + (size_t)i);
+      CHECK(p != NULL, "child malloc");
+      fill(h, 4 << 20, 3);
+      fill_all(p, 100 + (size_t)i, 3);
+      p = realloc(p, 1 << 20);
+      CHECK(p != NULL && intact_all(p, 100 + (size_t)i, 3), "child realloc small -> huge");
+      CHECK(intact(h, 4 << 20, 3), "child huge block");
+      free(p);
+      free(c);
+      free(h);
+    }
+    exit(0);
+  }
+  int st = 0;
+  CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %#x", st);
+  CHECK(intact(small, 200, 2) && intact(big, 3 << 20, 2), "the parent sees its child's writes");
+  free(small);
+  free(big);
+  return 0;
+}
+
 /* ---- exhaustion ------------------------------------------------------------------------- */
 
 static int exhaust(void) {
@@ -332,7 +474,7 @@ static int exhaust(void) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: workout api|threads N ROUNDS|fork N|exhaust\n");
+    fprintf(stderr, "usage: workout api|threads N ROUNDS|fork N|exhaust|huge|trim|sharedfork\n");
     return 2;
   }
   int r;
@@ -340,6 +482,9 @@ int main(int argc, char **argv) {
   else if (!strcmp(argv[1], "threads") && argc == 4) r = threads(atoi(argv[2]), atol(argv[3]));
   else if (!strcmp(argv[1], "fork") && argc == 3) r = forks(atoi(argv[2]));
   else if (!strcmp(argv[1], "exhaust")) r = exhaust();
+  else if (!strcmp(argv[1], "huge")) r = huge();
+  else if (!strcmp(argv[1], "trim")) r = trim();
+  else if (!strcmp(argv[1], "sharedfork")) r = shared_fork();
   else {
     fprintf(stderr, "workout: unknown mode %s\n", argv[1]);
     return 2;
