@@ -349,6 +349,23 @@ pub enum FreeError {
     ForeignProcess,
 }
 
+/// Why a hand-over write-back or invalidation ([`crate::ThreadHandle::write_back`],
+/// [`crate::ThreadHandle::invalidate`]) was refused. Nothing was flushed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq, Clone, Copy)]
+pub enum HandOverError {
+    /// The pointer is not in this heap's slab data, nor the start of a live huge block.
+    #[error("not heap memory of a block: {0}")]
+    Block(FreeError),
+    /// The range runs past the end of the slab (or huge block) holding the pointer.
+    #[error("{len} bytes run past the {room} bytes left in the pointer's slab or block")]
+    PastEnd {
+        /// The length asked for.
+        len: usize,
+        /// The bytes from the pointer to the end of its slab or huge block.
+        room: usize,
+    },
+}
+
 /// Why an offset could not be turned into a pointer or back.
 #[derive(Debug, thiserror::Error, PartialEq, Eq, Clone, Copy)]
 pub enum OffsetError {

@@ -124,8 +124,8 @@ pub use crate::{
     check::{huge::HugeCensus, BracketCensus, ClassCensus, InFlight, Problem, Report, SlabState},
     class::Bracket,
     error::{
-        AdoptError, AllocError, AttachError, ErrorCode, FreeError, MaintenanceError, OffsetError, OpenError,
-        RecoverHostError,
+        AdoptError, AllocError, AttachError, ErrorCode, FreeError, HandOverError, MaintenanceError, OffsetError,
+        OpenError, RecoverHostError,
     },
     heap::{Heap, HostInfo, HostRecovery, HugeMaintenance, ReallocError, ThreadHandle, MAX_ALIGN},
     layout::{Coherence, Config},

@@ -232,7 +232,7 @@ fn free_checked(
     let n = tagged & SIZE;
     if from != me {
         // The application's side of receiving a block: drop stale copies before reading it.
-        sim::app_invalidate(heap, p.as_ptr(), n);
+        t.invalidate(p, n).ctx("invalidate a received block")?;
     }
     ensure!(
         intact(p, off, n, salt(from, tagged)),
@@ -320,7 +320,7 @@ fn host(name: &str, me: usize, net: &Net) -> Result<(), String> {
             for _ in 0..k {
                 let (p, off, n) = live.swap_remove(rng.below(live.len() as u64) as usize);
                 // The application's side of a hand-over: what it wrote reaches memory first.
-                sim::app_write_back(&heap, p.as_ptr(), n & SIZE);
+                t.write_back(p, n & SIZE).ctx("write back a block handed over")?;
                 net.data[me][to].send_u64(off);
                 net.data[me][to].send_u64(n as u64);
             }

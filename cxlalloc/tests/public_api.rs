@@ -10,10 +10,10 @@ use std::ptr::NonNull;
 
 use cxlalloc::{
     AdoptError, AllocError, AttachError, Bracket, BracketCensus, ClassCensus, Coherence, Config, ErrorCode, FreeError,
-    Heap, HeapInfo, Holder, HostInfo, HostRecovery, HugeCensus, InFlight, Interrupted, McasInfo, OffsetError,
-    OpCounters, OpenError, Pending, PendingKind, PendingOutcome, Problem, ReallocError, Rebuilt, RecoverHostError,
-    RecoveryPlan, RecoveryReport, Redo, RedoOp, RegionInfo, Report, Resolution, SlabState, SlotInfo, Stats,
-    ThreadHandle,
+    HandOverError, Heap, HeapInfo, Holder, HostInfo, HostRecovery, HugeCensus, InFlight, Interrupted, McasInfo,
+    OffsetError, OpCounters, OpenError, Pending, PendingKind, PendingOutcome, Problem, ReallocError, Rebuilt,
+    RecoverHostError, RecoveryPlan, RecoveryReport, Redo, RedoOp, RegionInfo, Report, Resolution, SlabState, SlotInfo,
+    Stats, ThreadHandle,
 };
 
 /// The names the crate root may export: the curated API, the types its public fields and
@@ -31,6 +31,7 @@ const CURATED: &[&str] = &[
     "AttachError",
     "AllocError",
     "FreeError",
+    "HandOverError",
     "AdoptError",
     "RecoverHostError",
     "OffsetError",
@@ -202,6 +203,8 @@ fn every_curated_error_is_reachable_and_has_a_c_code() {
     assert_eq!(free, FreeError::ForeignPointer);
     let realloc: ReallocError = thread.realloc(NonNull::from(&mut local).cast(), 8).unwrap_err();
     assert_eq!(realloc, ReallocError::Free(FreeError::ForeignPointer));
+    let hand_over: HandOverError = thread.write_back(NonNull::from(&mut local).cast(), 8).unwrap_err();
+    assert_eq!(hand_over, HandOverError::Block(FreeError::ForeignPointer));
     let adopt: AdoptError = heap.adopt(99).map(|_| ()).unwrap_err();
     assert_eq!(adopt, AdoptError::NoSuchSlot { slot: 99, slots: 2 });
     let offset: OffsetError = heap.pointer(cxlalloc::Offset::<u8>::NULL).unwrap_err();
@@ -299,4 +302,26 @@ fn a_heap_is_described_from_its_files_through_the_curated_api() {
     drop(thread);
     drop(heap);
     Heap::unlink_at(&dir).unwrap();
+}
+
+#[test]
+fn a_hand_over_flush_stays_within_the_slab_or_huge_block_of_its_pointer() {
+    let heap = Heap::anonymous(&small_config()).unwrap();
+    let thread = heap.attach().unwrap();
+    let block = thread.alloc(100).unwrap();
+    let size = thread.usable_size(block).unwrap();
+    thread.write_back(block, size).unwrap();
+    thread.invalidate(block, size).unwrap();
+    // Inside the block too: a field of it.
+    // SAFETY: 8 bytes into a live block of at least 100 bytes.
+    let field = unsafe { NonNull::new_unchecked(block.as_ptr().add(8)) };
+    thread.write_back(field, 8).unwrap();
+    let past = thread.invalidate(block, 1 << 30).unwrap_err();
+    assert!(matches!(past, HandOverError::PastEnd { len, room } if len == 1 << 30 && room >= size), "{past:?}");
+    let mut local = 0u64;
+    assert_eq!(
+        thread.invalidate(NonNull::from(&mut local).cast(), 8),
+        Err(HandOverError::Block(FreeError::ForeignPointer))
+    );
+    thread.free(block).unwrap();
 }

@@ -237,22 +237,33 @@ impl Swcc {
         }
     }
 
-    /// Non-coherence simulator: the application's write-back of `[p, p + len)` (lines kept
-    /// cached), which no [`Site`] names and [`sim::skip`] never removes; nothing in other
-    /// models.
-    #[cfg(feature = "noncoherent-sim")]
+    /// The application's write-back of `[p, p + len)` before it hands what it wrote to another
+    /// host (lines kept cached), then a fence; no [`Site`] names it and [`sim::skip`] never
+    /// removes it. Nothing in the full model.
     pub(crate) fn app_write_back(&self, p: *const u8, len: usize) {
-        if let Swcc::Sim(host) = self {
-            host.write_back(p, len);
+        match self {
+            Swcc::Coherent => {}
+            Swcc::Flush(i) => {
+                i.write_back(p, len);
+                flush::store_fence();
+            }
+            #[cfg(feature = "noncoherent-sim")]
+            Swcc::Sim(host) => host.write_back(p, len),
         }
     }
 
-    /// Non-coherence simulator: the application's invalidation of `[p, p + len)` (a dirty line
-    /// is written back first, as the CPU does), before it reads what another host wrote.
-    #[cfg(feature = "noncoherent-sim")]
+    /// The application's invalidation of `[p, p + len)` before it reads what another host
+    /// wrote there (a dirty line is written back first, as the CPU does), then a full fence so
+    /// that later loads come from memory. Nothing in the full model.
     pub(crate) fn app_invalidate(&self, p: *const u8, len: usize) {
-        if let Swcc::Sim(host) = self {
-            host.evict(p, len);
+        match self {
+            Swcc::Coherent => {}
+            Swcc::Flush(i) => {
+                i.evict(p, len);
+                flush::full_fence();
+            }
+            #[cfg(feature = "noncoherent-sim")]
+            Swcc::Sim(host) => host.evict(p, len),
         }
     }
 

@@ -11,7 +11,7 @@ use std::ptr::NonNull;
 use crate::class::{class_aligned, class_of, Bracket, LARGE_MAX, SMALL_MAX};
 use crate::coherence::Site;
 use crate::crash::crash_point;
-use crate::error::{AdoptError, AllocError, AttachError, FreeError};
+use crate::error::{AdoptError, AllocError, AttachError, FreeError, HandOverError};
 use crate::heap::Heap;
 use crate::huge::ops::HugeThread;
 use crate::huge::space::FreeRanges;
@@ -450,6 +450,43 @@ impl ThreadHandle {
             }
             r => r,
         }
+    }
+
+    /// The application's side of handing `len` bytes at `ptr` to another host in the limited
+    /// and no-HWcc models (docs/design.md §9.1, "Slab data"): writes them back to memory
+    /// (keeping them cached) and fences, so that a host that then reads them, after a message
+    /// or flag the application sends afterwards, sees them. A no-op in the full model.
+    /// `ptr` lies in a block of this heap (anywhere in a slab block, or at the start of a huge
+    /// block) and the range stays within its slab or huge block; otherwise nothing is flushed
+    /// and the error says why.
+    pub fn write_back(&self, ptr: NonNull<u8>, len: usize) -> Result<(), HandOverError> {
+        self.hand_over_range(ptr, len)?;
+        self.heap.mem().swcc.app_write_back(ptr.as_ptr(), len);
+        Ok(())
+    }
+
+    /// The receiving side of [`ThreadHandle::write_back`]: evicts this host's cached copies of
+    /// `len` bytes at `ptr` and fences, so that the reads that follow come from memory, before
+    /// reading (or freeing) what another host wrote there. A no-op in the full model. The same
+    /// range rules as [`ThreadHandle::write_back`].
+    pub fn invalidate(&self, ptr: NonNull<u8>, len: usize) -> Result<(), HandOverError> {
+        self.hand_over_range(ptr, len)?;
+        self.heap.mem().swcc.app_invalidate(ptr.as_ptr(), len);
+        Ok(())
+    }
+
+    /// Checks that `len` bytes at `ptr` are heap memory a flush may touch: within one slab
+    /// (read from no descriptor, which may be another host's), or within a live huge block
+    /// starting at `ptr`.
+    fn hand_over_range(&self, ptr: NonNull<u8>, len: usize) -> Result<(), HandOverError> {
+        let room = match self.ops().slab_room(ptr.as_ptr()) {
+            Some(room) => room,
+            None => self.usable_size(ptr).map_err(HandOverError::Block)?,
+        };
+        if len > room {
+            return Err(HandOverError::PastEnd { len, room });
+        }
+        Ok(())
     }
 
     /// Resizes a block: returns it unchanged when its class already fits `new_size` (for a

@@ -559,6 +559,16 @@ impl<'a> SlabThread<'a> {
         self.locate_in(b, offset, rel)
     }
 
+    /// The bytes from `ptr` to the end of its slab when `ptr` lies in a slab of this heap's
+    /// data (always mapped heap memory): a range check that reads no slab's metadata, for the
+    /// application's hand-over write-backs and invalidations (docs/design.md §9.1).
+    pub(crate) fn slab_room(&self, ptr: *const u8) -> Option<usize> {
+        let (b, _, rel) = self.bracket_of(ptr).ok()?;
+        let shift = b.slab_shift();
+        self.mem.slab(b, (rel >> shift) as u32)?;
+        Some((1 << shift) - (rel & ((1 << shift) - 1)))
+    }
+
     /// The bracket whose slab data holds `ptr`, with `ptr`'s heap offset and its offset into
     /// that bracket's data.
     #[inline(always)]
