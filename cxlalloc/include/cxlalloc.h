@@ -307,6 +307,19 @@ int cxl_free_from(cxl_thread_t* thread, uint64_t* dest);
  *  for). Returns 0 for `ptr` NULL (not an error) and on error (codes as cxl_free()). */
 size_t cxl_usable_size(cxl_thread_t* thread, const void* ptr);
 
+/** Limited and no-HWcc heaps: the sending side of handing `len` bytes at `ptr` to another host
+ *  (writes them back to memory, keeping them cached, then fences); call it before telling the
+ *  other host about the block. A no-op in the full model. The range must stay within the slab
+ *  (or the huge block starting at `ptr`) that holds `ptr`. Returns CXL_OK; CXL_EINVAL for a
+ *  NULL thread or `ptr`, or a range past the pointer's slab or block; the codes of cxl_free()
+ *  for a pointer outside the heap's blocks. Nothing is flushed on error. */
+int cxl_write_back(cxl_thread_t* thread, const void* ptr, size_t len);
+
+/** The receiving side of cxl_write_back(): evicts this host's cached copies of `len` bytes at
+ *  `ptr` (then fences) before reading or freeing what another host wrote there. Same rules and
+ *  codes as cxl_write_back(). */
+int cxl_invalidate(cxl_thread_t* thread, const void* ptr, size_t len);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Crash recovery                                                                               */
 /* ------------------------------------------------------------------------------------------ */

@@ -471,6 +471,15 @@ impl From<&FreeError> for ErrorCode {
     }
 }
 
+impl From<&HandOverError> for ErrorCode {
+    fn from(e: &HandOverError) -> Self {
+        match e {
+            HandOverError::Block(f) => ErrorCode::from(f),
+            HandOverError::PastEnd { .. } => ErrorCode::InvalidArgument,
+        }
+    }
+}
+
 /// Why huge-block maintenance could not start ([`crate::Heap::maintain_huge`]).
 #[derive(Debug, thiserror::Error, PartialEq, Eq, Clone, Copy)]
 pub enum MaintenanceError {

@@ -1208,6 +1208,73 @@ pub unsafe extern "C" fn cxl_usable_size(thread: *mut CxlThread, ptr: *const c_v
     }
 }
 
+/// Which side of a hand-over [`hand_over`] runs.
+#[derive(Clone, Copy)]
+enum HandOver {
+    WriteBack,
+    Invalidate,
+}
+
+/// `cxl_write_back` / `cxl_invalidate`: [`ThreadHandle::write_back`] /
+/// [`ThreadHandle::invalidate`] of `len` bytes at `ptr`.
+///
+/// # Safety
+///
+/// `thread` is null or a live thread handle that no other thread is using.
+unsafe fn hand_over(thread: *mut CxlThread, ptr: *const c_void, len: usize, side: HandOver, func: &str) -> c_int {
+    // SAFETY: forwarded from this function's contract.
+    let Some(t) = (unsafe { thread_ref(thread, func) }) else {
+        return ErrorCode::InvalidArgument as c_int;
+    };
+    let Some(p) = NonNull::new(ptr.cast::<u8>().cast_mut()) else {
+        fail(func, ErrorCode::InvalidArgument, libc::EINVAL, &"ptr is NULL");
+        return ErrorCode::InvalidArgument as c_int;
+    };
+    let done = match side {
+        HandOver::WriteBack => t.write_back(p, len),
+        HandOver::Invalidate => t.invalidate(p, len),
+    };
+    match done {
+        Ok(()) => {
+            succeed();
+            ErrorCode::Ok as c_int
+        }
+        Err(e) => {
+            let code = ErrorCode::from(&e);
+            fail(func, code, errno_of(code), &e);
+            code as c_int
+        }
+    }
+}
+
+/// `int cxl_write_back(cxl_thread_t* thread, const void* ptr, size_t len)`: the sending side
+/// of handing `len` bytes at `ptr` to another host in the limited and no-HWcc models (a no-op
+/// in the full model; docs/design.md §9.1). Returns `CXL_OK`; `CXL_EINVAL` for a null thread or
+/// `ptr`, or a range past the pointer's slab or huge block; the codes of `cxl_free` for a
+/// pointer outside the heap's blocks.
+///
+/// # Safety
+///
+/// `thread` is null or a live thread handle that no other thread is using.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_write_back(thread: *mut CxlThread, ptr: *const c_void, len: usize) -> c_int {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { hand_over(thread, ptr, len, HandOver::WriteBack, "cxl_write_back") }
+}
+
+/// `int cxl_invalidate(cxl_thread_t* thread, const void* ptr, size_t len)`: the receiving side
+/// of a hand-over (see `cxl_write_back`), before reading or freeing what another host wrote.
+/// The same codes as `cxl_write_back`.
+///
+/// # Safety
+///
+/// `thread` is null or a live thread handle that no other thread is using.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cxl_invalidate(thread: *mut CxlThread, ptr: *const c_void, len: usize) -> c_int {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { hand_over(thread, ptr, len, HandOver::Invalidate, "cxl_invalidate") }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Offsets and roots
 // ---------------------------------------------------------------------------------------------

@@ -296,8 +296,15 @@ static void test_realloc(cxl_thread_t* t) {
     CHECK(p != NULL && holds(p, 24, 7));
     CHECK(cxl_usable_size(t, p) >= 24);
 
+    /* Hand-over flushes: within the block's slab; a foreign pointer or a range past the slab
+     * is refused. */
+    CHECK(cxl_write_back(t, p, 24) == CXL_OK && cxl_invalidate(t, p + 8, 16) == CXL_OK);
+    CHECK_ERR(cxl_invalidate(t, p, (size_t)1 << 40), CXL_EINVAL, EINVAL);
+    CHECK_ERR(cxl_write_back(t, NULL, 8), CXL_EINVAL, EINVAL);
+
     /* A foreign pointer is refused before anything is read through it. */
     int on_stack = 42;
+    CHECK_ERR(cxl_write_back(t, &on_stack, 4), CXL_EFOREIGN_POINTER, EINVAL);
     CHECK_ERR(cxl_realloc(t, &on_stack, 64), CXL_EFOREIGN_POINTER, EINVAL);
     CHECK(on_stack == 42);
     /* An interior pointer too. */
