@@ -23,27 +23,28 @@ fn profile_dir() -> PathBuf {
 }
 
 /// Builds the static and shared libraries (once per test process) and returns the path of
-/// `file` (`libcxlalloc.a` / `libcxlalloc.so`).
+/// `file` (`libcxlalloc.a` / `libcxlalloc.so`). Into a target directory of its own: the
+/// library's outputs carry no hash in their names (it is also a cdylib), and a `-p cxlalloc`
+/// build may resolve its dependencies' features differently from the workspace build running
+/// this test, so building into the shared `target/` would replace the `libcxlalloc.rlib` that
+/// other crates of that build (cxlkv, the bench's doctests) were compiled against.
 fn library(file: &str) -> PathBuf {
     static BUILD: Once = Once::new();
-    let dir = profile_dir();
+    let profile = profile_dir();
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-api-lib");
+    let name = profile.file_name().and_then(|n| n.to_str()).unwrap_or("debug").to_owned();
     BUILD.call_once(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.args(["build", "-p", "cxlalloc", "--lib", "--target-dir"])
-            .arg(dir.parent().expect("target dir"))
-            .current_dir(MANIFEST_DIR);
+        cmd.args(["build", "-p", "cxlalloc", "--lib", "--target-dir"]).arg(&target).current_dir(MANIFEST_DIR);
         // `target/debug` is the dev (and test) profile; other directories are named after theirs.
-        match dir.file_name().and_then(|n| n.to_str()) {
-            Some("debug") | None => {}
-            Some(profile) => {
-                cmd.args(["--profile", profile]);
-            }
+        if name != "debug" {
+            cmd.args(["--profile", &name]);
         }
         let out = cmd.output().expect("run cargo build");
         assert!(out.status.success(), "{}", show("cargo build -p cxlalloc --lib", &out));
     });
-    let lib = dir.join(file);
+    let lib = target.join(&name).join(file);
     assert!(lib.exists(), "{} not found after cargo build", lib.display());
     lib
 }

@@ -334,6 +334,10 @@ impl Mem {
         if len > MAX_BUCKET + 1 {
             return Err(StoreError::Corrupt { what: "bucket array length", off });
         }
+        if len == 0 {
+            // An empty array: no items to borrow (an empty `bytes` slice need not be 8-aligned).
+            return Ok((Some(a), &[]));
+        }
         let raw = self.bytes(off + size_of::<Array>() as u64, 8 * len, "bucket array items")?;
         // SAFETY: `raw` is `8 * len` bytes of heap data at an 8-aligned offset (the array is
         // 8-aligned, its header 16 bytes); AtomicU64 has u64's layout and any bits are valid.
