@@ -377,3 +377,44 @@ fn a_shrinking_thread_gives_pages_back_past_its_warm_bound() {
     let r = heap.check();
     assert!(r.is_clean(), "{r}");
 }
+
+/// A warm thread that detaches gives the pages of the slabs it leaves back: nobody is about to
+/// take them back from it (docs/design.md §4.7, "Warm slabs").
+#[test]
+fn a_warm_thread_that_detaches_gives_the_pages_of_its_last_slabs_back() {
+    let _g = serial();
+    let name = HeapName::new("warm-detach");
+    let config = Config { cache_local: 0, ..config(Coherence::Full) };
+    let heap = Heap::create(name.as_str(), &config).unwrap();
+    let t = heap.attach().unwrap();
+    // Warm: slabs given away and taken back (as in the tests above).
+    for _ in 0..2 {
+        let round = alloc_filled(&t, 2);
+        stored_around_freeing(&t, name.as_str(), round);
+    }
+    assert!(heap.stats().counters.global_pops >= 1);
+    // Half a slab of each of four more classes, written and freed in place: the slabs stay
+    // current (entirely free) until the detach pushes them.
+    let slab = 32usize << 10;
+    let sizes = [96usize, 160, 224, 480];
+    for &size in &sizes {
+        let blocks: Vec<_> = (0..slab / size / 2).map(|_| t.alloc(size).unwrap()).collect();
+        for &p in &blocks {
+            // SAFETY: a live block of at least `size` bytes.
+            unsafe { p.as_ptr().write_bytes(0xa5, size) };
+        }
+        for p in blocks {
+            t.free(p).unwrap();
+        }
+    }
+    let before = data_file_bytes(name.as_str());
+    drop(t);
+    let after = data_file_bytes(name.as_str());
+    let written = (sizes.len() * slab / 2) as u64;
+    assert!(
+        after + written * 3 / 4 <= before,
+        "{before} bytes before the detach, {after} after: the four slabs' {written} written bytes should be gone"
+    );
+    let r = heap.check();
+    assert!(r.is_clean(), "{r}");
+}
