@@ -332,9 +332,7 @@ fn alloc_filled(t: &ThreadHandle, slabs: usize) -> Vec<NonNull<u8>> {
 #[test]
 fn a_thread_taking_slabs_back_keeps_the_pages_of_slabs_it_pushes_again() {
     let _g = serial();
-    let name = HeapName::new("warm-pages");
-    let config = Config { cache_local: 0, ..config(Coherence::Full) };
-    let heap = Heap::create(name.as_str(), &config).unwrap();
+    let (name, heap) = warm_heap("warm-pages");
     let t = heap.attach().unwrap();
     // First round: bumped slabs, pushed before any pop, give their pages back.
     let first = alloc_filled(&t, 8);
@@ -351,21 +349,33 @@ fn a_thread_taking_slabs_back_keeps_the_pages_of_slabs_it_pushes_again() {
     assert!(r.is_clean(), "{r}");
 }
 
+/// A full-model heap that caches no empty slab locally: every emptied slab goes to the global
+/// list at once, so page return is seen at each push.
+fn warm_heap(tag: &str) -> (HeapName, Heap) {
+    let name = HeapName::new(tag);
+    let config = Config { cache_local: 0, ..config(Coherence::Full) };
+    let heap = Heap::create(name.as_str(), &config).unwrap();
+    (name, heap)
+}
+
+/// Makes `t` warm: it pops a slab from the global list (two slabs, the current one stays, freed
+/// and then taken again).
+fn warm_up(t: &ThreadHandle, heap: &Heap, name: &HeapName) {
+    for _ in 0..2 {
+        let round = alloc_filled(t, 2);
+        stored_around_freeing(t, name.as_str(), round);
+    }
+    assert!(heap.stats().counters.global_pops >= 1);
+}
+
 /// Past its warm bound (4 MiB pushed since its last pop) a thread is shrinking, not churning:
 /// every further slab it pushes gives its pages back, without waiting for it to detach.
 #[test]
 fn a_shrinking_thread_gives_pages_back_past_its_warm_bound() {
     let _g = serial();
-    let name = HeapName::new("warm-bound");
-    let config = Config { cache_local: 0, ..config(Coherence::Full) };
-    let heap = Heap::create(name.as_str(), &config).unwrap();
+    let (name, heap) = warm_heap("warm-bound");
     let t = heap.attach().unwrap();
-    // A pop makes the thread warm: two slabs (the current one stays), freed, then taken again.
-    for _ in 0..2 {
-        let round = alloc_filled(&t, 2);
-        stored_around_freeing(&t, name.as_str(), round);
-    }
-    assert!(heap.stats().counters.global_pops >= 1);
+    warm_up(&t, &heap, &name);
     // 192 slabs (6 MiB): 128 pushed keep their pages (4 MiB), the others give them back.
     let many = alloc_filled(&t, 192);
     let (full, after) = stored_around_freeing(&t, name.as_str(), many);
@@ -383,16 +393,9 @@ fn a_shrinking_thread_gives_pages_back_past_its_warm_bound() {
 #[test]
 fn a_warm_thread_that_detaches_gives_the_pages_of_its_last_slabs_back() {
     let _g = serial();
-    let name = HeapName::new("warm-detach");
-    let config = Config { cache_local: 0, ..config(Coherence::Full) };
-    let heap = Heap::create(name.as_str(), &config).unwrap();
+    let (name, heap) = warm_heap("warm-detach");
     let t = heap.attach().unwrap();
-    // Warm: slabs given away and taken back (as in the tests above).
-    for _ in 0..2 {
-        let round = alloc_filled(&t, 2);
-        stored_around_freeing(&t, name.as_str(), round);
-    }
-    assert!(heap.stats().counters.global_pops >= 1);
+    warm_up(&t, &heap, &name);
     // Half a slab of each of four more classes, written and freed in place: the slabs stay
     // current (entirely free) until the detach pushes them.
     let slab = 32usize << 10;
