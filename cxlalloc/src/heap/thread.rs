@@ -387,8 +387,9 @@ impl ThreadHandle {
     /// `commit_on_grow`, allocate it); only a reused object is cleared (docs/design.md §7.6).
     #[cold]
     fn alloc_huge_zeroed(&self, size: usize) -> Result<NonNull<u8>, AllocError> {
-        let (p, origin) =
-            self.with_huge(|h, space| h.alloc_block(space, size, 1, 0)).unwrap_or(Err(AllocError::Unsupported(size)))?;
+        let (p, origin) = self
+            .with_huge(|h, space| h.alloc_block(space, size, 1, 0))
+            .unwrap_or(Err(AllocError::Unsupported(size)))?;
         if origin == Origin::Reused {
             // SAFETY: the block is at least `size` bytes and exclusively ours.
             unsafe { p.as_ptr().write_bytes(0, size) };
