@@ -946,6 +946,29 @@ fn an_unlinked_heap_keeps_mapping_and_creating_huge_blocks_for_processes_that_ha
 }
 
 #[test]
+fn a_block_freed_beside_its_owner_is_left_to_the_owner_by_another_threads_huge_work() {
+    let _serial = serial();
+    let name = HeapName::new("huge-beside-left");
+    let (heap, owner) = create(&name, &small_config());
+    let freer = heap.attach().unwrap();
+    let bystander = heap.attach().unwrap();
+    let p = owner.alloc(4 * MIB).unwrap();
+    let off = offset(&heap, p);
+    freer.free(p).unwrap();
+    // The bystander's huge work drops this process's stale entries, but not those of a block
+    // whose owner this process holds: releasing it would make the owner create a new object.
+    let q = bystander.alloc(2 * MIB).unwrap();
+    bystander.free(q).unwrap();
+    assert_eq!(objects(&name), 2, "the owner's freed block and the bystander's cached one");
+    let again = owner.alloc(4 * MIB).unwrap();
+    assert_eq!(offset(&heap, again), off, "the owner reuses its block");
+    assert_eq!(objects(&name), 2, "no new object");
+    owner.free(again).unwrap();
+    drop((owner, freer, bystander));
+    assert_clean(&heap);
+}
+
+#[test]
 fn a_block_freed_by_a_thread_beside_its_owner_is_reused_by_the_owner_without_a_new_object() {
     let _serial = serial();
     let name = HeapName::new("huge-handover");

@@ -490,7 +490,7 @@ impl HugeThread<'_> {
     pub(crate) fn maintain(&self, space: &mut FreeRanges) {
         // The mappings of our own blocks stay: we reclaim them next, into the cache (the range
         // can show nothing but that object until `take_back` unmaps it) or not.
-        let dropped = drop_stale_mappings(self.view, Some(self.t.slot));
+        let dropped = drop_stale_mappings(self.mem(), self.view, Some(self.t.slot));
         if !dropped.is_empty() {
             release_dropped(self.t, self.view, &dropped);
         }
@@ -665,18 +665,30 @@ fn free_memory() -> Option<u64> {
 /// dropped. With `owner`, the calling thread's slot, which reclaims next: the entries of that
 /// slot's blocks are retracted but their ranges stay mapped, for the reclaim to cache with
 /// their pages (only that slot's thread may do this: it alone moves its blocks on, and unmaps
-/// a range before it leaves the cache or becomes free, docs/design.md §7.6).
-pub(crate) fn drop_stale_mappings(view: &HugeView, owner: Option<u32>) -> Vec<HazardKey> {
+/// a range before it leaves the cache or becomes free, docs/design.md §7.6). And the entries
+/// of blocks owned by the other slots this process holds stay as they are: those blocks were
+/// freed beside their owner (§7.6), whose next huge operation drops the entries and caches the
+/// blocks with their mappings; dropping them here would release the objects (the caller is not
+/// their owner) and make that owner create new ones (xmalloc with two producers in one
+/// process made a third of its objects anew). A pass without `owner` (`drop_stale_huge`, the
+/// maintenance thread) drops every stale entry.
+pub(crate) fn drop_stale_mappings(mem: &HeapMem, view: &HugeView, owner: Option<u32>) -> Vec<HazardKey> {
     let mut keys = Vec::new();
     let keep = |k: HazardKey| view.named_objects() && owner.is_some() && view.owner_of(k.offset) == owner;
-    view.drop_stale_into(&keep, &mut |k| keys.push(k));
+    let leave = |k: HazardKey| {
+        owner.is_some()
+            && view.named_objects()
+            && view.holder != 0
+            && view.owner_of(k.offset).is_some_and(|o| {
+                // Relaxed: a policy read, as at the free that left the entry (`HugeThread::free`);
+                // leaving an entry is always safe.
+                Some(o) != owner && mem.lease(o).holder.load(Ordering::Relaxed) == view.holder
+            })
+    };
+    view.drop_stale_into(&leave, &keep, &mut |k| keys.push(k));
     keys
 }
 
-/// Releases the blocks of other slots named by `keys` (mappings this process just dropped)
-/// that are Freed: if that mapping was the last, their memory comes back now, not when their
-/// owners next do huge work. Each under `t`'s pending record, as a free's release is. Returns
-/// how many objects it removed.
 pub(crate) fn release_dropped(t: &SlabThread<'_>, view: &HugeView, keys: &[HazardKey]) -> usize {
     let mut n = 0;
     for key in keys {
