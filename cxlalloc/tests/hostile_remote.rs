@@ -1,0 +1,279 @@
+//! Hostile shapes for remote frees (docs/design.md §4.6, §8.3): many threads in several real
+//! processes (more threads than this machine has cores) free the same blocks at once, free
+//! blocks while their owners detach, or are SIGKILLed in the middle of their frees. Each test
+//! checks bytes, the checker's verdict and that no block is ever handed out twice. Not a
+//! benchmark: nothing here asserts time. Each test runs a few rounds (well under 10 s);
+//! `CXLALLOC_HOSTILE_ROUNDS=N` runs N rounds instead, for a soak.
+
+mod common;
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::{fork_child, pattern, serial, Device, HeapName, Rng};
+use cxlalloc::{Coherence, Config, FreeError, Heap, Offset, ThreadHandle};
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::WaitStatus;
+
+/// Child processes per test.
+const PROCS: usize = 3;
+/// Threads per child process: 12 threads on a 2-core machine.
+const THREADS: usize = 4;
+/// Block sizes cycled through: both brackets, several classes each.
+const SIZES: [usize; 6] = [16, 64, 200, 1024, 3000, 12 << 10];
+
+fn config(coherence: Coherence) -> Config {
+    Config { thread_slots: 40, huge_capacity: 0, coherence, ..Config::with_capacity(256 << 20) }
+}
+
+/// Rounds a test runs: its default, or `CXLALLOC_HOSTILE_ROUNDS`.
+fn rounds(default: usize) -> usize {
+    std::env::var("CXLALLOC_HOSTILE_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+/// Bookkeeping shared by the test and every child it forks: an anonymous shared mapping made
+/// before the forks, so it sits at the same address in every process and is outside the heap
+/// under test.
+struct Shared {
+    words: &'static [AtomicU64],
+}
+
+impl Shared {
+    fn new(words: usize) -> Shared {
+        let len = words * 8;
+        // SAFETY: a fresh anonymous shared mapping; no existing memory is touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED, "mmap of the test's bookkeeping");
+        // SAFETY: `len` bytes of zeroed, 8-aligned memory that stays mapped for the rest of the
+        // process (leaked on purpose: children inherit it).
+        let words = unsafe { std::slice::from_raw_parts(p as *const AtomicU64, words) };
+        Shared { words }
+    }
+}
+
+/// Table layout in [`Shared`]: per block its offset, its size and a counter; then a start flag.
+struct Table {
+    shared: Shared,
+    n: usize,
+}
+
+impl Table {
+    fn new(n: usize) -> Table {
+        Table { shared: Shared::new(3 * n + 2), n }
+    }
+    fn offset(&self, i: usize) -> &AtomicU64 {
+        &self.shared.words[i]
+    }
+    fn size(&self, i: usize) -> &AtomicU64 {
+        &self.shared.words[self.n + i]
+    }
+    fn counter(&self, i: usize) -> &AtomicU64 {
+        &self.shared.words[2 * self.n + i]
+    }
+    /// Set by the test to start every child thread at once.
+    fn go(&self) -> &AtomicU64 {
+        &self.shared.words[3 * self.n]
+    }
+    /// Child threads count themselves here once attached.
+    fn ready(&self) -> &AtomicU64 {
+        &self.shared.words[3 * self.n + 1]
+    }
+    fn reset(&self) {
+        for w in self.shared.words {
+            w.store(0, Ordering::SeqCst);
+        }
+    }
+}
+
+fn fill(p: NonNull<u8>, size: usize, off: u64, salt: u64) {
+    let w = p.as_ptr() as *mut u64;
+    for i in 0..size / 8 {
+        // SAFETY: a live block of at least `size` bytes, 8-aligned, that the caller owns.
+        unsafe { w.add(i).write_volatile(pattern(off + i as u64 * 8, salt)) };
+    }
+}
+
+fn intact(p: NonNull<u8>, size: usize, off: u64, salt: u64) -> Result<(), String> {
+    let w = p.as_ptr() as *const u64;
+    for i in 0..size / 8 {
+        // SAFETY: a live block of at least `size` bytes, 8-aligned.
+        let got = unsafe { w.add(i).read_volatile() };
+        if got != pattern(off + i as u64 * 8, salt) {
+            return Err(format!("block {off:#x} of {size} B: word {i} is {got:#x}"));
+        }
+    }
+    Ok(())
+}
+
+fn at(heap: &Heap, off: u64) -> Result<NonNull<u8>, String> {
+    heap.pointer::<u8>(Offset::from_raw(off)).map_err(|e| format!("pointer {off:#x}: {e}"))
+}
+
+/// The heap, and the software mCAS device the no-HWcc model needs (served by the test process).
+fn heap_for(name: &HeapName, coherence: Coherence) -> (Heap, Option<Device>) {
+    let heap = Heap::create(name.as_str(), &config(coherence)).expect("create");
+    let device = (coherence == Coherence::NoHwcc).then(|| Device::serve(name.as_str(), Duration::ZERO));
+    (heap, device)
+}
+
+/// `owner` allocates `n` blocks of the sizes in [`SIZES`], fills them and records them in `table`.
+fn allocate_table(heap: &Heap, owner: &ThreadHandle, table: &Table, salt: u64) -> Vec<NonNull<u8>> {
+    (0..table.n)
+        .map(|i| {
+            let size = SIZES[i % SIZES.len()];
+            let p = owner.alloc(size).expect("alloc");
+            let off = heap.offset_of(p.as_ptr()).expect("offset").raw();
+            fill(p, size, off, salt);
+            table.offset(i).store(off, Ordering::SeqCst);
+            table.size(i).store(size as u64, Ordering::SeqCst);
+            p
+        })
+        .collect()
+}
+
+/// Forks [`PROCS`] children of [`THREADS`] threads each; every thread opens the heap, attaches,
+/// waits for the start flag and runs `body(heap, handle, global thread index)`.
+fn fork_threads(
+    name: &str,
+    table: &Table,
+    body: impl Fn(&Heap, &ThreadHandle, usize) -> Result<(), String> + Sync + Send + Copy,
+) -> Vec<common::Child> {
+    (0..PROCS)
+        .map(|p| {
+            fork_child(&format!("process {p}"), || {
+                let heap = Heap::open(name).map_err(|e| format!("open: {e}"))?;
+                std::thread::scope(|s| {
+                    let threads: Vec<_> = (0..THREADS)
+                        .map(|t| {
+                            let heap = &heap;
+                            s.spawn(move || -> Result<(), String> {
+                                let h = heap.attach().map_err(|e| format!("attach: {e}"))?;
+                                table.ready().fetch_add(1, Ordering::SeqCst);
+                                while table.go().load(Ordering::SeqCst) == 0 {
+                                    std::hint::spin_loop();
+                                }
+                                body(heap, &h, p * THREADS + t)
+                            })
+                        })
+                        .collect();
+                    threads.into_iter().try_for_each(|t| t.join().map_err(|_| "thread panicked".to_string())?)
+                })
+            })
+        })
+        .collect()
+}
+
+/// Waits until every forked thread is attached, then starts them all.
+fn start(table: &Table) {
+    let deadline = std::time::Instant::now() + common::CHILD_DEADLINE;
+    while table.ready().load(Ordering::SeqCst) < (PROCS * THREADS) as u64 {
+        assert!(std::time::Instant::now() < deadline, "children never attached");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    table.go().store(1, Ordering::SeqCst);
+}
+
+fn assert_clean_and_empty(heap: &Heap, what: &str) {
+    let r = heap.check();
+    assert!(r.is_clean(), "{what}: {r}");
+    assert_eq!(r.live_blocks(), 0, "{what}: blocks still live\n{r}");
+}
+
+/// After a race, the owner allocates twice as many blocks as the table had, fills each with
+/// its own pattern and checks them all: a block the race freed twice would be handed out twice
+/// and one of its two fills would overwrite the other's.
+fn reuse_without_overlap(heap: &Heap, owner: &ThreadHandle, n: usize, salt: u64) {
+    let blocks: Vec<_> = (0..2 * n)
+        .map(|i| {
+            let size = SIZES[i % SIZES.len()];
+            let p = owner.alloc(size).expect("alloc after the race");
+            let off = heap.offset_of(p.as_ptr()).expect("offset").raw();
+            fill(p, size, off, salt ^ i as u64);
+            (p, size, off)
+        })
+        .collect();
+    for (i, &(p, size, off)) in blocks.iter().enumerate() {
+        if let Err(e) = intact(p, size, off, salt ^ i as u64) {
+            panic!("a block was handed out twice after the race: {e}");
+        }
+    }
+    for (p, _, _) in blocks {
+        owner.free(p).expect("free after the race");
+    }
+}
+
+/// Every forked thread frees every block of the table (each thread in its own order), while
+/// the blocks' owner stays attached: each block's free must succeed exactly once, the others
+/// being refused, whichever route (mailbox push, counted free) each free takes.
+fn every_block_freed_by_every_thread_is_freed_once(coherence: Coherence) {
+    let _g = serial();
+    const N: usize = 384;
+    let table = Table::new(N);
+    for round in 0..rounds(3) {
+        let name = HeapName::new(&format!("hostile-twice-{}", coherence.name()));
+        let (heap, _device) = heap_for(&name, coherence);
+        let owner = heap.attach().expect("attach");
+        table.reset();
+        let salt = 0x7a1e ^ round as u64;
+        allocate_table(&heap, &owner, &table, salt);
+        let mut children = fork_threads(name.as_str(), &table, |heap, h, me| {
+            let mut rng = Rng::new(me as u64);
+            let skew = rng.below(N as u64) as usize;
+            for k in 0..N {
+                let i = (k * 7 + skew) % N;
+                let p = at(heap, table.offset(i).load(Ordering::SeqCst))?;
+                match h.free(p) {
+                    Ok(()) => {
+                        table.counter(i).fetch_add(1, Ordering::SeqCst);
+                    }
+                    // Refused: a double free, or (no-HWcc) a block whose slab the last counted
+                    // free claimed and emptied, so it is no block of a sized slab any more.
+                    Err(FreeError::DoubleFree | FreeError::NotAllocated) => {}
+                    Err(e) => return Err(format!("free of block {i}: {e}")),
+                }
+            }
+            Ok(())
+        });
+        start(&table);
+        for c in &mut children {
+            c.succeeds();
+        }
+        let wins: Vec<u64> = (0..N).map(|i| table.counter(i).load(Ordering::SeqCst)).collect();
+        let wrong: Vec<_> = wins.iter().enumerate().filter(|(_, &w)| w != 1).collect();
+        assert!(
+            wrong.is_empty(),
+            "round {round}: {} blocks freed other than once; first (index, frees): {:?}",
+            wrong.len(),
+            &wrong[..wrong.len().min(8)]
+        );
+        assert_clean_and_empty(&heap, "after the race");
+        reuse_without_overlap(&heap, &owner, N, salt);
+        drop(owner);
+        assert_clean_and_empty(&heap, "after reuse");
+    }
+}
+
+#[test]
+fn a_block_freed_by_many_threads_of_several_processes_at_once_is_freed_once_under_full_coherence() {
+    every_block_freed_by_every_thread_is_freed_once(Coherence::Full);
+}
+
+#[test]
+fn a_block_freed_by_many_threads_of_several_processes_at_once_is_freed_once_under_limited_coherence() {
+    every_block_freed_by_every_thread_is_freed_once(Coherence::Limited);
+}
+
+#[test]
+fn a_block_freed_by_many_threads_of_several_processes_at_once_is_freed_once_without_hwcc() {
+    every_block_freed_by_every_thread_is_freed_once(Coherence::NoHwcc);
+}
