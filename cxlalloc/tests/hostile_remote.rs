@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::{fork_child, pattern, serial, Device, HeapName, Rng};
-use cxlalloc::{Coherence, Config, FreeError, Heap, Offset, ThreadHandle};
+use cxlalloc::{Bracket, Coherence, Config, FreeError, Heap, Offset, SlabState, ThreadHandle};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::WaitStatus;
 
@@ -189,6 +189,18 @@ fn assert_clean_and_empty(heap: &Heap, what: &str) {
     assert_eq!(r.live_blocks(), 0, "{what}: blocks still live\n{r}");
 }
 
+/// With no holder left and every block freed, every slab is back on the global list: a slab
+/// still disowned has a block that nobody will ever free or harvest (for instance one left in
+/// a mailbox its detaching owner did not close).
+fn assert_all_global(heap: &Heap, what: &str) {
+    let r = heap.check();
+    for b in Bracket::ALL {
+        let c = r.bracket(b);
+        let elsewhere: u64 = SlabState::ALL.iter().filter(|&&s| s != SlabState::Global).map(|&s| c.slabs(s)).sum();
+        assert_eq!(elsewhere, 0, "{what}: {b:?} slabs not global with no holder and no live block\n{r}");
+    }
+}
+
 /// After a race, the owner allocates twice as many blocks as the table had, fills each with
 /// its own pattern and checks them all: a block the race freed twice would be handed out twice
 /// and one of its two fills would overwrite the other's.
@@ -276,4 +288,96 @@ fn a_block_freed_by_many_threads_of_several_processes_at_once_is_freed_once_unde
 #[test]
 fn a_block_freed_by_many_threads_of_several_processes_at_once_is_freed_once_without_hwcc() {
     every_block_freed_by_every_thread_is_freed_once(Coherence::NoHwcc);
+}
+
+/// Half the forked threads own blocks and detach at random moments; the other half free those
+/// blocks (each exactly once, checking its bytes first) while the owners detach: a free that
+/// races its owner's detach must end harvested or counted, never lost (the heap would keep a
+/// live block) nor returned twice (a later allocation would overlap).
+fn frees_racing_their_owners_detach(coherence: Coherence) {
+    let _g = serial();
+    /// Blocks each owner thread allocates.
+    const PER_OWNER: usize = 64;
+    const OWNERS: usize = PROCS * THREADS / 2;
+    const N: usize = OWNERS * PER_OWNER;
+    let table = Table::new(N);
+    for round in 0..rounds(3) {
+        let name = HeapName::new(&format!("hostile-detach-{}", coherence.name()));
+        let (heap, _device) = heap_for(&name, coherence);
+        table.reset();
+        let salt = 0xde7a ^ round as u64;
+        let table = &table;
+        let mut children = fork_threads(name.as_str(), table, move |heap, h, me| {
+            // Even threads own, odd ones free: every process has both.
+            let (owner, k) = (me % 2 == 0, me / 2);
+            let mut rng = Rng::new((round * 1000 + me) as u64);
+            if owner {
+                for j in 0..PER_OWNER {
+                    let i = k * PER_OWNER + j;
+                    let size = SIZES[i % SIZES.len()];
+                    let p = h.alloc(size).map_err(|e| format!("alloc: {e}"))?;
+                    let off = heap.offset_of(p.as_ptr()).map_err(|e| format!("offset: {e}"))?.raw();
+                    fill(p, size, off, salt);
+                    table.size(i).store(size as u64, Ordering::SeqCst);
+                    // Published last: a freer takes the block once it sees its offset.
+                    table.offset(i).store(off, Ordering::SeqCst);
+                }
+                // Detach (the caller drops `h`) in the middle of the freers' run: once a
+                // random share of the blocks is freed (some of them wait in our mailbox), the
+                // rest are freed while we detach or after.
+                let want = 1 + rng.below(PER_OWNER as u64 - 1);
+                let freed =
+                    || (0..PER_OWNER).map(|j| table.counter(k * PER_OWNER + j).load(Ordering::SeqCst)).sum::<u64>();
+                while freed() < want {
+                    std::thread::yield_now();
+                }
+                return Ok(());
+            }
+            // Freer `k` frees the blocks of owner `k`, then those of owner `k + 1`: two
+            // freers per owner, each taking its half.
+            for o in [k, (k + 1) % OWNERS] {
+                for j in (0..PER_OWNER).filter(|j| (j % 2 == 0) == (o == k)) {
+                    let i = o * PER_OWNER + j;
+                    let off = loop {
+                        match table.offset(i).load(Ordering::SeqCst) {
+                            0 => std::thread::yield_now(),
+                            off => break off,
+                        }
+                    };
+                    let size = table.size(i).load(Ordering::SeqCst) as usize;
+                    let p = at(heap, off)?;
+                    intact(p, size, off, salt)?;
+                    h.free(p).map_err(|e| format!("free of block {i} ({off:#x}): {e}"))?;
+                    table.counter(i).fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            Ok(())
+        });
+        start(table);
+        for c in &mut children {
+            c.succeeds();
+        }
+        assert!((0..N).all(|i| table.counter(i).load(Ordering::SeqCst) == 1), "round {round}: a block was not freed");
+        assert_clean_and_empty(&heap, "after frees raced their owners' detach");
+        assert_all_global(&heap, "after frees raced their owners' detach");
+        let t = heap.attach().expect("attach");
+        reuse_without_overlap(&heap, &t, N, salt);
+        drop(t);
+        assert_clean_and_empty(&heap, "after reuse");
+    }
+}
+
+#[test]
+fn frees_racing_their_owners_detach_leave_no_block_live_or_doubled_under_full_coherence() {
+    frees_racing_their_owners_detach(Coherence::Full);
+}
+
+#[test]
+fn frees_racing_their_owners_detach_leave_no_block_live_or_doubled_under_limited_coherence() {
+    frees_racing_their_owners_detach(Coherence::Limited);
+}
+
+#[test]
+fn frees_racing_their_owners_detach_leave_no_block_live_or_doubled_without_hwcc() {
+    frees_racing_their_owners_detach(Coherence::NoHwcc);
 }
