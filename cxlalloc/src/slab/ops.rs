@@ -1318,6 +1318,17 @@ impl<'a> SlabThread<'a> {
             self.set_batch(i, before);
             return Err(FreeError::DoubleFree);
         }
+        // The first free of a batch located its block with no uncounted free of ours holding
+        // the slab: by now the slab's last free may have claimed it (T8, size zeroed) and given
+        // its pages back, so the word had lost its mark and a second free of the block — a
+        // double free delayed between its locate and its claim — took it (tests/hostile_remote.rs
+        // saw 1 such block in about 25 rounds). Read the head line again: a slab no longer of
+        // this sizing refuses the free, as a locate now would. Later frees of the batch need
+        // nothing: our uncounted free keeps the slab from being claimed (docs/design.md §4.6).
+        if before.is_none() && self.slab_changed(at, mark) {
+            self.set_batch(i, None);
+            return Err(FreeError::DoubleFree);
+        }
         crash_point!(RemoteBatchMarked);
         // Fenced once per batch, before its subtraction.
         self.mem.swcc.publish_unfenced(Site::RemoteMark, self.block_bytes(at), at.size as usize);
@@ -1325,6 +1336,15 @@ impl<'a> SlabThread<'a> {
         // Relaxed: this thread's own bookkeeping.
         self.batch_used[i].store(self.rec.counters.remote_frees.load(Ordering::Relaxed), Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Whether the slab of `at`, located with free mark `mark`, has lost that sizing since: its
+    /// head line, read from memory, has no class or another mark.
+    #[cold]
+    #[inline(never)]
+    fn slab_changed(&self, at: &Located<'_>, mark: u64) -> bool {
+        self.refresh(Site::Located, at.desc.head_line());
+        at.desc.head.size.load(Ordering::Relaxed) == 0 || at.desc.head.mark.load(Ordering::Relaxed) != mark
     }
 
     /// Writes batch entry `i`. Like the rest of the record it stays in this host's caches: an
