@@ -1322,12 +1322,13 @@ impl<'a> SlabThread<'a> {
             return Err(FreeError::DoubleFree);
         }
         // The first free of a batch located its block with no uncounted free of ours holding
-        // the slab: by now the slab's last free may have claimed it (T8, size zeroed) and given
-        // its pages back, so the word had lost its mark and a second free of the block — a
-        // double free delayed between its locate and its claim — took it (tests/hostile_remote.rs
-        // saw 1 such block in about 25 rounds). Read the head line again: a slab no longer of
-        // this sizing refuses the free, as a locate now would. Later frees of the batch need
-        // nothing: our uncounted free keeps the slab from being claimed (docs/design.md §4.6).
+        // the slab: by now the slab's last free may have claimed it (T8, size zeroed; its pages
+        // perhaps given back, the mark gone from the word), and a second free of the block — a
+        // double free delayed between its locate and its claim — took the word
+        // (tests/hostile_remote.rs saw 1 such block in about 25 rounds). Read the head line
+        // again: a slab no longer of this sizing refuses the free, as a locate now would. Later
+        // frees of the batch need nothing: our uncounted free keeps the slab from being claimed
+        // (docs/design.md §4.5).
         if before.is_none() && self.slab_changed(at, mark) {
             self.set_batch(i, None);
             return Err(FreeError::DoubleFree);
