@@ -412,7 +412,7 @@ fn killed_remote_freers(coherence: Coherence) {
             }
             Ok(())
         });
-        let mut rng = Rng::new(round as u64 ^ coherence as u64 * 77);
+        let mut rng = Rng::new(round as u64 ^ (coherence as u64 * 77));
         let target = 1 + rng.below(N as u64 - 1);
         start(table);
         let deadline = std::time::Instant::now() + common::CHILD_DEADLINE;
