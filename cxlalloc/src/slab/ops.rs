@@ -125,11 +125,14 @@ fn new_mark(secret: u64, b: Bracket, slab: Slab, generation: u32) -> u64 {
 }
 
 /// Why a located block failed its range checks (kept out of line: only bad input gets here).
+/// Class 0 is a slab losing its class under the locate (T7, a claim or an abandon zero the
+/// class, then the size; the locate read the size first): as for size 0, no block of it is
+/// allocated, which a double free racing the slab's last free meets.
 #[cold]
-fn bad_block(b: Bracket, block: u32, blocks: u32) -> FreeError {
+fn bad_block(b: Bracket, block: u32, blocks: u32, class: u32) -> FreeError {
     if blocks as usize > 64 * b.bitset_words() {
         FreeError::Corrupt("descriptor block count out of range")
-    } else if block >= blocks {
+    } else if block >= blocks || class == 0 {
         FreeError::NotAllocated
     } else {
         FreeError::Corrupt("descriptor class out of range")
@@ -603,7 +606,7 @@ impl<'a> SlabThread<'a> {
             || blocks as usize > 64 * b.bitset_words()
             || class.wrapping_sub(1) as usize >= b.class_count()
         {
-            return Err(bad_block(b, block, blocks));
+            return Err(bad_block(b, block, blocks, class));
         }
         Ok(Located { bracket: b, slab, desc, class, size, blocks, block, offset })
     }
@@ -1318,6 +1321,18 @@ impl<'a> SlabThread<'a> {
             self.set_batch(i, before);
             return Err(FreeError::DoubleFree);
         }
+        // The first free of a batch located its block with no uncounted free of ours holding
+        // the slab: by now the slab's last free may have claimed it (T8, size zeroed; its pages
+        // perhaps given back, the mark gone from the word), and a second free of the block — a
+        // double free delayed between its locate and its claim — took the word
+        // (tests/hostile_remote.rs saw 1 such block in about 25 rounds). Read the head line
+        // again: a slab no longer of this sizing refuses the free, as a locate now would. Later
+        // frees of the batch need nothing: our uncounted free keeps the slab from being claimed
+        // (docs/design.md §4.5).
+        if before.is_none() && self.slab_changed(at, mark) {
+            self.set_batch(i, None);
+            return Err(FreeError::DoubleFree);
+        }
         crash_point!(RemoteBatchMarked);
         // Fenced once per batch, before its subtraction.
         self.mem.swcc.publish_unfenced(Site::RemoteMark, self.block_bytes(at), at.size as usize);
@@ -1325,6 +1340,15 @@ impl<'a> SlabThread<'a> {
         // Relaxed: this thread's own bookkeeping.
         self.batch_used[i].store(self.rec.counters.remote_frees.load(Ordering::Relaxed), Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Whether the slab of `at`, located with free mark `mark`, has lost that sizing since: its
+    /// head line, read from memory, has no class or another mark.
+    #[cold]
+    #[inline(never)]
+    fn slab_changed(&self, at: &Located<'_>, mark: u64) -> bool {
+        self.refresh(Site::Located, at.desc.head_line());
+        at.desc.head.size.load(Ordering::Relaxed) == 0 || at.desc.head.mark.load(Ordering::Relaxed) != mark
     }
 
     /// Writes batch entry `i`. Like the rest of the record it stays in this host's caches: an
