@@ -655,8 +655,9 @@ impl<'a> SlabThread<'a> {
     #[inline(always)]
     pub(crate) fn free(&self, ptr: *const u8) -> Result<(), FreeError> {
         // The reduced models' local frees carry marks and may read memory (§4.3): theirs is the
-        // general path, at the cost of this one test of the model.
-        if !self.mem.swcc.is_coherent() {
+        // general path, at the cost of this one test of the model (`batching` is exactly the
+        // reduced models; a field of ours, so no load of the heap's).
+        if self.batching {
             return self.free_general(ptr);
         }
         // Wrapping: a pointer below the base becomes a huge offset that no data span contains.
