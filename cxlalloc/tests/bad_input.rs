@@ -101,6 +101,43 @@ fn a_local_double_free_is_detected() {
     assert_clean(&heap);
 }
 
+/// 200 blocks of 32 B fill four bitset words of one slab; allocation has moved on to the
+/// fourth, so the first word's blocks are freed through the bitset, not the cached word (the
+/// full model's quick local free, docs/design.md §4.5).
+fn blocks_past_the_cached_word(t: &cxlalloc::ThreadHandle) -> Vec<NonNull<u8>> {
+    (0..200).map(|_| t.alloc(32).unwrap()).collect()
+}
+
+#[test]
+fn a_local_double_free_in_the_bitset_is_detected() {
+    let heap = small_heap();
+    let t = heap.attach().unwrap();
+    let blocks = blocks_past_the_cached_word(&t);
+    // Neither the slab's first free block nor its last: no list moves, no log.
+    t.free(blocks[10]).unwrap();
+    t.free(blocks[11]).unwrap();
+    assert_eq!(t.free(blocks[10]), Err(FreeError::DoubleFree));
+    for &p in blocks.iter().filter(|&&p| p != blocks[10] && p != blocks[11]) {
+        t.free(p).unwrap();
+    }
+    assert_clean(&heap);
+}
+
+#[test]
+fn the_owner_freeing_a_block_in_its_mailbox_outside_the_cached_word_is_a_double_free() {
+    let heap = small_heap();
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    let blocks = blocks_past_the_cached_word(&owner);
+    owner.free(blocks[20]).unwrap();
+    other.free(blocks[10]).unwrap();
+    assert_eq!(owner.free(blocks[10]), Err(FreeError::DoubleFree));
+    for &p in blocks.iter().filter(|&&p| p != blocks[10] && p != blocks[20]) {
+        owner.free(p).unwrap();
+    }
+    assert_clean(&heap);
+}
+
 #[test]
 fn a_remote_double_free_is_detected() {
     let heap = small_heap();
