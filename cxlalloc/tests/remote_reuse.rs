@@ -349,6 +349,30 @@ fn a_thread_taking_slabs_back_keeps_the_pages_of_slabs_it_pushes_again() {
     assert!(r.is_clean(), "{r}");
 }
 
+/// A thread that claims slabs by freeing their blocks remotely (T8) keeps the pages of those
+/// slabs when it pushes them to the global list, though it never popped one: they were
+/// another thread's live memory, and that thread is likely to pop them again (without HWcc,
+/// every slab a consumer drains comes back this way; docs/design.md §4.7, "Warm slabs").
+#[test]
+fn a_thread_claiming_slabs_by_remote_frees_keeps_their_pages_when_it_pushes_them() {
+    let _g = serial();
+    let (name, heap) = warm_heap("warm-claims");
+    let freer = heap.attach().unwrap();
+    let owner = heap.attach().unwrap();
+    let blocks = alloc_filled(&owner, 8);
+    // The owner leaves: its mailbox closes, so the frees below are counted and the last free of
+    // each slab claims it for `freer`, which caches nothing and pushes it at once.
+    drop(owner);
+    let (full, after) = stored_around_freeing(&freer, name.as_str(), blocks);
+    assert!(heap.stats().counters.claims >= 8, "{:?}", heap.stats().counters);
+    assert_eq!(heap.stats().counters.global_pops, 0, "the freer never popped a slab");
+    assert!(full >= 8 * (32 << 10), "8 slabs touched, {full} bytes stored");
+    assert!(after >= full, "{full} bytes before, {after} after the claimed slabs went global");
+    drop(freer);
+    let r = heap.check();
+    assert!(r.is_clean(), "{r}");
+}
+
 /// A full-model heap that caches no empty slab locally: every emptied slab goes to the global
 /// list at once, so page return is seen at each push.
 fn warm_heap(tag: &str) -> (HeapName, Heap) {

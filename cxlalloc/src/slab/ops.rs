@@ -101,8 +101,8 @@ pub(crate) struct SlabThread<'a> {
     /// slab no entry names applies the least recently used one. Boxed (see `port`).
     batch_used: Box<[AtomicU64; RemoteBatch::ENTRIES]>,
     /// Bytes of slabs this thread pushed to the global list with their pages since it last
-    /// popped one, [`WARM_BYTES`] before its first pop: at [`WARM_BYTES`], pushes give their
-    /// pages back ([`SlabThread::keep_pages`]). This handle's alone, not persistent. Boxed
+    /// popped one, [`WARM_BYTES`] before its first pop, less one slab per claim (T8) since:
+    /// at [`WARM_BYTES`], pushes give their pages back ([`SlabThread::keep_pages`]). This handle's alone, not persistent. Boxed
     /// (see `port`).
     warm_pushed: Box<AtomicU64>,
 }
@@ -1561,6 +1561,13 @@ impl<'a> SlabThread<'a> {
         d.head.owner.store(self.me(), Ordering::Relaxed);
         self.make_unsized(b, slab, d);
         ThreadRecord::bump(&self.rec.counters.claims);
+        // docs/design.md §4.7, "Warm slabs": a claimed slab was another thread's live memory a
+        // moment ago, resident already; if it goes on to the global list, keeping its pages
+        // only forgoes a decrease, and the thread that made it is likely still allocating (the
+        // no-HWcc model recycles every remotely freed slab this way: xmalloc faulted 130 000
+        // pages a run in the consumer's punched slabs). So a claim credits one slab's pushes.
+        let credited = self.warm_pushed.load(Ordering::Relaxed).saturating_sub(1 << b.slab_shift());
+        self.warm_pushed.store(credited, Ordering::Relaxed);
     }
 
     /// Empties the batch entry of `slab` once its subtraction took effect.
@@ -1758,8 +1765,8 @@ impl<'a> SlabThread<'a> {
 
     /// Whether the slab this thread is about to push to the global list keeps its pages
     /// (docs/design.md §4.7, "Warm slabs"): not when the thread detaches (`draining`), nor
-    /// before its first pop, nor once it has pushed [`WARM_BYTES`] of slabs since it last
-    /// popped one. A thread whose cache
+    /// before its first pop or claim, nor once it has pushed [`WARM_BYTES`] of slabs since it
+    /// last popped one (each claim since takes one slab off that count). A thread whose cache
     /// overflows in bursts that it takes back within a few refills (a producer harvesting its
     /// consumer's frees) stays under the bound and faults nothing in again (punching the pages
     /// out at every push cost xmalloc 2.4x its time, 70k page faults in 2.5 M operations); a
