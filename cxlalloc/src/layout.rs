@@ -582,6 +582,10 @@ pub(crate) struct Layout {
     /// slot's mailbox heads ([`HELP_WORDS`] words a slot, `hwcc_stride` apart). Slot
     /// `s`'s words are `s * lease_stride` further on.
     pub help_table: usize,
+    /// Offset of slot 0's remote-free mailbox head of each bracket (the help word's next two
+    /// words, `hwcc_stride` apart): slot `s`'s are `s * lease_stride` further on. Kept apart
+    /// from `help_table` so that a mailbox push computes its head with one multiply.
+    pub mailboxes: [usize; 2],
     /// Offset of the host table (in the shared region, right after the fixed header):
     /// [`MAX_HOSTS`] entries (docs/design.md §8.6).
     pub host_table: usize,
@@ -676,6 +680,7 @@ impl Layout {
             brackets,
             slot_table: shared_off + slot_table,
             help_table: shared_off + help_table,
+            mailboxes: [1, 2].map(|w| shared_off + help_table + w * stride),
             host_table: shared_off + host_table,
             lease_stride,
             hwcc_stride: stride,
@@ -760,6 +765,7 @@ mod tests {
                 layout.help_table + (layout.slots as usize - 1) * layout.lease_stride + (HELP_WORDS - 1) * stride;
             assert!(last + 8 <= shared.end(), "{coherence:?}: the last slot's words leave the region");
             assert_eq!(layout.slot_table % stride.max(8), 0);
+            assert_eq!(layout.mailboxes, [layout.help_table + stride, layout.help_table + 2 * stride]);
         }
     }
 

@@ -587,11 +587,11 @@ impl HeapMem {
     #[inline]
     pub(crate) fn mailbox(&self, b: Bracket, slot: u32) -> Option<&AtomicU64> {
         (slot < self.layout.slots).then(|| {
-            let at = self.layout.help_table + slot as usize * self.layout.lease_stride;
-            // SAFETY: every slot record lies in the mapped shared region, 8-byte aligned, with
-            // `help_words` words `hwcc_stride` apart after its lease (the help word, then the
-            // two mailbox heads), and the slot was checked; AtomicU64 is valid for any bits.
-            unsafe { &*(self.addr(at + (1 + b as usize) * self.layout.hwcc_stride) as *const AtomicU64) }
+            let at = self.layout.mailboxes[b as usize] + slot as usize * self.layout.lease_stride;
+            // SAFETY: every slot record lies in the mapped shared region, 8-byte aligned, its
+            // mailbox head of bracket `b` `mailboxes[b] - slot_table` bytes in, and the slot was
+            // checked; AtomicU64 is valid for any bits.
+            unsafe { &*(self.addr(at) as *const AtomicU64) }
         })
     }
 

@@ -303,15 +303,18 @@ impl ThreadHandle {
     #[inline(always)]
     pub fn alloc(&self, size: usize) -> Result<NonNull<u8>, AllocError> {
         if size.wrapping_sub(1) < SMALL_MAX {
-            // One inlined arm in every model: the reduced models' rounding is a select between
-            // two classes, not a second call, so a size known at compile time folds to its
-            // class's constant geometry where both models agree (any multiple of 64 bytes), and
-            // a run-time size costs every model the same few instructions (script/icount.sh).
+            // Two inlined arms, so that each folds its class's geometry out of a caller's loop
+            // (docs/design.md §4.5): the reduced models' rounded class as a call cost them 36
+            // instructions a local allocation, a select between the two classes in one arm cost
+            // every model 13 (the model flag is reloaded after each store, so nothing that
+            // depends on the class could be hoisted); this way the full model pays 4
+            // (script/icount.sh). Always inlined: a caller that did not inline both arms would
+            // pay a call in every model.
             let class = size.div_ceil(8) as u32;
-            if self.ops().line_granular {
-                self.ops().alloc(Bracket::Small, line_class(class))
-            } else {
+            if !self.ops().line_granular {
                 self.ops().alloc(Bracket::Small, class)
+            } else {
+                self.ops().alloc(Bracket::Small, line_class(class))
             }
         } else {
             self.alloc_other(size)
