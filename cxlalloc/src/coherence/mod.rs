@@ -565,6 +565,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn strided_marks_land_on_each_blocks_first_word_and_nowhere_else() {
+        for swcc in [Swcc::Coherent, Swcc::Flush(Instructions::detect())] {
+            // 8 blocks of 128 bytes (16 words each) in a 1 KiB buffer.
+            let mut buf = vec![[7u64; 8]; 16];
+            let first = buf.as_mut_ptr() as *mut u8;
+            // SAFETY: 8 blocks of 128 bytes lie in the 1 KiB buffer, 8-aligned (what the
+            // stores need), and nothing else uses it.
+            unsafe { swcc.store_and_persist_strided_unfenced(Site::FreeMarks, first, 128, 8, 0x55) };
+            flush::full_fence();
+            let words: Vec<u64> = buf.iter().flatten().copied().collect();
+            for (i, w) in words.iter().enumerate() {
+                let expected = if i % 16 == 0 { 0x55 } else { 7 };
+                assert_eq!(*w, expected, "{swcc:?}: word {i}");
+            }
+        }
+    }
+
+    #[test]
     fn host_numbers_own_disjoint_requesters_that_cover_the_process_requesters() {
         let mut owner = [None; PROCESS_REQUESTERS as usize];
         for h in 0..HOST_NUMBERS {
