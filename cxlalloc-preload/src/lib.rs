@@ -244,11 +244,22 @@ fn allocate(size: usize, align: usize) -> *mut c_void {
 
 /// [`allocate`] without looking in the cache of huge blocks.
 fn allocate_uncached(size: usize, align: usize) -> *mut c_void {
+    allocate_from_heap(size, align, false)
+}
+
+/// [`allocate_uncached`]; with `zeroed`, a block the heap serves comes zeroed
+/// (`alloc_zeroed`, which writes zeroes only into a huge block it reuses: a new one is zero
+/// from the kernel, docs/design.md §7.6). Blocks from `meta` are not zeroed.
+fn allocate_from_heap(size: usize, align: usize, zeroed: bool) -> *mut c_void {
     if size > isize::MAX as usize {
         set_errno(libc::ENOMEM);
         return ptr::null_mut();
     }
-    let r = with_heap(|_, h| if align <= 16 { h.alloc(request(size)) } else { h.alloc_aligned(size.max(1), align) });
+    let r = with_heap(|_, h| match (align <= 16, zeroed) {
+        (true, true) => h.alloc_zeroed(request(size)),
+        (true, false) => h.alloc(request(size)),
+        (false, _) => h.alloc_aligned(size.max(1), align),
+    });
     match r {
         Some(Ok(p)) => p.as_ptr().cast(),
         // The heap has no huge heap (a reduced coherence model), or it is shared and this is a
@@ -260,7 +271,7 @@ fn allocate_uncached(size: usize, align: usize) -> *mut c_void {
             if GLOBAL.load(Ordering::Relaxed).is_null() {
                 maybe_open(size);
                 if global().is_some() {
-                    return allocate_uncached(size, align);
+                    return allocate_from_heap(size, align, zeroed);
                 }
             }
             meta_alloc(size, align.max(16))
@@ -376,15 +387,17 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
         set_errno(libc::ENOMEM);
         return ptr::null_mut();
     };
-    // A huge block (above LARGE_MAX) fresh from the heap is newly mapped memory, zero already:
-    // each gets new pages at allocation (docs/design.md §7.2). Skipping the memset saves
-    // touching every page. A block reused from the cache is zeroed like any other.
+    // A huge block (above LARGE_MAX) from the heap comes zeroed from `alloc_zeroed`, which
+    // skips the zeroes where the kernel gave new pages and writes them only into an object the
+    // heap's own cache (named heaps, docs/design.md §7.6) hands out again: no memset here that
+    // touches every page of a new block. A block from this library's cache, or from `meta`, is
+    // zeroed like any other.
     let mut fresh = false;
     let p = if bytes > LARGE_MAX {
         match cache::take(bytes) {
             Some(p) => p.as_ptr().cast(),
             None => {
-                let p = allocate_uncached(bytes, 0);
+                let p = allocate_from_heap(bytes, 0, true);
                 fresh = matches!(owner(p), Owner::Heap);
                 p
             }

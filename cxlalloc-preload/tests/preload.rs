@@ -168,6 +168,13 @@ fn a_shared_heap_without_a_huge_heap_serves_huge_requests_from_process_memory() 
 }
 
 #[test]
+fn calloc_of_a_huge_block_the_shared_heap_reuses_from_its_cache_is_zeroed() {
+    let name = format!("preload-calloc-{}", std::process::id());
+    let env = [("CXLALLOC_HEAP", name.as_str()), ("CXLALLOC_UNLINK", "1")];
+    passes(&run(&["callocreuse"], &env), "callocreuse");
+}
+
+#[test]
 fn a_freed_huge_block_of_process_memory_gives_its_pages_back() {
     // 272 MiB is more than the cache of huge blocks keeps (256 MiB), so it is freed either way.
     for model in ["full", "limited"] {

@@ -818,18 +818,8 @@ unsafe fn huge_heap_ref<'a>(heap: *const CxlHeap, func: &str) -> Option<&'a Heap
 /// `heap` is null or a live heap handle; `dropped_out` is null or points to a writable `size_t`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cxl_heap_drop_stale_huge(heap: *const CxlHeap, dropped_out: *mut usize) -> c_int {
-    const F: &str = "cxl_heap_drop_stale_huge";
     // SAFETY: forwarded from this function's contract.
-    let Some(h) = (unsafe { huge_heap_ref(heap, F) }) else {
-        return ErrorCode::InvalidArgument as c_int;
-    };
-    let n = h.drop_stale_huge();
-    // SAFETY: by the contract above, a non-null `dropped_out` is writable.
-    if let Some(out) = unsafe { dropped_out.as_mut() } {
-        *out = n;
-    }
-    succeed();
-    ErrorCode::Ok as c_int
+    unsafe { count_huge_work(heap, dropped_out, "cxl_heap_drop_stale_huge", Heap::drop_stale_huge) }
 }
 
 /// `int cxl_heap_sweep_huge(const cxl_heap_t* heap, size_t* released_out)`: reclaims freed
@@ -843,14 +833,25 @@ pub unsafe extern "C" fn cxl_heap_drop_stale_huge(heap: *const CxlHeap, dropped_
 /// `heap` is null or a live heap handle; `released_out` is null or points to a writable `size_t`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cxl_heap_sweep_huge(heap: *const CxlHeap, released_out: *mut usize) -> c_int {
-    const F: &str = "cxl_heap_sweep_huge";
     // SAFETY: forwarded from this function's contract.
-    let Some(h) = (unsafe { huge_heap_ref(heap, F) }) else {
+    unsafe { count_huge_work(heap, released_out, "cxl_heap_sweep_huge", Heap::sweep_huge) }
+}
+
+/// Runs one of the huge heap's maintenance steps and stores how many blocks it handled in
+/// `*count_out` (if non-null): the shared body of `cxl_heap_drop_stale_huge` and
+/// `cxl_heap_sweep_huge`.
+///
+/// # Safety
+///
+/// `heap` is null or a live heap handle; `count_out` is null or points to a writable `size_t`.
+unsafe fn count_huge_work(heap: *const CxlHeap, count_out: *mut usize, f: &str, work: fn(&Heap) -> usize) -> c_int {
+    // SAFETY: forwarded from this function's contract.
+    let Some(h) = (unsafe { huge_heap_ref(heap, f) }) else {
         return ErrorCode::InvalidArgument as c_int;
     };
-    let n = h.sweep_huge();
-    // SAFETY: by the contract above, a non-null `released_out` is writable.
-    if let Some(out) = unsafe { released_out.as_mut() } {
+    let n = work(h);
+    // SAFETY: by the contract above, a non-null `count_out` is writable.
+    if let Some(out) = unsafe { count_out.as_mut() } {
         *out = n;
     }
     succeed();

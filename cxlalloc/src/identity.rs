@@ -5,7 +5,7 @@
 //! of the calling process's own domain ([`domain`]), from its `/proc`; which holders those are
 //! is the host table's business (docs/design.md §8.6).
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::word::Holder;
 
@@ -60,19 +60,29 @@ pub(crate) fn fingerprint(boot_id: &str, machine_id: &str, pid_ns: &str) -> u64 
 /// The calling process's domain (docs/design.md §8.6): the set of processes whose liveness its
 /// `/proc` can judge. Two processes share it when they run on one kernel boot of one machine in
 /// one pid namespace; a container with a pid namespace of its own is a domain of its own, and so
-/// is each virtual host of a pod. Computed once per process (a process cannot change its pid
-/// namespace; `unshare(CLONE_NEWPID)` changes only its children's).
+/// is each virtual host of a pod. Computed once per process and cached under its pid: a process
+/// cannot change its own pid namespace (`unshare(CLONE_NEWPID)` changes only its children's),
+/// but a child forked after such an `unshare` inherits the cache and lives in another domain, and
+/// its new pid tells it to compute its own.
 pub(crate) fn domain() -> u64 {
-    static DOMAIN: OnceLock<u64> = OnceLock::new();
-    *DOMAIN.get_or_init(|| {
-        let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default();
-        let pid_ns = std::fs::read_link("/proc/self/ns/pid").map(|p| p.display().to_string()).unwrap_or_default();
-        let machine = match read("/etc/machine-id") {
-            m if m.is_empty() => read("/var/lib/dbus/machine-id"),
-            m => m,
-        };
-        fingerprint(&read("/proc/sys/kernel/random/boot_id"), &machine, &pid_ns)
-    })
+    // The pid is stored after the value (Release) and read before it (Acquire), so a matching
+    // pid guarantees the value beside it; two threads that race both compute the same value.
+    static CACHED_PID: AtomicU32 = AtomicU32::new(0);
+    static CACHED: AtomicU64 = AtomicU64::new(0);
+    let pid = std::process::id();
+    if CACHED_PID.load(Ordering::Acquire) == pid {
+        return CACHED.load(Ordering::Relaxed);
+    }
+    let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default();
+    let pid_ns = std::fs::read_link("/proc/self/ns/pid").map(|p| p.display().to_string()).unwrap_or_default();
+    let machine = match read("/etc/machine-id") {
+        m if m.is_empty() => read("/var/lib/dbus/machine-id"),
+        m => m,
+    };
+    let domain = fingerprint(&read("/proc/sys/kernel/random/boot_id"), &machine, &pid_ns);
+    CACHED.store(domain, Ordering::Relaxed);
+    CACHED_PID.store(pid, Ordering::Release);
+    domain
 }
 
 /// This machine's name (`uname -n`), for the host table's advice.
@@ -134,6 +144,56 @@ mod tests {
     #[cfg_attr(miri, ignore = "miri cannot read /proc")]
     fn the_domain_is_stable_within_a_process() {
         assert_eq!(domain(), domain());
+    }
+
+    /// Runs in a grandchild forked after its parent moved its children into a new pid
+    /// namespace; exit status 0 when its domain differs from the one the parent cached.
+    fn domain_after_unshare_differs() -> i32 {
+        let parent = domain();
+        // SAFETY: unshare only changes the namespace this process's later children get.
+        if unsafe { libc::unshare(libc::CLONE_NEWPID) } != 0 {
+            return 2;
+        }
+        // SAFETY: the child only computes a fingerprint and exits without returning.
+        match unsafe { libc::fork() } {
+            0 => {
+                let code = if domain() != parent { 0 } else { 1 };
+                // SAFETY: _exit ends the forked child at once, running no test-harness code.
+                unsafe { libc::_exit(code) }
+            }
+            -1 => 3,
+            child => {
+                let mut status = 0;
+                // SAFETY: `child` is this process's own child; `status` is writable.
+                if unsafe { libc::waitpid(child, &mut status, 0) } != child || !libc::WIFEXITED(status) {
+                    return 4;
+                }
+                libc::WEXITSTATUS(status)
+            }
+        }
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "miri cannot spawn processes")]
+    fn a_child_forked_into_a_new_pid_namespace_has_a_domain_of_its_own() -> TestResult {
+        // The unshare happens in a process of its own (this test binary again, with the
+        // environment variable set), so that the test process keeps its namespace.
+        const ENV: &str = "CXLALLOC_DOMAIN_UNSHARE";
+        if std::env::var_os(ENV).is_some() {
+            std::process::exit(domain_after_unshare_differs());
+        }
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: creating a pid namespace needs root");
+            return Ok(());
+        }
+        let status = std::process::Command::new(std::env::current_exe()?)
+            .args(["--exact", "identity::tests::a_child_forked_into_a_new_pid_namespace_has_a_domain_of_its_own"])
+            .args(["--nocapture", "--test-threads=1"])
+            .env(ENV, "1")
+            .status()?;
+        assert_eq!(status.code(), Some(0), "0: new domain, 1: the parent's domain, 2..4: setup failed");
+        Ok(())
     }
 
     #[test]

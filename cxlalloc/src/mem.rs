@@ -626,8 +626,16 @@ impl HeapMem {
         len
     }
 
-    /// Checks a slab index against the heap's length (refreshing the cached length from HWcc
-    /// memory only when the index is beyond it).
+    /// Slab `index` of bracket `b` if it lies below the length this process knows of (one
+    /// load, no refresh: the quick free's range check, docs/design.md §4.5; `None` sends it to
+    /// [`HeapMem::slab`]).
+    #[inline(always)]
+    pub(crate) fn known_slab(&self, b: Bracket, index: u32) -> Option<Slab> {
+        (index < self.known_len[b as usize].load(Ordering::Relaxed)).then_some(Slab(index))
+    }
+
+    /// Slab `index` of bracket `b`, if it lies below the heap's length (refreshed from the
+    /// shared length when it lies past the one this process knows).
     #[inline]
     pub(crate) fn slab(&self, b: Bracket, index: u32) -> Option<Slab> {
         if index < self.known_len[b as usize].load(Ordering::Relaxed) || index < self.refresh_length(b) {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::ptr::NonNull;
 
 use cxlalloc::Bracket;
-use cxlalloc::{AllocError, AttachError, Config, FreeError, Heap, OffsetError, OpenError, ReallocError};
+use cxlalloc::{AllocError, AttachError, Config, FreeError, HandOverError, Heap, OffsetError, OpenError, ReallocError};
 
 fn small_heap() -> Heap {
     Heap::anonymous(&Config::with_capacity(32 << 20)).unwrap()
@@ -98,6 +98,43 @@ fn a_local_double_free_is_detected() {
     t.free(p).unwrap();
     assert_eq!(t.free(p), Err(FreeError::DoubleFree));
     t.free(keep).unwrap();
+    assert_clean(&heap);
+}
+
+/// 200 blocks of 32 B fill four bitset words of one slab; allocation has moved on to the
+/// fourth, so the first word's blocks are freed through the bitset, not the cached word (the
+/// full model's quick local free, docs/design.md §4.5).
+fn blocks_past_the_cached_word(t: &cxlalloc::ThreadHandle) -> Vec<NonNull<u8>> {
+    (0..200).map(|_| t.alloc(32).unwrap()).collect()
+}
+
+#[test]
+fn a_local_double_free_in_the_bitset_is_detected() {
+    let heap = small_heap();
+    let t = heap.attach().unwrap();
+    let blocks = blocks_past_the_cached_word(&t);
+    // Neither the slab's first free block nor its last: no list moves, no log.
+    t.free(blocks[10]).unwrap();
+    t.free(blocks[11]).unwrap();
+    assert_eq!(t.free(blocks[10]), Err(FreeError::DoubleFree));
+    for &p in blocks.iter().filter(|&&p| p != blocks[10] && p != blocks[11]) {
+        t.free(p).unwrap();
+    }
+    assert_clean(&heap);
+}
+
+#[test]
+fn the_owner_freeing_a_block_in_its_mailbox_outside_the_cached_word_is_a_double_free() {
+    let heap = small_heap();
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    let blocks = blocks_past_the_cached_word(&owner);
+    owner.free(blocks[20]).unwrap();
+    other.free(blocks[10]).unwrap();
+    assert_eq!(owner.free(blocks[10]), Err(FreeError::DoubleFree));
+    for &p in blocks.iter().filter(|&&p| p != blocks[10] && p != blocks[20]) {
+        owner.free(p).unwrap();
+    }
     assert_clean(&heap);
 }
 
@@ -395,4 +432,72 @@ fn a_creation_abandoned_by_a_dead_process_is_cleaned_up() {
     assert!(!stale.exists(), "the dead creator's directory is gone");
     assert!(live.exists(), "a live creator's directory is left alone");
     std::fs::remove_dir(&live).unwrap();
+}
+
+fn limited_heap() -> Heap {
+    Heap::anonymous(&Config {
+        coherence: cxlalloc::Coherence::Limited,
+        huge_capacity: 0,
+        ..Config::with_capacity(64 << 20)
+    })
+    .unwrap()
+}
+
+/// Huge blocks need full coherence; there a hand-over flushes nothing but checks its range all
+/// the same.
+fn huge_heap() -> Heap {
+    Heap::anonymous(&Config::with_capacity(64 << 20)).unwrap()
+}
+
+#[test]
+fn a_hand_over_range_straddling_two_slabs_is_refused_and_one_ending_at_the_slab_end_is_not() {
+    let heap = limited_heap();
+    let t = heap.attach().unwrap();
+    // 32 blocks of 1 KiB: one small slab of a fresh heap, in address order.
+    let mut blocks: Vec<NonNull<u8>> = (0..32).map(|_| t.alloc(1024).unwrap()).collect();
+    blocks.sort();
+    let (first, last) = (blocks[0], blocks[31]);
+    assert_eq!(last.as_ptr() as usize - first.as_ptr() as usize, 31 * 1024, "one slab of 32 blocks");
+    assert_eq!(t.write_back(last, 1024), Ok(()));
+    assert_eq!(t.write_back(last, 1025), Err(HandOverError::PastEnd { len: 1025, room: 1024 }));
+    assert_eq!(t.invalidate(last, 1025), Err(HandOverError::PastEnd { len: 1025, room: 1024 }));
+    assert_eq!(t.write_back(first, 32 << 10), Ok(()), "a whole slab is one range");
+    assert_eq!(
+        t.write_back(first, (32 << 10) + 1),
+        Err(HandOverError::PastEnd { len: (32 << 10) + 1, room: 32 << 10 })
+    );
+    assert_clean(&heap);
+}
+
+#[test]
+fn a_hand_over_length_near_the_top_of_the_address_space_is_refused() {
+    let heap = limited_heap();
+    let t = heap.attach().unwrap();
+    let p = t.alloc(64).unwrap();
+    for len in [usize::MAX, usize::MAX / 2, isize::MAX as usize + 1] {
+        assert!(matches!(t.write_back(p, len), Err(HandOverError::PastEnd { .. })), "write-back of {len} bytes");
+        assert!(matches!(t.invalidate(p, len), Err(HandOverError::PastEnd { .. })), "invalidation of {len} bytes");
+    }
+    assert_clean(&heap);
+    let heap = huge_heap();
+    let t = heap.attach().unwrap();
+    let huge = t.alloc(4 << 20).unwrap();
+    let size = t.usable_size(huge).unwrap();
+    assert!(matches!(t.write_back(huge, usize::MAX), Err(HandOverError::PastEnd { .. })));
+    assert_eq!(t.write_back(huge, size + 1), Err(HandOverError::PastEnd { len: size + 1, room: size }));
+    assert_eq!(t.write_back(huge, size), Ok(()));
+    assert_clean(&heap);
+}
+
+#[test]
+fn a_hand_over_from_inside_a_huge_block_or_of_a_freed_one_is_refused() {
+    let heap = huge_heap();
+    let t = heap.attach().unwrap();
+    let huge = t.alloc(4 << 20).unwrap();
+    // SAFETY: 4096 bytes into a live block of 4 MiB.
+    let inside = unsafe { NonNull::new_unchecked(huge.as_ptr().add(4096)) };
+    assert!(matches!(t.write_back(inside, 8), Err(HandOverError::Block(_))), "interior of a huge block");
+    t.free(huge).unwrap();
+    assert!(matches!(t.invalidate(huge, 8), Err(HandOverError::Block(_))), "a freed huge block");
+    assert_clean(&heap);
 }

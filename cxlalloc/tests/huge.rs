@@ -750,6 +750,51 @@ fn a_thread_that_frees_and_allocates_the_same_size_reuses_one_object_and_sees_it
 }
 
 #[test]
+fn a_zeroed_allocation_served_by_a_cached_object_reads_as_zeroes() {
+    let _serial = serial();
+    let name = HeapName::new("huge-zeroed-reuse");
+    let (heap, t) = create(&name, &small_config());
+    let p = t.alloc(4 * MIB).unwrap();
+    // SAFETY: our block of 4 MiB.
+    unsafe { p.as_ptr().write_bytes(0xab, 4 * MIB) };
+    let off = offset(&heap, p);
+    t.free(p).unwrap();
+    let z = t.alloc_zeroed(4 * MIB - 100).unwrap();
+    assert_eq!(offset(&heap, z), off, "the cached object serves the zeroed allocation");
+    // SAFETY: our block of at least 4 MiB - 100 bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(z.as_ptr(), 4 * MIB - 100) };
+    assert_eq!(bytes.iter().position(|&b| b != 0), None, "a byte the last user wrote is left");
+    t.free(z).unwrap();
+    drop(t);
+    assert_clean(&heap);
+}
+
+#[test]
+fn a_zeroed_allocation_of_a_new_object_writes_no_page_of_it() {
+    let _serial = serial();
+    let name = HeapName::new("huge-zeroed-new");
+    // Without commit_on_grow nothing reserves the object's pages: any the allocation writes
+    // show in the object's allocated blocks.
+    let (heap, t) = create(&name, &Config { commit_on_grow: false, ..small_config() });
+    let z = t.alloc_zeroed(16 * MIB).unwrap();
+    let dir = Heap::path_of(name.as_str()).unwrap();
+    let object = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("huge-"))
+        .expect("the block's object");
+    let allocated = std::os::unix::fs::MetadataExt::blocks(&object.metadata().unwrap()) * 512;
+    assert_eq!(allocated, 0, "the kernel's zeroes were written over again");
+    // The kernel's zeroes are zeroes.
+    // SAFETY: our block of 16 MiB.
+    let bytes = unsafe { std::slice::from_raw_parts(z.as_ptr(), 16 * MIB) };
+    assert!(bytes.iter().step_by(PAGE / 2).all(|&b| b == 0));
+    t.free(z).unwrap();
+    drop(t);
+    assert_clean(&heap);
+}
+
+#[test]
 fn a_detached_thread_leaves_no_cached_object_behind() {
     let _serial = serial();
     let name = HeapName::new("huge-trim");
@@ -898,6 +943,29 @@ fn an_unlinked_heap_keeps_mapping_and_creating_huge_blocks_for_processes_that_ha
     drop(t);
     drop(heap);
     assert!(!shm_holds_inode(ino), "the unlinked heap's directory outlived its last user");
+}
+
+#[test]
+fn a_block_freed_beside_its_owner_is_left_to_the_owner_by_another_threads_huge_work() {
+    let _serial = serial();
+    let name = HeapName::new("huge-beside-left");
+    let (heap, owner) = create(&name, &small_config());
+    let freer = heap.attach().unwrap();
+    let bystander = heap.attach().unwrap();
+    let p = owner.alloc(4 * MIB).unwrap();
+    let off = offset(&heap, p);
+    freer.free(p).unwrap();
+    // The bystander's huge work drops this process's stale entries, but not those of a block
+    // whose owner this process holds: releasing it would make the owner create a new object.
+    let q = bystander.alloc(2 * MIB).unwrap();
+    bystander.free(q).unwrap();
+    assert_eq!(objects(&name), 2, "the owner's freed block and the bystander's cached one");
+    let again = owner.alloc(4 * MIB).unwrap();
+    assert_eq!(offset(&heap, again), off, "the owner reuses its block");
+    assert_eq!(objects(&name), 2, "no new object");
+    owner.free(again).unwrap();
+    drop((owner, freer, bystander));
+    assert_clean(&heap);
 }
 
 #[test]

@@ -440,6 +440,28 @@ static int shared_fork(void) {
   return 0;
 }
 
+/* ---- calloc of a huge block the heap reuses ------------------------------------------- */
+
+/* Larger than this library's own cache keeps (256 MiB), so the free goes to the heap, whose
+   cache (a named heap) keeps the object and hands it to the calloc: it must come zeroed. */
+static int calloc_reuse(void) {
+  const size_t n = 300 << 20;
+  for (int round = 0; round < 3; round++) {
+    unsigned char *p = malloc(n);
+    CHECK(p != NULL, "round %d: malloc(300 MiB)", round);
+    memset(p, 0x77, n);
+    /* Read back, so the compiler cannot drop the memset as a dead store before free. */
+    CHECK(((volatile unsigned char *)p)[n - 1] == 0x77, "round %d: memset", round);
+    free(p);
+    unsigned char *z = calloc(n, 1);
+    CHECK(z != NULL, "round %d: calloc(300 MiB)", round);
+    for (size_t i = 0; i < n; i += 4093) CHECK(z[i] == 0, "round %d: calloc byte %zu = %d", round, i, z[i]);
+    CHECK(z[n - 1] == 0, "round %d: calloc's last byte = %d", round, z[n - 1]);
+    free(z);
+  }
+  return 0;
+}
+
 /* ---- exhaustion ------------------------------------------------------------------------- */
 
 static int exhaust(void) {
@@ -483,6 +505,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(argv[1], "fork") && argc == 3) r = forks(atoi(argv[2]));
   else if (!strcmp(argv[1], "exhaust")) r = exhaust();
   else if (!strcmp(argv[1], "huge")) r = huge();
+  else if (!strcmp(argv[1], "callocreuse")) r = calloc_reuse();
   else if (!strcmp(argv[1], "trim")) r = trim();
   else if (!strcmp(argv[1], "sharedfork")) r = shared_fork();
   else {

@@ -95,6 +95,8 @@ pub(crate) trait Backing: Send + Sync + std::fmt::Debug {
     /// Creates the backing object of a huge allocation, `len` bytes (reserved up front when
     /// `commit`, so a full device is an error now rather than a `SIGBUS` later), and returns a
     /// descriptor to map it. `None` for anonymous memory, which the caller maps privately.
+    /// Either way the new block reads as zeroes (a new file, or new anonymous pages): a
+    /// zeroed allocation relies on it and writes no zeroes of its own (docs/design.md §7.6).
     fn huge_create(&self, name: &HugeName, len: usize, commit: bool) -> Result<Option<OwnedFd>, Errno>;
 
     /// Removes a huge allocation's backing object; one already gone is not an error. Default:

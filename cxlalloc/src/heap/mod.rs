@@ -336,7 +336,7 @@ impl Heap {
     /// moment it takes, and skips what needs one if no slot is free (docs/design.md §7.6).
     pub fn sweep_huge(&self) -> usize {
         let Some(view) = self.mem().huge().filter(|v| v.in_own_process()) else { return 0 };
-        let dropped = huge::ops::drop_stale_mappings(view, None);
+        let dropped = huge::ops::drop_stale_mappings(self.mem(), view, None);
         huge::ops::sweep_unheld(self.mem(), view);
         self.attach().map_or(0, |t| t.release_huge(&dropped) + t.release_freed_huge())
     }
@@ -351,7 +351,7 @@ impl Heap {
     /// §7.6). Does nothing in a forked child (its huge mappings are its parent's, §7.5).
     pub fn drop_stale_huge(&self) -> usize {
         let Some(view) = self.mem().huge().filter(|v| v.in_own_process()) else { return 0 };
-        let dropped = huge::ops::drop_stale_mappings(view, None);
+        let dropped = huge::ops::drop_stale_mappings(self.mem(), view, None);
         if !dropped.is_empty() {
             // A thread for the pending record of each release; none free: the owners take
             // them back at their next huge work, or a sweep.

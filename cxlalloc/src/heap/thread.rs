@@ -13,7 +13,7 @@ use crate::coherence::Site;
 use crate::crash::crash_point;
 use crate::error::{AdoptError, AllocError, AttachError, FreeError, HandOverError};
 use crate::heap::Heap;
-use crate::huge::ops::HugeThread;
+use crate::huge::ops::{HugeThread, Origin};
 use crate::huge::space::FreeRanges;
 use crate::identity;
 use crate::layout::RegionId;
@@ -380,6 +380,21 @@ impl ThreadHandle {
         self.with_huge(|h, space| h.alloc(space, size, align, 0)).unwrap_or(Err(AllocError::Unsupported(size)))
     }
 
+    /// A zeroed huge block: a new object's pages come zeroed from the kernel, and writing
+    /// zeroes over them would only enter each page in this process's page tables (and, without
+    /// `commit_on_grow`, allocate it); only a reused object is cleared (docs/design.md §7.6).
+    #[cold]
+    fn alloc_huge_zeroed(&self, size: usize) -> Result<NonNull<u8>, AllocError> {
+        let (p, origin) = self
+            .with_huge(|h, space| h.alloc_block(space, size, 1, 0))
+            .unwrap_or(Err(AllocError::Unsupported(size)))?;
+        if origin == Origin::Reused {
+            // SAFETY: the block is at least `size` bytes and exclusively ours.
+            unsafe { p.as_ptr().write_bytes(0, size) };
+        }
+        Ok(p)
+    }
+
     /// The heap offset of `ptr` if it lies in the huge span.
     fn huge_offset(&self, ptr: NonNull<u8>) -> Option<u64> {
         let view = self.heap.mem().huge()?;
@@ -389,6 +404,9 @@ impl ThreadHandle {
 
     /// Allocates `size` zeroed bytes.
     pub fn alloc_zeroed(&self, size: usize) -> Result<NonNull<u8>, AllocError> {
+        if size != 0 && self.class_for(size).is_none() {
+            return self.alloc_huge_zeroed(size);
+        }
         let p = self.alloc(size)?;
         // SAFETY: the block is at least `size` bytes and exclusively ours.
         unsafe { p.as_ptr().write_bytes(0, size) };

@@ -47,6 +47,16 @@ const DESCRIPTOR_CLASS: u32 = 64 / 8;
 /// Bits of a generation that hold the slot index (thread slots < 4096).
 const GENERATION_SLOT_BITS: u32 = 12;
 
+/// Where a huge allocation's memory came from ([`HugeThread::alloc_block`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// A new backing object (or, in an anonymous heap, a new private mapping): every byte reads
+    /// as zero, for the kernel zeroes the pages it gives (`Backing::huge_create`'s contract).
+    New,
+    /// A cached object used again: its bytes are what its last user left.
+    Reused,
+}
+
 /// One thread slot's huge operations.
 pub(crate) struct HugeThread<'a> {
     /// The slot's slab view (its descriptors are small blocks of this slot).
@@ -113,6 +123,20 @@ impl HugeThread<'_> {
         align: usize,
         dest: u64,
     ) -> Result<NonNull<u8>, AllocError> {
+        self.alloc_block(space, size, align, dest).map(|(p, _)| p)
+    }
+
+    /// [`HugeThread::alloc`], saying also where the block's memory came from: a new object
+    /// reads as zeroes (the kernel gave its pages), a reused one holds its last bytes. So
+    /// `alloc_zeroed` writes zeroes only into reused blocks (docs/design.md §7.6), instead of
+    /// touching, and so entering, every page of a new one.
+    pub(crate) fn alloc_block(
+        &self,
+        space: &mut FreeRanges,
+        size: usize,
+        align: usize,
+        dest: u64,
+    ) -> Result<(NonNull<u8>, Origin), AllocError> {
         if !self.view.in_own_process() {
             return Err(AllocError::ForeignProcess);
         }
@@ -124,7 +148,7 @@ impl HugeThread<'_> {
         let align = (align as u64).max(page);
         self.maintain(space);
         if let Some(c) = space.take_cached(len, align) {
-            return self.reuse(space, c, dest);
+            return self.reuse(space, c, dest).map(|p| (p, Origin::Reused));
         }
         let at = match space.take(len, align) {
             Some(at) => at,
@@ -142,7 +166,7 @@ impl HugeThread<'_> {
             }
             other => other,
         };
-        placed.inspect_err(|_| {
+        placed.map(|p| (p, Origin::New)).inspect_err(|_| {
             space.insert(at, len);
             self.release_empty_claims(space);
         })
@@ -466,11 +490,12 @@ impl HugeThread<'_> {
     pub(crate) fn maintain(&self, space: &mut FreeRanges) {
         // The mappings of our own blocks stay: we reclaim them next, into the cache (the range
         // can show nothing but that object until `take_back` unmaps it) or not.
-        let dropped = drop_stale_mappings(self.view, Some(self.t.slot));
+        let dropped = drop_stale_mappings(self.mem(), self.view, Some(self.t.slot));
         if !dropped.is_empty() {
             release_dropped(self.t, self.view, &dropped);
         }
-        if space.cached_bytes() > 0 && memory_is_short(space.cached_bytes()) {
+        let cached = space.cached_bytes();
+        if cached > 0 && space.pressure.short(cached, 0, free_memory) {
             self.trim_cache(space, 0);
         }
         for b in self.list() {
@@ -526,7 +551,7 @@ impl HugeThread<'_> {
     fn reclaim_one(&self, b: &HugeBlock, space: &mut FreeRanges) {
         // An anonymous heap's blocks are private memory, gone with their mapping: nothing to keep.
         let keep = self.view.named_objects() && space.cache_admits(b.size);
-        if keep && !memory_is_short(space.cached_bytes() + b.size) {
+        if keep && !space.pressure.short(space.cached_bytes() + b.size, b.size, free_memory) {
             if let Some(d) = self.view.descriptor(b.desc) {
                 // Release: our hazard scan happens before the reuse by whichever thread of
                 // this slot reads the state next. A crash before this store leaves
@@ -622,17 +647,17 @@ pub(crate) fn release_freed(t: &SlabThread<'_>, view: &HugeView) -> usize {
     n
 }
 
-/// Whether the system is short of memory for `bytes` more of cached objects: less than twice
-/// that is free. Cached objects are the first memory the huge heap gives back.
-fn memory_is_short(bytes: u64) -> bool {
+/// The system's free memory in bytes (`sysinfo`), `None` if it cannot say. Asked by the
+/// cache's [`crate::huge::space::Pressure`], which trims when less than twice the cached bytes
+/// are free: cached objects are the first memory the huge heap gives back.
+fn free_memory() -> Option<u64> {
     // SAFETY: sysinfo writes only the struct it is given.
     let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
     // SAFETY: a valid pointer to a sysinfo struct.
     if unsafe { libc::sysinfo(&mut info) } != 0 {
-        return false;
+        return None;
     }
-    let free = (info.freeram as u64).saturating_mul(u64::from(info.mem_unit.max(1)));
-    free < bytes.saturating_mul(2)
+    Some((info.freeram as u64).saturating_mul(u64::from(info.mem_unit.max(1))))
 }
 
 /// Drops this process's mappings (and hazards) of huge blocks that are no longer live, so
@@ -640,18 +665,30 @@ fn memory_is_short(bytes: u64) -> bool {
 /// dropped. With `owner`, the calling thread's slot, which reclaims next: the entries of that
 /// slot's blocks are retracted but their ranges stay mapped, for the reclaim to cache with
 /// their pages (only that slot's thread may do this: it alone moves its blocks on, and unmaps
-/// a range before it leaves the cache or becomes free, docs/design.md §7.6).
-pub(crate) fn drop_stale_mappings(view: &HugeView, owner: Option<u32>) -> Vec<HazardKey> {
+/// a range before it leaves the cache or becomes free, docs/design.md §7.6). And the entries
+/// of blocks owned by the other slots this process holds stay as they are: those blocks were
+/// freed beside their owner (§7.6), whose next huge operation drops the entries and caches the
+/// blocks with their mappings; dropping them here would release the objects (the caller is not
+/// their owner) and make that owner create new ones (xmalloc with two producers in one
+/// process made a third of its objects anew). A pass without `owner` (`drop_stale_huge`, the
+/// maintenance thread) drops every stale entry.
+pub(crate) fn drop_stale_mappings(mem: &HeapMem, view: &HugeView, owner: Option<u32>) -> Vec<HazardKey> {
     let mut keys = Vec::new();
     let keep = |k: HazardKey| view.named_objects() && owner.is_some() && view.owner_of(k.offset) == owner;
-    view.drop_stale_into(&keep, &mut |k| keys.push(k));
+    let leave = |k: HazardKey| {
+        owner.is_some()
+            && view.named_objects()
+            && view.holder != 0
+            && view.owner_of(k.offset).is_some_and(|o| {
+                // Relaxed: a policy read, as at the free that left the entry (`HugeThread::free`);
+                // leaving an entry is always safe.
+                Some(o) != owner && mem.lease(o).holder.load(Ordering::Relaxed) == view.holder
+            })
+    };
+    view.drop_stale_into(&leave, &keep, &mut |k| keys.push(k));
     keys
 }
 
-/// Releases the blocks of other slots named by `keys` (mappings this process just dropped)
-/// that are Freed: if that mapping was the last, their memory comes back now, not when their
-/// owners next do huge work. Each under `t`'s pending record, as a free's release is. Returns
-/// how many objects it removed.
 pub(crate) fn release_dropped(t: &SlabThread<'_>, view: &HugeView, keys: &[HazardKey]) -> usize {
     let mut n = 0;
     for key in keys {

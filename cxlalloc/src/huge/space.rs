@@ -12,6 +12,47 @@ pub(crate) const CACHE_OBJECTS: usize = 8;
 /// thread that frees and allocates blocks of up to 1 GiB reuses the object every time.
 pub(crate) const CACHE_BYTES: u64 = (1 << 30) + (256 << 20);
 
+/// Huge operations between two asks of the system's free memory at most ([`Pressure`]).
+pub(crate) const PRESSURE_CALLS: u32 = 64;
+/// Bytes that may enter the cache between two asks of the system's free memory at most.
+pub(crate) const PRESSURE_STRIDE: u64 = 256 << 20;
+
+/// The cache's sense of memory pressure, kept cheap: the system's free memory (`sysinfo`, a
+/// system call) is asked at the first check, then again after [`PRESSURE_CALLS`] checks or
+/// once [`PRESSURE_STRIDE`] bytes have entered the cache, whichever comes first — not at every
+/// huge operation. In between, the last answer stands, less every byte that entered the cache
+/// since (counted as if it were taken from the free memory: a cache can only err towards
+/// trimming). A 1 GiB block thus asks at each admission, a 16 MiB one every 16th.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Pressure {
+    /// Checks since the last ask.
+    calls: u32,
+    /// Bytes that entered the cache since the last ask.
+    entered: u64,
+    /// Free bytes at the last ask (`u64::MAX` when the ask failed: never short); `None` before
+    /// the first.
+    free: Option<u64>,
+}
+
+impl Pressure {
+    /// Whether `cached` bytes of cached objects leave the system short of memory: less than
+    /// twice that is free. `entering` of them enter the cache with this check (0 for a check of
+    /// what is cached already); `probe` asks the system for its free bytes when an ask is due.
+    pub(crate) fn short(&mut self, cached: u64, entering: u64, probe: impl FnOnce() -> Option<u64>) -> bool {
+        self.calls += 1;
+        self.entered = self.entered.saturating_add(entering);
+        let free = match self.free {
+            Some(free) if self.calls < PRESSURE_CALLS && self.entered < PRESSURE_STRIDE => free,
+            _ => {
+                let free = probe().unwrap_or(u64::MAX);
+                *self = Pressure { calls: 0, entered: 0, free: Some(free) };
+                free
+            }
+        };
+        free.saturating_sub(self.entered) < cached.saturating_mul(2)
+    }
+}
+
 /// Disjoint, coalesced free ranges (`start → length`, heap offsets) inside the huge slots one
 /// thread slot has claimed, and the slot's cached blocks (descriptors in state
 /// [`crate::persist::huge::HugeState::Cached`], whose ranges are not free: each keeps its
@@ -20,6 +61,8 @@ pub(crate) const CACHE_BYTES: u64 = (1 << 30) + (256 << 20);
 pub(crate) struct FreeRanges {
     ranges: BTreeMap<u64, u64>,
     cache: Vec<HugeBlock>,
+    /// When the cache last asked the system for its free memory, and the answer.
+    pub(crate) pressure: Pressure,
 }
 
 impl FreeRanges {
@@ -166,6 +209,42 @@ mod tests {
         assert!(!f.cache_admits(1 << 20));
         assert_eq!(f.pop_cached().map(|b| b.offset), Some(1 << 30));
         assert!(f.cache_admits(1 << 20));
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn the_system_is_asked_for_its_free_memory_once_per_stride_of_cached_bytes_not_at_every_operation() {
+        let mut p = Pressure::default();
+        let mut asks = 0;
+        for _ in 0..1000 {
+            // 16 MiB blocks entering the cache: an ask every 16th.
+            assert!(!p.short(64 * MIB, 16 * MIB, || {
+                asks += 1;
+                Some(1 << 40)
+            }));
+        }
+        assert_eq!(asks, 1000_u32.div_ceil((PRESSURE_STRIDE / (16 * MIB)) as u32));
+        let mut idle = Pressure::default();
+        let mut asks = 0;
+        for _ in 0..1000 {
+            idle.short(64 * MIB, 0, || {
+                asks += 1;
+                Some(1 << 40)
+            });
+        }
+        assert_eq!(asks, 1000_u32.div_ceil(PRESSURE_CALLS), "checks of a cache that takes nothing in");
+    }
+
+    #[test]
+    fn bytes_entering_the_cache_between_asks_count_against_the_last_free_memory_reported() {
+        let mut p = Pressure::default();
+        assert!(!p.short(40 * MIB, 0, || Some(100 * MIB)), "80 MiB wanted free, 100 free");
+        // No new ask: 100 MiB less the 16 that entered is 84, under twice 44 (100 is not).
+        assert!(p.short(44 * MIB, 16 * MIB, || panic!("asked again within the stride")));
+        // A failed ask is never short.
+        let mut blind = Pressure::default();
+        assert!(!blind.short(1 << 40, 0, || None));
     }
 
     #[test]

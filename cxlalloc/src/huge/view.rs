@@ -384,7 +384,7 @@ impl HugeView {
         }
         // Full: stale entries go first, so that a process that only reads (and so never runs
         // `maintain`) recycles its entries instead of leasing set after set.
-        if self.drop_stale_touching(touch, &|_| false, &mut |_| {}) > 0 {
+        if self.drop_stale_touching(touch, &|_| false, &|_| false, &mut |_| {}) > 0 {
             if let Some(e) = self.publish_in_mine(word, pages) {
                 return Ok(e);
             }
@@ -504,21 +504,27 @@ impl HugeView {
     /// was. Async-signal-safe if `dropped` is.
     /// `keep` names the blocks whose ranges stay mapped while their entries go: the caller is
     /// their owner's thread, which reclaims them next (see `ops::drop_stale_mappings`).
+    /// `leave` names the blocks whose entries are not judged at all this time: they stay, as
+    /// if still live (always safe: an entry only delays a reclaim), for another thread of this
+    /// process to drop (see `ops::drop_stale_mappings`).
     pub(crate) fn drop_stale_into(
         &self,
+        leave: &dyn Fn(HazardKey) -> bool,
         keep: &dyn Fn(HazardKey) -> bool,
         dropped: &mut dyn FnMut(HazardKey),
     ) -> usize {
-        self.drop_stale_touching(&|_| true, keep, dropped)
+        self.drop_stale_touching(&|_| true, leave, keep, dropped)
     }
 
     fn drop_stale_touching(
         &self,
         touch: Touch<'_>,
+        leave: &dyn Fn(HazardKey) -> bool,
         keep: &dyn Fn(HazardKey) -> bool,
         dropped: &mut dyn FnMut(HazardKey),
     ) -> usize {
-        let dead = |word: u64| HazardKey::unpack(word).is_some_and(|key| self.is_stale_touching(key, touch));
+        let dead =
+            |word: u64| HazardKey::unpack(word).is_some_and(|key| !leave(key) && self.is_stale_touching(key, touch));
         let mut keys = [0u64; HAZARDS_PER_SET];
         let mut n = 0;
         for s in self.my_sets() {

@@ -65,6 +65,17 @@ pub(crate) struct CurrentId {
 }
 
 impl CurrentId {
+    /// The bits of a raw word naming the cached word (slab link and word), without the
+    /// sequence number.
+    pub(crate) const IDENTITY: u64 = (1 << 40) - 1;
+
+    /// The identity bits ([`CurrentId::IDENTITY`]) of a raw word caching word `word` of slab
+    /// link `slab`: the quick free compares them with one comparison (docs/design.md §4.5).
+    #[inline(always)]
+    pub(crate) fn identity(slab: u32, word: u32) -> u64 {
+        u64::from(slab) | (u64::from(word & 0xff) << 32)
+    }
+
     /// The raw word.
     #[inline]
     pub(crate) fn pack(self) -> u64 {

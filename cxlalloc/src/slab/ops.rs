@@ -22,7 +22,7 @@ use crate::crash::crash_point;
 use crate::error::{AllocError, FreeError};
 use crate::mem::{HeapMem, Slab};
 use crate::persist::descriptor::Descriptor;
-use crate::persist::record::{Current, Harvest, RemoteBatch, ThreadRecord};
+use crate::persist::record::{Current, CurrentId, Harvest, RemoteBatch, ThreadRecord};
 use crate::persist::redo::{Op, Pending, Redo};
 use crate::protocol::mailbox::{self, BlockId, Link};
 use crate::protocol::{detectable, global_list, length, remote};
@@ -125,11 +125,14 @@ fn new_mark(secret: u64, b: Bracket, slab: Slab, generation: u32) -> u64 {
 }
 
 /// Why a located block failed its range checks (kept out of line: only bad input gets here).
+/// Class 0 is a slab losing its class under the locate (T7, a claim or an abandon zero the
+/// class, then the size; the locate read the size first): as for size 0, no block of it is
+/// allocated, which a double free racing the slab's last free meets.
 #[cold]
-fn bad_block(b: Bracket, block: u32, blocks: u32) -> FreeError {
+fn bad_block(b: Bracket, block: u32, blocks: u32, class: u32) -> FreeError {
     if blocks as usize > 64 * b.bitset_words() {
         FreeError::Corrupt("descriptor block count out of range")
-    } else if block >= blocks {
+    } else if block >= blocks || class == 0 {
         FreeError::NotAllocated
     } else {
         FreeError::Corrupt("descriptor class out of range")
@@ -599,7 +602,7 @@ impl<'a> SlabThread<'a> {
             || blocks as usize > 64 * b.bitset_words()
             || class.wrapping_sub(1) as usize >= b.class_count()
         {
-            return Err(bad_block(b, block, blocks));
+            return Err(bad_block(b, block, blocks, class));
         }
         Ok(Located { bracket: b, slab, desc, class, size, blocks, block, offset })
     }
@@ -640,13 +643,148 @@ impl<'a> SlabThread<'a> {
     }
 
     /// Frees the block at `ptr`, locally if this thread owns its slab, remotely otherwise.
-    #[inline]
+    ///
+    /// Inlined into the caller (docs/design.md §4.5, "Quick local free"): the full model's common
+    /// local free — not the slab's first or last free block, checked and stored in a few
+    /// registers — returns here without a call, a stack frame or a `Result` written through
+    /// memory; so does the full model's hand-over to a remote free of a block it located. Every
+    /// other free, and every free that any check refuses, goes to [`SlabThread::free_general`],
+    /// which checks again from the start (the quick path writes nothing before it is sure) and
+    /// says why.
+    #[inline(always)]
     pub(crate) fn free(&self, ptr: *const u8) -> Result<(), FreeError> {
+        // The reduced models' local frees carry marks and may read memory (§4.3): theirs is the
+        // general path, at the cost of this one test of the model (`batching` is exactly the
+        // reduced models; a field of ours, so no load of the heap's).
+        if self.batching {
+            return self.free_general(ptr);
+        }
+        // Wrapping: a pointer below the base becomes a huge offset that no data span contains.
+        let offset = (ptr as usize).wrapping_sub(self.mem.base() as usize);
+        let small = self.mem.data_span(Bracket::Small);
+        let rel = offset.wrapping_sub(small.offset);
+        if rel < small.size {
+            return self.free_quick(Bracket::Small, ptr, offset, rel);
+        }
+        let large = self.mem.data_span(Bracket::Large);
+        let rel = offset.wrapping_sub(large.offset);
+        if rel < large.size {
+            return self.free_quick(Bracket::Large, ptr, offset, rel);
+        }
+        // Outside both brackets' data: foreign, or a huge block (the caller's next try).
+        Err(FreeError::ForeignPointer)
+    }
+
+    /// [`SlabThread::free`] of any pointer, in any model: locates the block and frees it
+    /// locally or remotely, or says why it cannot.
+    #[inline(never)]
+    fn free_general(&self, ptr: *const u8) -> Result<(), FreeError> {
         // One call per constant bracket, so each copy of the fast path folds its geometry.
         match self.bracket_of(ptr)? {
             (Bracket::Small, offset, rel) => self.free_in(Bracket::Small, ptr, offset, rel),
             (Bracket::Large, offset, rel) => self.free_in(Bracket::Large, ptr, offset, rel),
         }
+    }
+
+    /// Full model: the quick local free of the block at `ptr` (heap offset `offset`, `rel` into
+    /// bracket `b`'s data), or its hand-over to the remote path, or the general path for
+    /// anything else. Checks what [`SlabThread::locate_in`] and the local free check — a
+    /// known slab, a sized one, the start of a block below the slab's count, a class in range,
+    /// our own slab, the block's mark (a mailbox or a counted free), the cached word's bit, the
+    /// bitset's bit — and stores only once all have passed.
+    #[inline(always)]
+    fn free_quick(&self, b: Bracket, ptr: *const u8, offset: usize, rel: usize) -> Result<(), FreeError> {
+        let mem = self.mem;
+        let shift = b.slab_shift();
+        let index = (rel >> shift) as u32;
+        // A slab past the length we know of: the general path refreshes it.
+        let Some(slab) = mem.known_slab(b, index) else {
+            return self.free_general_in(b, ptr);
+        };
+        let d = mem.desc(b, slab);
+        let size = d.head.size.load(Ordering::Relaxed);
+        let class = d.head.class.load(Ordering::Relaxed);
+        let blocks = d.head.blocks.load(Ordering::Relaxed);
+        let in_slab = (rel & ((1 << shift) - 1)) as u64;
+        let block = ((in_slab * d.head.recip.load(Ordering::Relaxed)) >> 40) as u32;
+        // The checks of `locate_in`, folded: an unsized slab (size 0) makes `block * size`
+        // differ from a nonzero `in_slab`, and its first block is refused by `blocks` (0 when
+        // unsized) or, under corruption, by the general path's own checks.
+        if size == 0
+            || u64::from(block) * u64::from(size) != in_slab
+            || block >= blocks
+            || blocks as usize > 64 * b.bitset_words()
+            || class.wrapping_sub(1) as usize >= b.class_count()
+        {
+            return self.free_general_in(b, ptr);
+        }
+        let owner = d.head.owner.load(Ordering::Relaxed);
+        if u64::from(owner) != self.local_owner {
+            // Under full coherence the block just located is what a remote free would locate
+            // again: hand it over (one copy per bracket, each folding its geometry).
+            return match b {
+                Bracket::Small => self.free_remote_small(slab, class, block, offset),
+                Bracket::Large => self.free_remote_large(slab, class, block, offset),
+            };
+        }
+        // SAFETY: the checks above found `ptr` to be the start of a block (at least 8 bytes,
+        // 8-aligned) of a sized slab inside the mapping.
+        let word = unsafe { &*(ptr as *const AtomicU64) };
+        // Freed before (a mailbox or a counted free): the general path reports it.
+        if Link::freed(word.load(Ordering::Relaxed), d.head.mark.load(Ordering::Relaxed)) {
+            return self.free_general_in(b, ptr);
+        }
+        let (w, bit) = (block / 64, 1u64 << (block % 64));
+        let cur = &self.rec.lists(b).current[class as usize - 1];
+        // The cached word's identity without its sequence number: slab link and word, one
+        // comparison.
+        let id = cur.id.load(Ordering::Relaxed) & CurrentId::IDENTITY;
+        if id == CurrentId::identity(slab.link(), w) {
+            // One store to the persistent cache, also the free's log record (as allocating).
+            let bits = cur.bits.load(Ordering::Relaxed);
+            if bits & bit != 0 {
+                return self.free_general_in(b, ptr);
+            }
+            cur.bits.store(bits | bit, Ordering::Relaxed);
+            return Ok(());
+        }
+        let before = d.head.free.load(Ordering::Relaxed);
+        // A free that moves the slab between lists (T6, T7) is logged: the general path's.
+        if d.bits[w as usize].load(Ordering::Relaxed) & bit != 0 || before == 0 || before + 1 == blocks {
+            return self.free_general_in(b, ptr);
+        }
+        #[cfg(feature = "validate")]
+        if self.validate(b, slab, d, blocks).is_err() {
+            return self.free_general_in(b, ptr);
+        }
+        d.put(block);
+        Ok(())
+    }
+
+    /// [`SlabThread::free_general`] of a pointer the quick path found in bracket `b`'s data
+    /// (one copy per bracket, each folding its geometry).
+    #[inline(always)]
+    fn free_general_in(&self, b: Bracket, ptr: *const u8) -> Result<(), FreeError> {
+        match b {
+            Bracket::Small => self.free_general_small(ptr),
+            Bracket::Large => self.free_general_large(ptr),
+        }
+    }
+
+    /// [`SlabThread::free_general`] of a small-bracket pointer.
+    #[cold]
+    #[inline(never)]
+    fn free_general_small(&self, ptr: *const u8) -> Result<(), FreeError> {
+        let (_, offset, rel) = self.bracket_of(ptr)?;
+        self.free_in(Bracket::Small, ptr, offset, rel)
+    }
+
+    /// [`SlabThread::free_general`] of a large-bracket pointer.
+    #[cold]
+    #[inline(never)]
+    fn free_general_large(&self, ptr: *const u8) -> Result<(), FreeError> {
+        let (_, offset, rel) = self.bracket_of(ptr)?;
+        self.free_in(Bracket::Large, ptr, offset, rel)
     }
 
     #[inline(always)]
@@ -1317,6 +1455,18 @@ impl<'a> SlabThread<'a> {
             self.set_batch(i, before);
             return Err(FreeError::DoubleFree);
         }
+        // The first free of a batch located its block with no uncounted free of ours holding
+        // the slab: by now the slab's last free may have claimed it (T8, size zeroed; its pages
+        // perhaps given back, the mark gone from the word), and a second free of the block — a
+        // double free delayed between its locate and its claim — took the word
+        // (tests/hostile_remote.rs saw 1 such block in about 25 rounds). Read the head line
+        // again: a slab no longer of this sizing refuses the free, as a locate now would. Later
+        // frees of the batch need nothing: our uncounted free keeps the slab from being claimed
+        // (docs/design.md §4.5).
+        if before.is_none() && self.slab_changed(at, mark) {
+            self.set_batch(i, None);
+            return Err(FreeError::DoubleFree);
+        }
         crash_point!(RemoteBatchMarked);
         // Fenced once per batch, before its subtraction.
         self.mem.swcc.publish_unfenced(Site::RemoteMark, self.block_bytes(at), at.size as usize);
@@ -1324,6 +1474,15 @@ impl<'a> SlabThread<'a> {
         // Relaxed: this thread's own bookkeeping.
         self.batch_used[i].store(self.rec.counters.remote_frees.load(Ordering::Relaxed), Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Whether the slab of `at`, located with free mark `mark`, has lost that sizing since: its
+    /// head line, read from memory, has no class or another mark.
+    #[cold]
+    #[inline(never)]
+    fn slab_changed(&self, at: &Located<'_>, mark: u64) -> bool {
+        self.refresh(Site::Located, at.desc.head_line());
+        at.desc.head.size.load(Ordering::Relaxed) == 0 || at.desc.head.mark.load(Ordering::Relaxed) != mark
     }
 
     /// Writes batch entry `i`. Like the rest of the record it stays in this host's caches: an
