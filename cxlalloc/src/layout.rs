@@ -713,11 +713,17 @@ impl Layout {
         &self.brackets[b as usize]
     }
 
-    /// Bytes of HWcc regions (shared, claims, and the remote counters the heap's current
-    /// lengths use).
-    pub(crate) fn hwcc_bytes(&self, lengths: [u32; 2]) -> u64 {
+    /// HWcc bytes in use: the shared region's fixed words and host table, the records of the
+    /// `used_slots` slots ever leased (slots never leased are never touched), the claims region
+    /// (whole: it exists only with a huge heap), and the remote counters of the heap's current
+    /// lengths (docs/design.md §9.1, "HWcc bytes"). Bytes, not pages: what a process pays is
+    /// the pages it touches, which the harness measures as PSS.
+    pub(crate) fn hwcc_bytes(&self, lengths: [u32; 2], used_slots: u32) -> u64 {
         let remote: usize = lengths.iter().map(|&l| l as usize * self.hwcc_stride).sum();
-        (self.region(RegionId::Shared).size + self.region(RegionId::Claims).size + remote) as u64
+        let shared = self.region(RegionId::Shared);
+        let fixed = self.slot_table - shared.offset;
+        let slots = used_slots.min(self.slots) as usize * self.lease_stride;
+        (fixed + slots + self.region(RegionId::Claims).size + remote) as u64
     }
 }
 
@@ -767,6 +773,23 @@ mod tests {
             assert_eq!(layout.slot_table % stride.max(8), 0);
             assert_eq!(layout.mailboxes, [layout.help_table + stride, layout.help_table + 2 * stride]);
         }
+    }
+
+    #[test]
+    fn hwcc_bytes_count_the_records_of_used_slots_only() {
+        let layout = Layout::from_header(&Header::new(&Config::default(), 1));
+        let none = layout.hwcc_bytes([0, 0], 0);
+        assert_eq!(layout.hwcc_bytes([0, 0], 3) - none, 3 * layout.lease_stride as u64);
+        assert_eq!(layout.hwcc_bytes([10, 2], 0) - none, 12 * layout.hwcc_stride as u64);
+        // Every slot used: the shared region's bytes up to its last record, never more.
+        let shared = layout.region(RegionId::Shared);
+        let all = layout.hwcc_bytes([0, 0], layout.slots);
+        let claims = layout.region(RegionId::Claims).size as u64;
+        assert_eq!(
+            all - claims,
+            (layout.slot_table - shared.offset + layout.slots as usize * layout.lease_stride) as u64
+        );
+        assert!(all - claims <= shared.size as u64);
     }
 
     #[test]
