@@ -35,7 +35,7 @@ pub(crate) const REGION_ALIGN: usize = 2 << 20;
 /// Size of the header region.
 pub(crate) const HEADER_BYTES: usize = 4096;
 /// Version of the on-device layout; bumped on any incompatible change.
-pub(crate) const LAYOUT_VERSION: u32 = 6;
+pub(crate) const LAYOUT_VERSION: u32 = 7;
 /// log2 of a huge slot: the unit in which threads claim huge address space.
 pub(crate) const HUGE_SLOT_SHIFT: u32 = 30;
 /// Bytes of one huge slot (1 GiB).
@@ -574,20 +574,25 @@ pub(crate) struct Layout {
     pub regions: [Span; REGIONS],
     /// Per-bracket arrays, indexed by [`Bracket`].
     pub brackets: [BracketLayout; 2],
-    /// Offset of the slot table (in the shared region).
+    /// Offset of the slot table (in the shared region, after the host table): one record of
+    /// [`Layout::lease_stride`] bytes per slot, its lease first, then its help words.
     pub slot_table: usize,
-    /// Offset of the detectable-CAS help words (in the shared region, after the slot table):
-    /// one per slot, see [`crate::protocol::detectable`], each followed by the slot's mailbox
-    /// heads ([`Layout::help_words`] words a slot).
+    /// Offset of slot 0's detectable-CAS help word (in the shared region, inside slot 0's
+    /// record, after its lease): see [`crate::protocol::detectable`]; it is followed by the
+    /// slot's mailbox heads ([`HELP_WORDS`] words a slot, `hwcc_stride` apart). Slot
+    /// `s`'s words are `s * lease_stride` further on.
     pub help_table: usize,
-    /// Offset of the host table (in the shared region, after the help table): [`MAX_HOSTS`]
-    /// entries (docs/design.md §8.6).
+    /// Offset of slot 0's remote-free mailbox head of each bracket (the help word's next two
+    /// words, `hwcc_stride` apart): slot `s`'s are `s * lease_stride` further on. Kept apart
+    /// from `help_table` so that a mailbox push computes its head with one multiply.
+    pub mailboxes: [usize; 2],
+    /// Offset of the host table (in the shared region, right after the fixed header):
+    /// [`MAX_HOSTS`] entries (docs/design.md §8.6).
     pub host_table: usize,
-    /// Words per slot in the help table: the detectable-CAS help word, then the slot's two
-    /// remote-free mailbox heads (small, large; [`crate::protocol::mailbox`]). Interleaved so
-    /// that a slot's mailboxes share the page its help word already touches.
-    pub help_words: usize,
-    /// Bytes between consecutive slot leases.
+    /// Bytes between consecutive slot records (a lease and its help words). One record per
+    /// slot, rather than a lease table followed by a help table, so that the slots in use
+    /// touch one run of HWcc pages from slot 0 on, not one in each table (docs/design.md §9.1,
+    /// "HWcc bytes").
     pub lease_stride: usize,
     /// Bytes between consecutive remote counters and between help words
     /// ([`Coherence::hwcc_stride`]).
@@ -608,7 +613,8 @@ pub(crate) struct Layout {
     pub total: usize,
 }
 
-/// Words per slot in the help table (see [`Layout::help_words`]).
+/// Words per slot after its lease (see [`Layout::help_table`]): the detectable-CAS help word,
+/// then the slot's two remote-free mailbox heads (small, large; [`crate::protocol::mailbox`]).
 const HELP_WORDS: usize = 3;
 
 /// Bytes of one hazard set: [`HAZARDS_PER_SET`] entries of two words.
@@ -634,12 +640,15 @@ impl Layout {
         place(RegionId::Header, HEADER_BYTES, &mut regions);
         let coherence = Coherence::from_raw(h.coherence).unwrap_or_default();
         let stride = coherence.hwcc_stride();
-        let lease_stride = std::mem::size_of::<SlotLease>().max(stride);
-        let slot_table = std::mem::size_of::<SharedHeader>();
-        let help_table = slot_table + h.slots as usize * lease_stride;
-        let host_table =
-            align_up(help_table + h.slots as usize * HELP_WORDS * stride, std::mem::align_of::<HostEntry>());
-        let shared = host_table + MAX_HOSTS as usize * std::mem::size_of::<HostEntry>();
+        // The fixed header, the host table, then one record per slot: a process using a few
+        // slots touches two HWcc pages of this region (header and hosts; its slots), where a
+        // lease table, a help table and a host table after it cost three.
+        let host_table = align_up(std::mem::size_of::<SharedHeader>(), std::mem::align_of::<HostEntry>());
+        let slot_table = host_table + MAX_HOSTS as usize * std::mem::size_of::<HostEntry>();
+        let lease_bytes = align_up(std::mem::size_of::<SlotLease>(), stride);
+        let lease_stride = lease_bytes + HELP_WORDS * stride;
+        let help_table = slot_table + lease_bytes;
+        let shared = slot_table + h.slots as usize * lease_stride;
         let shared_off = place(RegionId::Shared, shared, &mut regions);
         let hazard_sets = h.slots;
         let claims = h.huge_slots as usize * 8;
@@ -671,8 +680,8 @@ impl Layout {
             brackets,
             slot_table: shared_off + slot_table,
             help_table: shared_off + help_table,
+            mailboxes: [1, 2].map(|w| shared_off + help_table + w * stride),
             host_table: shared_off + host_table,
-            help_words: HELP_WORDS,
             lease_stride,
             hwcc_stride: stride,
             slots: h.slots,
@@ -704,17 +713,84 @@ impl Layout {
         &self.brackets[b as usize]
     }
 
-    /// Bytes of HWcc regions (shared, claims, and the remote counters the heap's current
-    /// lengths use).
-    pub(crate) fn hwcc_bytes(&self, lengths: [u32; 2]) -> u64 {
+    /// HWcc bytes in use: the shared region's fixed words and host table, the records of the
+    /// `used_slots` slots ever leased (slots never leased are never touched), the claims region
+    /// (whole: it exists only with a huge heap), and the remote counters of the heap's current
+    /// lengths (docs/design.md §9.1, "HWcc bytes"). Bytes, not pages: what a process pays is
+    /// the pages it touches, which the harness measures as PSS.
+    pub(crate) fn hwcc_bytes(&self, lengths: [u32; 2], used_slots: u32) -> u64 {
         let remote: usize = lengths.iter().map(|&l| l as usize * self.hwcc_stride).sum();
-        (self.region(RegionId::Shared).size + self.region(RegionId::Claims).size + remote) as u64
+        let shared = self.region(RegionId::Shared);
+        let fixed = self.slot_table - shared.offset;
+        let slots = used_slots.min(self.slots) as usize * self.lease_stride;
+        (fixed + slots + self.region(RegionId::Claims).size + remote) as u64
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The HWcc pages of the shared region that a process using slots `0 .. slots` touches:
+    /// the fixed header, host entry 0, and each slot's lease, help word and mailbox heads.
+    fn shared_pages_touched(layout: &Layout, slots: u32) -> std::collections::BTreeSet<usize> {
+        let page = |at: usize| at / 4096;
+        let mut pages: std::collections::BTreeSet<usize> =
+            [layout.region(RegionId::Shared).offset, layout.host_table].into_iter().map(page).collect();
+        for slot in 0..slots as usize {
+            let record = layout.slot_table + slot * layout.lease_stride;
+            let help = layout.help_table + slot * layout.lease_stride;
+            pages.insert(page(record));
+            pages.extend((0..HELP_WORDS).map(|w| page(help + w * layout.hwcc_stride)));
+        }
+        pages
+    }
+
+    #[test]
+    fn a_few_slots_touch_two_shared_hwcc_pages_in_every_model() {
+        for coherence in [Coherence::Full, Coherence::Limited, Coherence::NoHwcc] {
+            let layout = Layout::from_header(&Header::new(&Config { coherence, ..Config::default() }, 1));
+            // Full and limited: 40-byte slot records, 83 of them in the page after the hosts;
+            // no-HWcc: 256-byte ones (each word its own line), 13.
+            let few = if coherence == Coherence::NoHwcc { 13 } else { 80 };
+            assert_eq!(shared_pages_touched(&layout, few).len(), 2, "{coherence:?}");
+        }
+    }
+
+    #[test]
+    fn slot_records_hold_each_hwcc_word_on_its_stride_inside_the_shared_region() {
+        for coherence in [Coherence::Full, Coherence::Limited, Coherence::NoHwcc] {
+            let layout = Layout::from_header(&Header::new(&Config { coherence, ..Config::default() }, 1));
+            let shared = layout.region(RegionId::Shared);
+            let stride = layout.hwcc_stride;
+            assert!(layout.host_table + MAX_HOSTS as usize * std::mem::size_of::<HostEntry>() <= layout.slot_table);
+            assert!(layout.help_table >= layout.slot_table + std::mem::size_of::<SlotLease>());
+            assert_eq!((layout.help_table - layout.slot_table) % stride, 0, "{coherence:?}");
+            assert_eq!(layout.lease_stride, layout.help_table - layout.slot_table + HELP_WORDS * stride);
+            let last =
+                layout.help_table + (layout.slots as usize - 1) * layout.lease_stride + (HELP_WORDS - 1) * stride;
+            assert!(last + 8 <= shared.end(), "{coherence:?}: the last slot's words leave the region");
+            assert_eq!(layout.slot_table % stride.max(8), 0);
+            assert_eq!(layout.mailboxes, [layout.help_table + stride, layout.help_table + 2 * stride]);
+        }
+    }
+
+    #[test]
+    fn hwcc_bytes_count_the_records_of_used_slots_only() {
+        let layout = Layout::from_header(&Header::new(&Config::default(), 1));
+        let none = layout.hwcc_bytes([0, 0], 0);
+        assert_eq!(layout.hwcc_bytes([0, 0], 3) - none, 3 * layout.lease_stride as u64);
+        assert_eq!(layout.hwcc_bytes([10, 2], 0) - none, 12 * layout.hwcc_stride as u64);
+        // Every slot used: the shared region's bytes up to its last record, never more.
+        let shared = layout.region(RegionId::Shared);
+        let all = layout.hwcc_bytes([0, 0], layout.slots);
+        let claims = layout.region(RegionId::Claims).size as u64;
+        assert_eq!(
+            all - claims,
+            (layout.slot_table - shared.offset + layout.slots as usize * layout.lease_stride) as u64
+        );
+        assert!(all - claims <= shared.size as u64);
+    }
 
     #[test]
     fn header_round_trips_through_parse() {

@@ -573,12 +573,11 @@ impl HeapMem {
     /// name beyond the slot count.
     pub(crate) fn help(&self, slot: u32) -> Option<&AtomicU64> {
         (slot < self.layout.slots).then(|| {
-            // SAFETY: the help table lies in the mapped shared region, 8-byte aligned, with
-            // `help_words` words per slot, and the slot was checked; AtomicU64 is valid for any
-            // bits.
+            // SAFETY: every slot record lies in the mapped shared region, 8-byte aligned, its
+            // help word `help_table - slot_table` bytes in, and the slot was checked;
+            // AtomicU64 is valid for any bits.
             unsafe {
-                &*(self.addr(self.layout.help_table + slot as usize * self.layout.help_words * self.layout.hwcc_stride)
-                    as *const AtomicU64)
+                &*(self.addr(self.layout.help_table + slot as usize * self.layout.lease_stride) as *const AtomicU64)
             }
         })
     }
@@ -588,11 +587,11 @@ impl HeapMem {
     #[inline]
     pub(crate) fn mailbox(&self, b: Bracket, slot: u32) -> Option<&AtomicU64> {
         (slot < self.layout.slots).then(|| {
-            let index = slot as usize * self.layout.help_words + 1 + b as usize;
-            // SAFETY: the help table lies in the mapped shared region, 8-byte aligned, with
-            // `help_words` words per slot (the help word, then the two mailbox heads), and the
-            // slot was checked; AtomicU64 is valid for any bits.
-            unsafe { &*(self.addr(self.layout.help_table + index * self.layout.hwcc_stride) as *const AtomicU64) }
+            let at = self.layout.mailboxes[b as usize] + slot as usize * self.layout.lease_stride;
+            // SAFETY: every slot record lies in the mapped shared region, 8-byte aligned, its
+            // mailbox head of bracket `b` `mailboxes[b] - slot_table` bytes in, and the slot was
+            // checked; AtomicU64 is valid for any bits.
+            unsafe { &*(self.addr(at) as *const AtomicU64) }
         })
     }
 

@@ -37,8 +37,10 @@ pub struct Stats {
     pub brackets: Vec<BracketCensus>,
     /// Operation counters.
     pub counters: OpCounters,
-    /// Bytes of hardware-coherent metadata in use (shared and claims regions, plus remote
-    /// counters of existing slabs).
+    /// Bytes of hardware-coherent metadata in use: the shared region's fixed words and host
+    /// table, the lease, help word and mailbox heads of each slot ever leased, the claims
+    /// region (with a huge heap), and the remote counters of existing slabs. Slots never
+    /// leased are not counted (their bytes are never touched).
     pub hwcc_bytes: u64,
     /// Bytes of software-coherent metadata in use: the records of slots ever leased and the
     /// descriptors of existing slabs.
@@ -51,8 +53,8 @@ pub struct Stats {
     pub huge: HugeCensus,
     /// Huge blocks this heap instance has mapped (its published hazards).
     pub huge_mapped_here: u64,
-    /// HWcc bytes that crash recovery costs: the detectable-CAS help words, one per slot
-    /// (part of `hwcc_bytes`; 0 with recovery off, which never writes them).
+    /// HWcc bytes that crash recovery costs: the detectable-CAS help words, one per slot ever
+    /// leased (part of `hwcc_bytes`; 0 with recovery off, which never writes them).
     pub recovery_hwcc_bytes: u64,
 }
 
@@ -72,6 +74,7 @@ pub(crate) fn stats(mem: &HeapMem) -> Stats {
         counters.disowns += read(&c.disowns);
         counters.harvested += read(&c.harvested);
     }
+    let used_slots = mem.used_slots().count() as u32;
     // A corrupt length word can exceed the capacity (the check reports it): count only slabs
     // the heap can have.
     let lengths = Bracket::ALL.map(|b| report.bracket(b).length.min(report.bracket(b).capacity));
@@ -79,14 +82,14 @@ pub(crate) fn stats(mem: &HeapMem) -> Stats {
         Bracket::ALL.iter().map(|&b| u64::from(lengths[b as usize]) * b.spec().descriptor_size() as u64).sum();
     let data_bytes = Bracket::ALL.iter().map(|&b| u64::from(lengths[b as usize]) << b.spec().slab_shift).sum();
     Stats {
-        hwcc_bytes: mem.layout.hwcc_bytes(lengths),
-        swcc_metadata_bytes: mem.used_slots().count() as u64 * std::mem::size_of::<ThreadRecord>() as u64 + descriptors,
+        hwcc_bytes: mem.layout.hwcc_bytes(lengths, used_slots),
+        swcc_metadata_bytes: u64::from(used_slots) * std::mem::size_of::<ThreadRecord>() as u64 + descriptors,
         data_bytes,
         leased_slots: report.leased_slots,
         brackets: report.brackets,
         counters,
         huge: report.huge,
         huge_mapped_here: mem.huge().map_or(0, |v| v.my_sets().map(|s| hazard::entries(v.set(s)).count() as u64).sum()),
-        recovery_hwcc_bytes: if mem.recoverable() { u64::from(mem.layout.slots) * 8 } else { 0 },
+        recovery_hwcc_bytes: if mem.recoverable() { u64::from(used_slots) * 8 } else { 0 },
     }
 }

@@ -63,6 +63,17 @@ impl Instructions {
         }
     }
 
+    /// [`Instructions::write_back_line`] of the line holding each pointer `lines` yields, with
+    /// the instruction chosen once for the whole run. Weakly ordered.
+    #[inline]
+    pub(crate) fn for_each_line_written_back(self, lines: impl Iterator<Item = *const u8>) {
+        match self {
+            Instructions::Optimized { clwb: true } => lines.for_each(|p| clwb(p as usize & !(LINE - 1))),
+            Instructions::Optimized { clwb: false } => lines.for_each(|p| clflushopt(p as usize & !(LINE - 1))),
+            Instructions::Legacy => lines.for_each(|p| clflush(p as usize & !(LINE - 1))),
+        }
+    }
+
     /// Writes every line of `[p, p + len)` back if dirty and evicts it, so the next read
     /// comes from memory. Weakly ordered: follow with [`store_fence`] or [`full_fence`].
     #[inline]

@@ -198,15 +198,9 @@ impl Swcc {
         self.apply(Action::PublishLater, site, p, len);
     }
 
-    /// [`Swcc::persist`] without its fence: a later fence (the application's, before it
-    /// tells another host, or the protocol's next [`Swcc::persist`]) orders it.
-    #[inline]
-    pub(crate) fn persist_unfenced(&self, site: Site, p: *const u8, len: usize) {
-        self.apply(Action::PersistLater, site, p, len);
-    }
-
-    /// [`Swcc::persist_unfenced`] of the one line holding `p`: the fast path's form (a local
-    /// free's mark), without the range loop.
+    /// [`Swcc::persist`] of the one line holding `p`, without its fence (a later fence: the
+    /// application's, before it tells another host, or the protocol's next [`Swcc::persist`]
+    /// orders it): the fast path's form (a local free's mark), without the range loop.
     #[inline(always)]
     pub(crate) fn persist_line_unfenced(&self, site: Site, p: *const u8) {
         match self {
@@ -216,6 +210,47 @@ impl Swcc {
             Swcc::Sim(host) if !sim::skipped(site) => host.write_back(p, 1),
             #[cfg(feature = "noncoherent-sim")]
             Swcc::Sim(_) => {}
+        }
+        let _ = site;
+    }
+
+    /// Stores `value` into the first word of each of `count` blocks `stride` bytes apart from
+    /// `first` (a slab's free marks at sizing, T3) and writes each such line back, keeping it
+    /// ([`Swcc::persist_line_unfenced`] of each, with one dispatch for the whole run). In the
+    /// full model only the stores. Unfenced: the sizing's [`Site::Sized`] persist fences them.
+    ///
+    /// # Safety
+    ///
+    /// - `first` starts a run of `count` blocks of `stride` bytes (a multiple of 8), 8-aligned,
+    ///   inside one mapped slab;
+    /// - each of them is free and the calling thread's, so no one else writes its first word.
+    pub(crate) unsafe fn store_and_persist_strided_unfenced(
+        &self,
+        site: Site,
+        first: *mut u8,
+        stride: usize,
+        count: usize,
+        value: u64,
+    ) {
+        let word = |i: usize| {
+            // SAFETY: by the caller's contract block `i < count` lies in a mapped slab and starts
+            // 8-aligned, so its first word is a valid `AtomicU64` that no one else writes.
+            unsafe { &*(first.add(i * stride) as *const crate::sync::AtomicU64) }
+        };
+        let store = |i: usize| word(i).store(value, crate::sync::Ordering::Relaxed);
+        match self {
+            Swcc::Coherent => (0..count).for_each(store),
+            Swcc::Flush(ins) => ins.for_each_line_written_back((0..count).map(|i| {
+                store(i);
+                word(i) as *const crate::sync::AtomicU64 as *const u8
+            })),
+            #[cfg(feature = "noncoherent-sim")]
+            Swcc::Sim(host) => (0..count).for_each(|i| {
+                store(i);
+                if !sim::skipped(site) {
+                    host.write_back(word(i) as *const crate::sync::AtomicU64 as *const u8, 1);
+                }
+            }),
         }
         let _ = site;
     }
@@ -285,11 +320,10 @@ impl Swcc {
                     flush::full_fence();
                 }
                 Action::PublishLater => i.evict(p, len),
-                Action::PersistLater => i.write_back(p, len),
             },
             #[cfg(feature = "noncoherent-sim")]
             Swcc::Sim(host) if !sim::skipped(site) => match action {
-                Action::Persist | Action::PersistLater => host.write_back(p, len),
+                Action::Persist => host.write_back(p, len),
                 Action::Publish | Action::PublishLater | Action::Refresh => host.evict(p, len),
             },
             #[cfg(feature = "noncoherent-sim")]
@@ -306,7 +340,6 @@ enum Action {
     Persist,
     Refresh,
     PublishLater,
-    PersistLater,
 }
 
 /// Where a no-HWcc heap's HWcc words live, and what executes the CASes on them.
@@ -530,6 +563,24 @@ fn lease_process_requester(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn strided_marks_land_on_each_blocks_first_word_and_nowhere_else() {
+        for swcc in [Swcc::Coherent, Swcc::Flush(Instructions::detect())] {
+            // 8 blocks of 128 bytes (16 words each) in a 1 KiB buffer.
+            let mut buf = vec![[7u64; 8]; 16];
+            let first = buf.as_mut_ptr() as *mut u8;
+            // SAFETY: 8 blocks of 128 bytes lie in the 1 KiB buffer, 8-aligned (what the
+            // stores need), and nothing else uses it.
+            unsafe { swcc.store_and_persist_strided_unfenced(Site::FreeMarks, first, 128, 8, 0x55) };
+            flush::full_fence();
+            let words: Vec<u64> = buf.iter().flatten().copied().collect();
+            for (i, w) in words.iter().enumerate() {
+                let expected = if i % 16 == 0 { 0x55 } else { 7 };
+                assert_eq!(*w, expected, "{swcc:?}: word {i}");
+            }
+        }
+    }
 
     #[test]
     fn host_numbers_own_disjoint_requesters_that_cover_the_process_requesters() {

@@ -300,38 +300,36 @@ impl ThreadHandle {
     }
 
     /// Allocates `size` bytes (uninitialized; contents are whatever the block last held).
-    #[inline]
+    #[inline(always)]
     pub fn alloc(&self, size: usize) -> Result<NonNull<u8>, AllocError> {
         if size.wrapping_sub(1) < SMALL_MAX {
-            // A constant bracket and class let the small fast path fold its geometry; the
-            // reduced models' rounded class goes out of line (see alloc_line_granular).
+            // Two inlined arms, so that each folds its class's geometry out of a caller's loop
+            // (docs/design.md §4.5): the reduced models' rounded class as a call cost them 36
+            // instructions a local allocation, a select between the two classes in one arm cost
+            // every model 13 (the model flag is reloaded after each store, so nothing that
+            // depends on the class could be hoisted); this way the full model pays 4
+            // (script/icount.sh). Always inlined: a caller that did not inline both arms would
+            // pay a call in every model.
             let class = size.div_ceil(8) as u32;
-            if self.ops().line_granular {
-                self.alloc_line_granular(class)
-            } else {
+            if !self.ops().line_granular {
                 self.ops().alloc(Bracket::Small, class)
+            } else {
+                self.ops().alloc(Bracket::Small, line_class(class))
             }
         } else {
             self.alloc_other(size)
         }
     }
 
-    /// A small allocation of 8-byte class `class` in a reduced model: of its line class. Out
-    /// of line, so that the full model's fast path stays small enough to inline where the size
-    /// is known (icount: 66 instructions a local allocation in every model with both arms
-    /// inlined; full 29, reduced 65 this way; 42-44 with one arm and a rounding mask).
-    #[inline(never)]
-    fn alloc_line_granular(&self, class: u32) -> Result<NonNull<u8>, AllocError> {
-        self.ops().alloc(Bracket::Small, line_class(class))
-    }
-
     /// The small class of `size` bytes (`1 ..= SMALL_MAX`): its 8-byte class, rounded up to a
-    /// whole line's class in the reduced models ([`line_class`]).
+    /// whole line's class in the reduced models ([`line_class`]). Written as a select of two
+    /// computed classes (not a branch around the rounding) so that a constant size folds it.
     #[inline(always)]
     fn small_class(&self, size: usize) -> u32 {
         let class = size.div_ceil(8) as u32;
+        let line = line_class(class);
         if self.ops().line_granular {
-            line_class(class)
+            line
         } else {
             class
         }

@@ -454,13 +454,9 @@ impl<'a> SlabThread<'a> {
         d.head.mark.store(new_mark(self.mem.header.secret, b, slab, generation), Ordering::Relaxed);
         d.fill(info.blocks);
         if self.marks_free {
-            let mark = d.head.mark.load(Ordering::Relaxed);
-            for i in 0..info.blocks as usize {
-                self.block_word(self.mem.data_offset(b, slab, i * info.size as usize)).store(mark, Ordering::Relaxed);
-            }
             // Non-owners on other hosts read the marks from memory (fenced by the head line's
             // persist below).
-            self.write_back_marks(b, slab, info);
+            self.mark_all(b, slab, info, d.head.mark.load(Ordering::Relaxed));
         }
         // Remote freers on other hosts locate blocks from the head line: it reaches memory
         // before the first block is handed out.
@@ -944,19 +940,22 @@ impl<'a> SlabThread<'a> {
         }
     }
 
-    /// Writes back (keeping them) the lines of `slab`'s data holding its blocks' marks: one a
-    /// block for blocks of a line or more, every line of the slab for smaller ones. Unfenced.
-    fn write_back_marks(&self, b: Bracket, slab: Slab, info: &ClassInfo) {
+    /// T3 in the reduced models: writes `mark` into every block of `slab` and writes back
+    /// (keeping them, unfenced) the lines holding the marks: one a block, since every block
+    /// there is a whole number of lines (docs/design.md §9.1, "Slab data"), so no other line of
+    /// the slab is touched. One pass with one dispatch on the flush instructions (a slab of
+    /// 64-byte blocks has 512 marks; per-mark offset arithmetic and dispatch cost the refill
+    /// ~60 instructions a block, script/icount.sh).
+    fn mark_all(&self, b: Bracket, slab: Slab, info: &ClassInfo, mark: u64) {
         let size = info.size as usize;
-        let first = self.mem.block(self.mem.data_offset(b, slab, 0)).as_ptr() as *const u8;
-        if size < crate::coherence::flush::LINE {
-            self.mem.swcc.persist_unfenced(Site::FreeMarks, first, info.blocks as usize * size);
-        } else {
-            for i in 0..info.blocks as usize {
-                let block = self.mem.block(self.mem.data_offset(b, slab, i * size));
-                self.mem.swcc.persist_line_unfenced(Site::FreeMarks, block.as_ptr());
-            }
-        }
+        debug_assert!(size % crate::coherence::flush::LINE == 0, "reduced-model classes are whole lines");
+        let first = self.mem.block(self.mem.data_offset(b, slab, 0)).as_ptr();
+        // SAFETY: `slab` is sized to `info` and ours (T3, before any block is handed out): its
+        // `blocks` blocks of `size` bytes (a multiple of 8) start at `first`, which is
+        // slab-aligned, inside its mapped data.
+        unsafe {
+            self.mem.swcc.store_and_persist_strided_unfenced(Site::FreeMarks, first, size, info.blocks as usize, mark)
+        };
     }
 
     /// Limited and no-HWcc models: before `slab` (with free blocks) can be taken by another
