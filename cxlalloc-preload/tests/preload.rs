@@ -193,3 +193,11 @@ fn a_forked_child_of_a_shared_heap_shares_its_parents_blocks_and_gets_huge_block
     assert_eq!(reports.iter().filter(|r| r.contains(" 1 refused")).count(), 1, "{err}");
     assert_eq!(reports.iter().filter(|r| r.contains(" 0 refused")).count(), 1, "{err}");
 }
+
+#[test]
+fn children_forked_while_threads_allocate_free_those_threads_blocks_and_allocate_without_hanging() {
+    // Four slots for six threads: some share the spare slot, under its lock, at every fork.
+    let err = passes(&run(&["forkbusy", "5", "6"], &[("CXLALLOC_SLOTS", "4")]), "forkbusy");
+    // The parent and its six children each report.
+    assert_eq!(err.lines().filter(|l| l.starts_with("cxlalloc: heap anonymous")).count(), 7, "{err}");
+}

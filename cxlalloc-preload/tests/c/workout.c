@@ -18,11 +18,17 @@
  *   workout sharedfork               a forked child of a shared heap: it sees its parent's
  *                                    blocks (and its writes reach the parent), and its own huge
  *                                    requests are served
+ *   workout forkbusy THREADS CHILDREN  forks CHILDREN children one after another while THREADS
+ *                                    threads allocate and free (huge blocks too): each child
+ *                                    frees the blocks those threads left, allocates its own,
+ *                                    and must finish within 10 s (no lock left held by a
+ *                                    thread that the fork did not copy)
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -317,6 +323,85 @@ static int forks(int children) {
   return 0;
 }
 
+/* ---- fork while other threads allocate -------------------------------------------------- */
+
+enum { BUSY_MAX = 64, BUSY_KEPT = 40 };
+static unsigned char *busy_kept[BUSY_MAX][BUSY_KEPT];
+static size_t busy_kept_n[BUSY_MAX][BUSY_KEPT];
+static volatile int busy_stop;
+static volatile int busy_ready;
+
+/* Keeps BUSY_KEPT blocks (filled, then left alone), then allocates and frees until told to
+   stop: small, large and huge blocks, through malloc, calloc and realloc. */
+static void *busy(void *arg) {
+  int t = (int)(intptr_t)arg;
+  uint64_t s = (uint64_t)t * 7919 + 1;
+  for (int i = 0; i < BUSY_KEPT; i++) {
+    busy_kept_n[t][i] = i % 10 == 0 ? (size_t)(1 << 20) + 4096 : pick_size(&s);
+    busy_kept[t][i] = malloc(busy_kept_n[t][i]);
+    CHECK(busy_kept[t][i] != NULL, "busy thread %d: malloc", t);
+    fill(busy_kept[t][i], busy_kept_n[t][i], 5);
+  }
+  __atomic_add_fetch(&busy_ready, 1, __ATOMIC_SEQ_CST);
+  while (!busy_stop) {
+    size_t n = rng(&s) % 16 == 0 ? (2 << 20) + rng(&s) % 8192 : pick_size(&s);
+    unsigned char *p = rng(&s) % 2 ? malloc(n) : calloc(1, n);
+    CHECK(p != NULL, "busy thread %d: allocation of %zu", t, n);
+    size_t head = n < 4096 ? n : 4096;
+    fill_all(p, head, 6);
+    unsigned char *q = realloc(p, n / 2 + 1);
+    size_t kept = head < n / 2 + 1 ? head : n / 2 + 1;
+    CHECK(q != NULL && intact_all(q, kept, 6), "busy thread %d: realloc of %zu kept the bytes", t, n);
+    free(q);
+  }
+  return NULL;
+}
+
+static int fork_busy(int threads, int children) {
+  CHECK(threads > 0 && threads <= BUSY_MAX, "1..%d threads", BUSY_MAX);
+  /* Bounded: a child or parent stuck on a lock the fork copied held dies here instead. */
+  alarm(60);
+  pthread_t th[BUSY_MAX];
+  for (int t = 0; t < threads; t++) CHECK(pthread_create(&th[t], NULL, busy, (void *)(intptr_t)t) == 0, "thread");
+  while (__atomic_load_n(&busy_ready, __ATOMIC_SEQ_CST) < threads) usleep(100);
+  for (int c = 0; c < children; c++) {
+    usleep(500 + (c * 331) % 2000);
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+      alarm(10);
+      /* The blocks the threads kept (threads that do not exist here): checked and freed. */
+      for (int t = 0; t < threads; t++)
+        for (int i = 0; i < BUSY_KEPT; i++) {
+          CHECK(intact(busy_kept[t][i], busy_kept_n[t][i], 5), "child %d: block %d of thread %d", c, i, t);
+          free(busy_kept[t][i]);
+        }
+      uint64_t cs = (uint64_t)c + 4242;
+      for (int i = 0; i < 200; i++) {
+        size_t m = i % 20 == 0 ? (3 << 20) + 1 : pick_size(&cs);
+        unsigned char *p = malloc(m);
+        CHECK(p != NULL, "child %d: malloc(%zu)", c, m);
+        fill(p, m, 7);
+        CHECK(intact(p, m, 7), "child %d: own block", c);
+        free(p);
+      }
+      exit(0);
+    }
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %d ended with status %#x (SIGALRM = %d: stuck)", c, st,
+          SIGALRM);
+  }
+  busy_stop = 1;
+  for (int t = 0; t < threads; t++) pthread_join(th[t], NULL);
+  for (int t = 0; t < threads; t++)
+    for (int i = 0; i < BUSY_KEPT; i++) {
+      CHECK(intact(busy_kept[t][i], busy_kept_n[t][i], 5), "parent: block %d of thread %d changed by a child", i, t);
+      free(busy_kept[t][i]);
+    }
+  return 0;
+}
+
 /* ---- huge blocks ------------------------------------------------------------------------ */
 
 static int huge(void) {
@@ -496,7 +581,7 @@ static int exhaust(void) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: workout api|threads N ROUNDS|fork N|exhaust|huge|trim|sharedfork\n");
+    fprintf(stderr, "usage: workout api|threads N ROUNDS|fork N|exhaust|huge|trim|sharedfork|forkbusy N C\n");
     return 2;
   }
   int r;
@@ -508,6 +593,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(argv[1], "callocreuse")) r = calloc_reuse();
   else if (!strcmp(argv[1], "trim")) r = trim();
   else if (!strcmp(argv[1], "sharedfork")) r = shared_fork();
+  else if (!strcmp(argv[1], "forkbusy") && argc == 4) r = fork_busy(atoi(argv[2]), atoi(argv[3]));
   else {
     fprintf(stderr, "workout: unknown mode %s\n", argv[1]);
     return 2;

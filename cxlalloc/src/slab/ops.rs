@@ -125,14 +125,11 @@ fn new_mark(secret: u64, b: Bracket, slab: Slab, generation: u32) -> u64 {
 }
 
 /// Why a located block failed its range checks (kept out of line: only bad input gets here).
-/// Class 0 is a slab losing its class under the locate (T7, a claim or an abandon zero the
-/// class, then the size; the locate read the size first): as for size 0, no block of it is
-/// allocated, which a double free racing the slab's last free meets.
 #[cold]
-fn bad_block(b: Bracket, block: u32, blocks: u32, class: u32) -> FreeError {
+fn bad_block(b: Bracket, block: u32, blocks: u32) -> FreeError {
     if blocks as usize > 64 * b.bitset_words() {
         FreeError::Corrupt("descriptor block count out of range")
-    } else if block >= blocks || class == 0 {
+    } else if block >= blocks {
         FreeError::NotAllocated
     } else {
         FreeError::Corrupt("descriptor class out of range")
@@ -602,7 +599,7 @@ impl<'a> SlabThread<'a> {
             || blocks as usize > 64 * b.bitset_words()
             || class.wrapping_sub(1) as usize >= b.class_count()
         {
-            return Err(bad_block(b, block, blocks, class));
+            return Err(bad_block(b, block, blocks));
         }
         Ok(Located { bracket: b, slab, desc, class, size, blocks, block, offset })
     }
