@@ -129,6 +129,29 @@ impl LazyMap {
     }
 }
 
+/// One bracket's slab geometry as the full model's quick free reads it (docs/design.md §4.5),
+/// copied into each thread's view by [`HeapMem::quick_geometry`]: fields private, so that a
+/// descriptor address is only ever formed from a mapping's own array.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QuickGeometry {
+    /// Address of the bracket's first slab data byte.
+    start: usize,
+    /// Bytes of the bracket's slab data.
+    size: usize,
+    /// Address of the bracket's local descriptor array.
+    local: usize,
+}
+
+impl QuickGeometry {
+    /// Offset of `ptr` into the bracket's slab data, if it lies there.
+    #[inline(always)]
+    pub(crate) fn rel(&self, ptr: *const u8) -> Option<usize> {
+        // Wrapping: a pointer below the data becomes a huge offset that the size refuses.
+        let rel = (ptr as usize).wrapping_sub(self.start);
+        (rel < self.size).then_some(rel)
+    }
+}
+
 /// Absolute addresses of one bracket's arrays in this process, precomputed for the fast paths.
 #[derive(Clone, Copy, Debug, Default)]
 struct Arrays {
@@ -679,6 +702,31 @@ impl HeapMem {
         // SAFETY: slab < length ≤ capacity, so the word is inside the remote array; it is mapped
         // (eagerly or by the fault handler, which maps any slab below the length) and 8-aligned.
         unsafe { &*(addr as *const AtomicU64) }
+    }
+
+    /// Bracket `b`'s geometry for the full model's quick free (docs/design.md §4.5): fixed for
+    /// the life of the mapping, so a thread copies it once and its frees do not wait for a
+    /// load of this struct before the loads of the descriptor.
+    pub(crate) fn quick_geometry(&self, b: Bracket) -> QuickGeometry {
+        let a = &self.arrays[b as usize];
+        QuickGeometry { start: self.base() as usize + a.data.offset, size: a.data.size, local: a.local }
+    }
+
+    /// The local descriptor of `slab` of bracket `b`, addressed through `g` (this heap's
+    /// [`HeapMem::quick_geometry`] of `b`) instead of this struct: as [`HeapMem::desc`].
+    #[inline(always)]
+    pub(crate) fn desc_quick(&self, g: &QuickGeometry, b: Bracket, slab: Slab) -> Descriptor<'_> {
+        debug_assert_eq!(g.local, self.arrays[b as usize].local);
+        let p = g.local + slab.0 as usize * b.descriptor_size();
+        // SAFETY: as in `desc`: `g.local` is bracket `b`'s local array of this mapping (the
+        // only constructor, `quick_geometry`, copies it), and the caller's `slab` is below the
+        // length it knows of.
+        unsafe {
+            Descriptor {
+                head: &*(p as *const DescriptorHead),
+                bits: std::slice::from_raw_parts((p + 64) as *const AtomicU64, b.bitset_words()),
+            }
+        }
     }
 
     /// The local descriptor of `slab`.

@@ -20,7 +20,7 @@ use crate::coherence::hwcc::{Hw, McasPort};
 use crate::coherence::Site;
 use crate::crash::crash_point;
 use crate::error::{AllocError, FreeError};
-use crate::mem::{HeapMem, Slab};
+use crate::mem::{HeapMem, QuickGeometry, Slab};
 use crate::persist::descriptor::Descriptor;
 use crate::persist::record::{Current, CurrentId, Harvest, RemoteBatch, ThreadRecord};
 use crate::persist::redo::{Op, Pending, Redo};
@@ -97,6 +97,10 @@ pub(crate) struct SlabThread<'a> {
     /// path: `me()` in the full model, none (`u64::MAX`) in the reduced models, so that one
     /// compare decides both ownership and model ([`SlabThread::free`]).
     local_owner: u64,
+    /// Each bracket's data and descriptor array, copied from `mem` (fixed for the mapping's
+    /// life): the quick free locates its block from these without first loading `mem`, one
+    /// load off the chain that its checks wait on (docs/design.md §4.5).
+    quick: [QuickGeometry; 2],
     /// When each batch entry was last used (this thread's remote-free count then): a free of a
     /// slab no entry names applies the least recently used one. Boxed (see `port`).
     batch_used: Box<[AtomicU64; RemoteBatch::ENTRIES]>,
@@ -180,6 +184,7 @@ impl<'a> SlabThread<'a> {
             marks_free: batching,
             line_granular: batching,
             local_owner: if batching { u64::MAX } else { u64::from(slot) + 1 },
+            quick: Bracket::ALL.map(|b| mem.quick_geometry(b)),
             batch_used,
             // Full until the first pop: a thread that has taken nothing from the global list is
             // not churning slabs through it.
@@ -656,17 +661,11 @@ impl<'a> SlabThread<'a> {
         if self.batching {
             return self.free_general(ptr);
         }
-        // Wrapping: a pointer below the base becomes a huge offset that no data span contains.
-        let offset = (ptr as usize).wrapping_sub(self.mem.base() as usize);
-        let small = self.mem.data_span(Bracket::Small);
-        let rel = offset.wrapping_sub(small.offset);
-        if rel < small.size {
-            return self.free_quick(Bracket::Small, ptr, offset, rel);
+        if let Some(rel) = self.quick[Bracket::Small as usize].rel(ptr) {
+            return self.free_quick(Bracket::Small, ptr, rel);
         }
-        let large = self.mem.data_span(Bracket::Large);
-        let rel = offset.wrapping_sub(large.offset);
-        if rel < large.size {
-            return self.free_quick(Bracket::Large, ptr, offset, rel);
+        if let Some(rel) = self.quick[Bracket::Large as usize].rel(ptr) {
+            return self.free_quick(Bracket::Large, ptr, rel);
         }
         // Outside both brackets' data: foreign, or a huge block (the caller's next try).
         Err(FreeError::ForeignPointer)
@@ -683,14 +682,13 @@ impl<'a> SlabThread<'a> {
         }
     }
 
-    /// Full model: the quick local free of the block at `ptr` (heap offset `offset`, `rel` into
-    /// bracket `b`'s data), or its hand-over to the remote path, or the general path for
+    /// Full model: the quick local free of the block at `ptr` (`rel` into bracket `b`'s data), or its hand-over to the remote path, or the general path for
     /// anything else. Checks what [`SlabThread::locate_in`] and the local free check — a
     /// known slab, a sized one, the start of a block below the slab's count, a class in range,
     /// our own slab, the block's mark (a mailbox or a counted free), the cached word's bit, the
     /// bitset's bit — and stores only once all have passed.
     #[inline(always)]
-    fn free_quick(&self, b: Bracket, ptr: *const u8, offset: usize, rel: usize) -> Result<(), FreeError> {
+    fn free_quick(&self, b: Bracket, ptr: *const u8, rel: usize) -> Result<(), FreeError> {
         let mem = self.mem;
         let shift = b.slab_shift();
         let index = (rel >> shift) as u32;
@@ -698,7 +696,7 @@ impl<'a> SlabThread<'a> {
         let Some(slab) = mem.known_slab(b, index) else {
             return self.free_general_in(b, ptr);
         };
-        let d = mem.desc(b, slab);
+        let d = mem.desc_quick(&self.quick[b as usize], b, slab);
         let size = d.head.size.load(Ordering::Relaxed);
         let class = d.head.class.load(Ordering::Relaxed);
         let blocks = d.head.blocks.load(Ordering::Relaxed);
@@ -719,6 +717,7 @@ impl<'a> SlabThread<'a> {
         if u64::from(owner) != self.local_owner {
             // Under full coherence the block just located is what a remote free would locate
             // again: hand it over (one copy per bracket, each folding its geometry).
+            let offset = mem.data_span(b).offset + rel;
             return match b {
                 Bracket::Small => self.free_remote_small(slab, class, block, offset),
                 Bracket::Large => self.free_remote_large(slab, class, block, offset),
