@@ -5,7 +5,7 @@
 //! of the calling process's own domain ([`domain`]), from its `/proc`; which holders those are
 //! is the host table's business (docs/design.md §8.6).
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 
 use crate::word::Holder;
 
@@ -67,9 +67,9 @@ pub(crate) fn fingerprint(boot_id: &str, machine_id: &str, pid_ns: &str) -> u64 
 pub(crate) fn domain() -> u64 {
     // The pid is stored after the value (Release) and read before it (Acquire), so a matching
     // pid guarantees the value beside it; two threads that race both compute the same value.
-    static CACHED_PID: AtomicU32 = AtomicU32::new(0);
+    static CACHED_PID: AtomicU64 = AtomicU64::new(0);
     static CACHED: AtomicU64 = AtomicU64::new(0);
-    let pid = std::process::id();
+    let pid = u64::from(std::process::id());
     if CACHED_PID.load(Ordering::Acquire) == pid {
         return CACHED.load(Ordering::Relaxed);
     }
