@@ -152,6 +152,12 @@ typedef struct cxl_config {
      *  pages back to the system (a hole punched in /dev/shm; device and anonymous heaps keep
      *  theirs). Zero keeps them, for a heap whose live set never shrinks. Default 1. */
     int return_pages;
+    /** This host's number in a pod, 0 ..= 7, by which a process leases the requesters of a
+     *  no-HWcc heap's mCAS window (required for a window carved in a device that several
+     *  kernels share). Negative (the default, -1): none, CXLALLOC_HOST's if set. Giving both
+     *  and having them differ, or a number above 7, is CXL_EINVAL; a number another kernel
+     *  holds in the window is CXL_EINVAL too, the message naming both kernels. */
+    int32_t host;
 } cxl_config_t;
 
 /* ------------------------------------------------------------------------------------------ */

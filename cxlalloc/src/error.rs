@@ -65,6 +65,28 @@ pub enum OpenError {
     /// host number (`CXLALLOC_HOST`, docs/design.md §9.2) to lease its requesters by.
     #[error("host number: {0}")]
     HostNumber(String),
+    /// Another kernel holds this host number in the heap's mCAS window: two hosts of a pod were
+    /// given one number, and their requesters would collide (docs/design.md §9.2). Give this
+    /// host another number; if the claimant's kernel is gone (it crashed, or rebooted, with the
+    /// heap open), an operator frees its claim with [`crate::Heap::free_host_number`]
+    /// (`cxlalloc free-host-number DEVICE NUMBER:KERNEL`).
+    #[error(
+        "host number {number} is claimed by another kernel ({claimant:#018x}, host {claimant_name:?}, claimed at \
+         Unix second {since}); this kernel is {kernel:#018x}: every host of a pod needs its own number. If that \
+         kernel is down, free its claim with `cxlalloc free-host-number DEVICE {number}:{claimant:#x}`"
+    )]
+    HostNumberTaken {
+        /// The host number.
+        number: u32,
+        /// The fingerprint of the kernel that holds it (its boot id, hashed).
+        claimant: u64,
+        /// The name its host wrote with the claim (advice).
+        claimant_name: String,
+        /// Wall-clock second of the claim (advice).
+        since: u64,
+        /// This process's kernel fingerprint.
+        kernel: u64,
+    },
     /// A heap name breaks the grammar of [`crate::Heap::check_name`], or a path given to a
     /// `*_at` function has no usable final component.
     #[error("invalid heap name {name:?}: {reason}")]
@@ -427,7 +449,7 @@ impl From<&OpenError> for ErrorCode {
             OpenError::InvalidConfig(_) => ErrorCode::InvalidArgument,
             OpenError::Map(_) | OpenError::TooManyHeaps(_) => ErrorCode::OutOfMemory,
             OpenError::Mcas(_) => ErrorCode::Io,
-            OpenError::HostNumber(_) => ErrorCode::InvalidArgument,
+            OpenError::HostNumber(_) | OpenError::HostNumberTaken { .. } => ErrorCode::InvalidArgument,
             OpenError::InvalidName { .. } => ErrorCode::InvalidArgument,
             OpenError::PermissionDenied { .. } | OpenError::MixedPermissions { .. } => ErrorCode::PermissionDenied,
             OpenError::ForeignRegion { .. } => ErrorCode::BadHeap,

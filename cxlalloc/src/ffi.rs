@@ -76,6 +76,9 @@ pub struct CxlConfig {
     pub mode: u32,
     /// [`Config::return_pages`]; any non-zero value is true.
     pub return_pages: c_int,
+    /// [`Config::host`]: this host's number in a pod, `0 ..= 7`; any negative value (the
+    /// default, -1) for none (then `CXLALLOC_HOST`'s, if set).
+    pub host: i32,
 }
 
 // Pinned to the header's `cxl_config_t` (the C test asserts the same numbers).
@@ -92,6 +95,7 @@ const _: () = assert!(std::mem::offset_of!(CxlConfig, commit_on_grow) == 36);
 const _: () = assert!(std::mem::offset_of!(CxlConfig, huge_capacity) == 40);
 const _: () = assert!(std::mem::offset_of!(CxlConfig, mode) == 52);
 const _: () = assert!(std::mem::offset_of!(CxlConfig, return_pages) == 56);
+const _: () = assert!(std::mem::offset_of!(CxlConfig, host) == 60);
 
 // C shares one heap handle between threads; the wrappers inherit Send/Sync from the Rust types.
 const _: fn() = || {
@@ -116,6 +120,8 @@ impl From<&Config> for CxlConfig {
             recovery: c_int::from(c.recovery),
             mode: c.mode,
             return_pages: c_int::from(c.return_pages),
+            // A number too big for an i32 is no host number: validation refuses it either way.
+            host: c.host.map_or(-1, |h| i32::try_from(h).unwrap_or(i32::MAX)),
         }
     }
 }
@@ -139,6 +145,7 @@ impl CxlConfig {
             // C creates window-backed no-HWcc heaps; device-backed ones open like any other.
             mcas_device: None,
             mode: if self.mode == 0 { crate::layout::DEFAULT_MODE } else { self.mode },
+            host: u32::try_from(self.host).ok(),
         })
     }
 }

@@ -16,6 +16,7 @@
 //! declaring a host dead declares every live entry of its domain dead.
 
 use crate::coherence::hwcc::{Hw, McasPort};
+pub(crate) use crate::identity::{name_of, name_words};
 use crate::persist::shared::HostEntry;
 use crate::protocol::host as protocol;
 use crate::protocol::HwWord;
@@ -165,27 +166,6 @@ impl<'a> HostTable<'a> {
             })
             .collect()
     }
-}
-
-/// `name`, cut to 32 bytes (at a character boundary), as four little-endian words.
-pub(crate) fn name_words(name: &str) -> [u64; 4] {
-    let mut end = name.len().min(32);
-    while !name.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut bytes = [0u8; 32];
-    bytes[..end].copy_from_slice(&name.as_bytes()[..end]);
-    std::array::from_fn(|i| {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&bytes[i * 8..i * 8 + 8]);
-        u64::from_le_bytes(w)
-    })
-}
-
-/// The name that [`name_words`] stored (up to its first zero byte; invalid UTF-8 replaced).
-pub(crate) fn name_of(words: [u64; 4]) -> String {
-    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).take_while(|&b| b != 0).collect();
-    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 #[cfg(test)]

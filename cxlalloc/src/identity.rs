@@ -85,6 +85,56 @@ pub(crate) fn domain() -> u64 {
     domain
 }
 
+/// The fingerprint of the running kernel: its boot id (`/proc/sys/kernel/random/boot_id`),
+/// hashed as [`fingerprint`] hashes it, never 0. Two processes share it exactly when their byte
+/// locks on a file see each other (one kernel, one boot); the mCAS window's host-number claims
+/// record it (docs/design.md §9.2). A forked child may [`pretend_kernel`] to be another (tests).
+pub(crate) fn kernel() -> u64 {
+    // Relaxed: set once by a test before the process opens any heap.
+    match PRETEND_KERNEL.load(Ordering::Relaxed) {
+        0 => kernel_of(&std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default()),
+        fake => fake,
+    }
+}
+
+/// The kernel fingerprint of boot id `boot_id` (surrounding white space ignored): never 0, which
+/// marks a free claim.
+pub(crate) fn kernel_of(boot_id: &str) -> u64 {
+    fnv1a(boot_id.trim().as_bytes(), 0xcbf2_9ce4_8422_2325).max(1)
+}
+
+/// A kernel fingerprint this process uses instead of its kernel's (0: none).
+static PRETEND_KERNEL: AtomicU64 = AtomicU64::new(0);
+
+/// Tests only: makes this process report kernel fingerprint [`kernel_of`]`(boot_id)` instead of
+/// its kernel's, so that a forked child plays a host with another kernel (whose byte locks,
+/// on a real pod, would not see this kernel's). Production code never calls it.
+pub(crate) fn pretend_kernel(boot_id: &str) {
+    PRETEND_KERNEL.store(kernel_of(boot_id), Ordering::Relaxed);
+}
+
+/// `name`, cut to 32 bytes (at a character boundary), as four little-endian words: a host's
+/// name as the host table and the mCAS window's claims keep it (advice).
+pub(crate) fn name_words(name: &str) -> [u64; 4] {
+    let mut end = name.len().min(32);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut bytes = [0u8; 32];
+    bytes[..end].copy_from_slice(&name.as_bytes()[..end]);
+    std::array::from_fn(|i| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&bytes[i * 8..i * 8 + 8]);
+        u64::from_le_bytes(w)
+    })
+}
+
+/// The name that [`name_words`] stored (up to its first zero byte; invalid UTF-8 replaced).
+pub(crate) fn name_of(words: [u64; 4]) -> String {
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).take_while(|&b| b != 0).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 /// This machine's name (`uname -n`), for the host table's advice.
 pub(crate) fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
@@ -138,6 +188,13 @@ mod tests {
         assert_ne!(fingerprint("ab", "c", "d"), fingerprint("a", "bc", "d"));
         assert_ne!(fingerprint("b", "m", "pid:[1]"), fingerprint("b", "m", "pid:[2]"));
         assert_eq!(fingerprint("b", "m", "pid:[1]"), fingerprint("b", "m", "pid:[1]"));
+    }
+
+    #[test]
+    fn a_kernel_fingerprint_ignores_white_space_and_is_never_zero() {
+        assert_eq!(kernel_of("abc\n"), kernel_of("abc"));
+        assert_ne!(kernel_of("abc"), kernel_of("abd"));
+        assert_ne!(kernel_of(""), 0);
     }
 
     #[test]

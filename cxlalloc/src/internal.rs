@@ -13,7 +13,7 @@
 //! // a heap and read a thread record at an unchecked index, far outside the mapping.
 //! use cxlalloc::{backing::anon::AnonBacking, layout::Header, mem::HeapMem, Config};
 //! let header = Header::new(&Config::with_capacity(32 << 20), 1);
-//! let mem = HeapMem::map(header, Box::new(AnonBacking)).unwrap();
+//! let mem = HeapMem::map(header, Box::new(AnonBacking), None).unwrap();
 //! let _dangling = mem.record(u32::MAX / 4);
 //! ```
 //!
@@ -76,9 +76,22 @@ mod not_loom {
     pub mod mcas {
         pub use crate::mcas::mmio::has_movdir64b;
         pub use crate::mcas::{
-            answer::ANSWER_TIMEOUT, window::HEADER_WAIT, Answer, Device, DeviceSpec, Geometry, Link, McasClient,
-            McasError, MmioError, SpecError, Window, WindowError,
+            answer::ANSWER_TIMEOUT, window::HEADER_WAIT, Answer, Device, DeviceSpec, Geometry, HostClaim, Link,
+            McasClient, McasError, MmioError, SpecError, Window, WindowError,
         };
+
+        /// Tests only: this process reports the kernel fingerprint of boot id `boot_id` instead
+        /// of its kernel's, so that a forked child plays a host of another kernel when it
+        /// claims a host number in a window (docs/design.md §9.2). Call it before opening a heap.
+        pub fn pretend_kernel(boot_id: &str) {
+            crate::identity::pretend_kernel(boot_id);
+        }
+
+        /// The fingerprint of this process's kernel, as a window's host-number claims record it
+        /// (its boot id, hashed), or the one [`pretend_kernel`] set.
+        pub fn kernel() -> u64 {
+            crate::identity::kernel()
+        }
 
         /// The software mCAS device (what `cxlalloc-mcasd` runs).
         pub mod device {

@@ -146,6 +146,29 @@ pub struct Config {
     /// owner and group (a process of another user that may change them: root); see
     /// [`crate::Heap::create_at`].
     pub mode: u32,
+    /// This host's number in a pod (`0 ..= 7`), by which a process leases the requesters of a
+    /// no-HWcc heap's mCAS window (docs/design.md §9.2): required for a window carved in a
+    /// device that several kernels share, used if given for a window in a heap directory.
+    /// `None` (the default): the `CXLALLOC_HOST` environment variable's, if set; giving both is
+    /// an error unless they agree ([`OpenError::HostNumber`]). A property of the opening
+    /// process, not of the heap: not in the header, not compared by openers. Used by
+    /// [`crate::Heap::create_at`], [`crate::Heap::open_or_create_at`] and
+    /// [`crate::Heap::format_device`] (and their by-name forms); [`crate::Heap::open_device_as`]
+    /// takes it alone.
+    pub host: Option<u32>,
+}
+
+/// Host numbers an operator may give the hosts of a pod ([`Config::host`], `CXLALLOC_HOST`,
+/// docs/design.md §9.2): host `h` owns its own share of the process requesters of every heap's
+/// mCAS window.
+pub const HOST_NUMBERS: u32 = 8;
+
+/// Checks a host number ([`Config::host`]): below [`HOST_NUMBERS`].
+pub(crate) fn check_host_number(h: u32) -> Result<(), OpenError> {
+    if h >= HOST_NUMBERS {
+        return Err(OpenError::HostNumber(format!("host number {h}: a host number is 0 ..= {}", HOST_NUMBERS - 1)));
+    }
+    Ok(())
 }
 
 /// The default [`Config::mode`]: read and write for the creating user only.
@@ -183,6 +206,7 @@ impl Default for Config {
             return_pages: true,
             mcas_device: None,
             mode: DEFAULT_MODE,
+            host: None,
         }
     }
 }
@@ -231,6 +255,9 @@ impl Config {
             ));
         }
         check_mode(self.mode).map_err(OpenError::InvalidConfig)?;
+        if let Some(h) = self.host {
+            check_host_number(h)?;
+        }
         if self.mcas_device.is_some() && self.coherence != Coherence::NoHwcc {
             return bad(format!("an mCAS device serves only coherence = none, not {}", self.coherence.name()));
         }
@@ -424,6 +451,7 @@ impl Header {
             return_pages: self.flags & FLAG_RETURN_PAGES != 0,
             mcas_device: None,
             mode: self.mode,
+            host: None,
         }
     }
 

@@ -217,8 +217,10 @@ unsafe impl Sync for HeapMem {}
 impl HeapMem {
     /// Maps a heap described by `header` from `backing` and registers the calling process's
     /// host in its host table when it can. For a fresh anonymous heap, writes the header into the mapping.
-    pub(crate) fn map(header: Header, backing: Box<dyn Backing>) -> Result<Self, OpenError> {
-        let mut mem = Self::map_regions(header, backing)?;
+    /// `host` is the host number the configuration gives (`Config::host`), used (with
+    /// `CXLALLOC_HOST`) to lease a no-HWcc heap's mCAS requesters (docs/design.md §9.2).
+    pub(crate) fn map(header: Header, backing: Box<dyn Backing>, host: Option<u32>) -> Result<Self, OpenError> {
+        let mut mem = Self::map_regions(header, backing, host)?;
         if mem.mcas.as_ref().is_some_and(|hub| hub.served().is_err()) {
             // No huge heap without full coherence: nothing below needs the host yet.
             return Ok(mem);
@@ -239,7 +241,7 @@ impl HeapMem {
         Ok(mem)
     }
 
-    fn map_regions(header: Header, backing: Box<dyn Backing>) -> Result<Self, OpenError> {
+    fn map_regions(header: Header, backing: Box<dyn Backing>, host: Option<u32>) -> Result<Self, OpenError> {
         // The holder is known once the host table is mapped (see `map`).
         let holder = 0;
         let layout = Layout::from_header(&header);
@@ -319,7 +321,7 @@ impl HeapMem {
             }
         }
         mem.lazy = Some(mem.lazy_map());
-        mem.mcas = mem.connect_mcas()?;
+        mem.mcas = mem.connect_mcas(host)?;
         for b in Bracket::ALL {
             let len = mem.refresh_length(b);
             mem.ensure_mapped(b, len).map_err(OpenError::Map)?;
@@ -368,7 +370,7 @@ impl HeapMem {
 
     /// No-HWcc model: connects to the mCAS window or device that holds the HWcc regions just
     /// mapped.
-    fn connect_mcas(&self) -> Result<Option<McasHub>, OpenError> {
+    fn connect_mcas(&self, host: Option<u32>) -> Result<Option<McasHub>, OpenError> {
         let Some(home) = self.backing.mcas_home() else {
             return match self.coherence {
                 Coherence::NoHwcc => Err(OpenError::Mcas("a no-HWcc heap needs a heap directory".into())),
@@ -378,8 +380,15 @@ impl HeapMem {
         let hwcc = [RegionId::Shared, RegionId::Claims, RegionId::Remote].map(|r| self.layout.region(r));
         let targets = Targets::new(hwcc.map(|s| (self.addr(s.offset) as usize, s.size)));
         let geometry = window_geometry(self.layout.slots, hwcc.iter().map(|s| s.size as u64).sum());
-        McasHub::open(&home, geometry, targets).map(Some).map_err(|e| match e {
+        McasHub::open(&home, geometry, targets, host).map(Some).map_err(|e| match e {
             HubError::HostNumber(why) => OpenError::HostNumber(why),
+            HubError::HostTaken { number, holder, kernel } => OpenError::HostNumberTaken {
+                number,
+                claimant: holder.kernel,
+                claimant_name: holder.name,
+                since: holder.since,
+                kernel,
+            },
             e => OpenError::Mcas(e.to_string()),
         })
     }

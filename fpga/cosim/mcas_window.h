@@ -71,7 +71,11 @@ struct mcas_header {
   uint64_t server_pid;   /* serving process or 0; claimed and released by compare-and-swap */
   /* Offset 32, outside this struct: the software device's parked word (1 while it sleeps on it as
    * a futex). A client of the software device that rings a doorbell and finds it 1 swaps it to 0
-   * and wakes the device (FUTEX_WAKE); mcas-cosim never parks and leaves it 0. */
+   * and wakes the device (FUTEX_WAKE); mcas-cosim never parks and leaves it 0.
+   * Offset 40: the heap whose HWcc regions the window holds (0: none). Offset 1024: eight
+   * 64-byte host-number claims of cxlalloc's clients (word 0: the claiming kernel's
+   * fingerprint, 0 = free; docs/design.md section 9.2): mcas-cosim ignores them, the software
+   * device parks only briefly while a kernel other than its own holds one. */
 };
 
 /* spwr area, one per requester; written by the client only. */

@@ -266,6 +266,19 @@ fn zero(file: &File, path: &Path, regular: bool, offset: u64, len: u64) -> Resul
     Ok(())
 }
 
+/// Gives the plain file standing in for a device the heap's mode (`Config::mode`), whatever
+/// its mode was and whatever the umask, as a heap directory's files get it (docs/design.md
+/// §2.4): the file is the heap's only file. Nothing to do if it has the mode already; a file
+/// of another user is refused ([`OpenError::PermissionDenied`]) unless it has the mode.
+fn apply_mode(file: &File, path: &Path, mode: u32) -> Result<(), OpenError> {
+    use std::os::unix::fs::PermissionsExt;
+    let now = file.metadata().map_err(|e| sys("stat", path, e))?.permissions().mode() & 0o7777;
+    if now == mode {
+        return Ok(());
+    }
+    file.set_permissions(std::fs::Permissions::from_mode(mode)).map_err(|e| sys("chmod", path, e))
+}
+
 /// Reads the header page of the device through a mapping.
 fn read_header_page(file: &File, path: &Path) -> Result<Vec<u8>, OpenError> {
     let m = memmap2::MmapOptions::new().len(HEADER_BYTES).map_raw_read_only(file).map_err(|e| OpenError::Io {
@@ -395,6 +408,11 @@ impl DeviceBacking {
             });
         }
         check_window_unit(path, &carving, &probe)?;
+        if probe.regular {
+            // Before anything is written: a device this user may not give the heap's mode is
+            // refused whole.
+            apply_mode(&file, path, header.mode)?;
+        }
         let page = map(&file, path, 0, HEADER_BYTES as u64)?;
         // SAFETY: the mapping holds HEADER_BYTES writable bytes, ours until dropped.
         unsafe { std::ptr::write_bytes(page.as_mut_ptr(), 0, HEADER_BYTES) };

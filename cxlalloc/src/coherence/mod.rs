@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub(crate) use crate::layout::Coherence;
-use crate::mcas::{Device, DeviceSpec, Geometry, Link, McasError, Window};
+use crate::mcas::{Device, DeviceSpec, Geometry, HostClaim, Link, McasError, Window};
 use flush::Instructions;
 use hwcc::{McasPort, Targets};
 
@@ -41,9 +41,11 @@ use hwcc::{McasPort, Targets};
 /// the heap open, for the lease operations that run before a thread holds a slot.
 pub const PROCESS_REQUESTERS: u32 = 32;
 
-/// Host numbers an operator may give the hosts of a pod ([`HOST_ENV`], docs/design.md §9.2):
-/// host `h` owns process requesters `h * REQUESTERS_PER_HOST ..` of every heap's window.
-pub const HOST_NUMBERS: u32 = 8;
+/// Host `h` owns process requesters `h * REQUESTERS_PER_HOST ..` of every heap's window.
+pub use crate::layout::HOST_NUMBERS;
+
+// The window keeps a claim for every host number.
+const _: () = assert!(HOST_NUMBERS == crate::mcas::window::HOST_CLAIMS);
 
 /// Process requesters of each host number: the processes of one host that may have one heap
 /// open at once.
@@ -391,6 +393,36 @@ pub(crate) struct McasHub {
     /// The window is carved in a heap device (docs/design.md §2.4), which hosts with other
     /// kernels share: its server may run on another host, whose pid this one cannot judge.
     shared_device: bool,
+    /// The host-number claim this process holds in the window (docs/design.md §9.2), if it
+    /// leased under a host number: released when the last process of this kernel closes.
+    claim: Option<Claim>,
+}
+
+/// A host number's claim in a window, as one process of the claiming kernel holds it: a shared
+/// byte lock on the number's guard byte of the lock file (the process's open file description,
+/// `McasHub::_lock`) for as long as the process has the heap open.
+#[derive(Debug)]
+struct Claim {
+    window: Arc<Window>,
+    number: u32,
+    kernel: u64,
+    /// The guard byte: every process of this kernel using the number holds a read lock on it;
+    /// a closer that can turn its own into a write lock is the last, and frees the claim.
+    guard: u32,
+}
+
+impl Drop for McasHub {
+    fn drop(&mut self) {
+        // The last process of this kernel using the number frees its claim, while holding the
+        // guard's write lock, so no opener of this kernel (which takes a read lock on the guard
+        // before it looks at the claim) can find the claim its own and then lose it. A process
+        // that dies holding the number leaves the claim to its kernel (docs/design.md §9.2).
+        if let Some(c) = &self.claim {
+            if lock_byte(&self._lock, c.guard, LockKind::TryWrite) {
+                c.window.release_host(c.number, c.kernel);
+            }
+        }
+    }
 }
 
 /// Why a process could not connect to a heap's mCAS window or device.
@@ -408,10 +440,47 @@ pub(crate) enum HubError {
     /// The host number is missing where the window is shared by kernels, or is malformed.
     #[error("{0}")]
     HostNumber(String),
+    /// Another kernel holds this host number's claim in the window: two hosts were given one
+    /// number.
+    #[error("host number {number} is claimed by another kernel")]
+    HostTaken {
+        /// The number.
+        number: u32,
+        /// Who holds it.
+        holder: HostClaim,
+        /// This process's kernel.
+        kernel: u64,
+    },
+}
+
+/// The host number a process leases under: the one its heap configuration gives
+/// (`Config::host`) or [`HOST_ENV`]'s; both may be given only if they agree.
+pub(crate) fn host_number(configured: Option<u32>) -> Result<Option<u32>, HubError> {
+    agree(configured, env_host_number()?)
+}
+
+/// The configured number and the environment's, merged: one of them, or both when equal.
+fn agree(configured: Option<u32>, env: Option<u32>) -> Result<Option<u32>, HubError> {
+    match (configured, env) {
+        (Some(c), Some(e)) if c != e => Err(HubError::HostNumber(format!(
+            "the heap configuration gives host number {c} and {HOST_ENV}={e}: give one, or the same in both"
+        ))),
+        (Some(h), _) | (None, Some(h)) => in_range(h).map(Some),
+        (None, None) => Ok(None),
+    }
+}
+
+/// `h`, if it is a host number (below [`HOST_NUMBERS`]).
+fn in_range(h: u32) -> Result<u32, HubError> {
+    if h < HOST_NUMBERS {
+        Ok(h)
+    } else {
+        Err(HubError::HostNumber(format!("host number {h}: a host number is 0 ..= {}", HOST_NUMBERS - 1)))
+    }
 }
 
 /// This host's number from [`HOST_ENV`]: `None` when unset.
-pub(crate) fn host_number() -> Result<Option<u32>, HubError> {
+fn env_host_number() -> Result<Option<u32>, HubError> {
     match std::env::var(HOST_ENV) {
         Err(std::env::VarError::NotPresent) => Ok(None),
         Ok(v) => parse_host_number(&v).map(Some),
@@ -455,7 +524,17 @@ fn host_for(home: &McasHome, host: Option<u32>) -> Result<Option<u32>, HubError>
 impl McasHub {
     /// Connects to `home`, which must fit `geometry` (requesters, target bytes), and leases a
     /// process requester. `targets` maps this process's HWcc regions into the target area.
-    pub(crate) fn open(home: &McasHome, geometry: Geometry, targets: Targets) -> Result<Self, HubError> {
+    /// `host` is the configured host number (`Config::host`), merged with [`HOST_ENV`].
+    ///
+    /// Under a host number, a window's process then holds the number's claim in the window
+    /// (docs/design.md §9.2): the first process of its kernel takes it, later ones find it their
+    /// kernel's, and a process of another kernel is refused ([`HubError::HostTaken`]).
+    pub(crate) fn open(
+        home: &McasHome,
+        geometry: Geometry,
+        targets: Targets,
+        host: Option<u32>,
+    ) -> Result<Self, HubError> {
         let link = match home {
             McasHome::Window(path) => {
                 let window = Window::open(path).map_err(|e| HubError::Window(e.to_string()))?;
@@ -499,12 +578,20 @@ impl McasHub {
                 Link::Device(Arc::new(Device::open(spec).map_err(|e| HubError::Window(e.to_string()))?))
             }
         };
-        let host = host_for(home, host_number()?)?;
+        let host = host_for(home, host_number(host)?)?;
         let (index, lock) =
             lease_process_requester(home.lock_file(), geometry.slots - PROCESS_REQUESTERS, requester_range(host))?;
+        let claim = match (&link, host) {
+            (Link::Window(window), Some(number)) => {
+                Some(claim_host_number(window, &lock, guard_byte(geometry, number), number)?)
+            }
+            // A hardware device has no window header to claim in; its description lies in a
+            // heap directory, which one kernel uses.
+            _ => None,
+        };
         let process = McasPort::new(link.clone(), index, targets)?;
         let shared_device = matches!(home, McasHome::DeviceWindow { .. });
-        Ok(Self { link, targets, process, _lock: lock, shared_device })
+        Ok(Self { link, targets, process, _lock: lock, shared_device, claim })
     }
 
     /// The port of thread slot `slot`'s requester.
@@ -527,6 +614,61 @@ impl McasHub {
             Link::Window(w) if self.shared_device && w.server().load(crate::sync::Ordering::Acquire) != 0 => Ok(()),
             Link::Window(w) if w.served_by().is_none() => Err(w.path().display().to_string()),
             _ => Ok(()),
+        }
+    }
+}
+
+/// The guard byte of host number `number` in the lock file: past every requester's byte.
+fn guard_byte(geometry: Geometry, number: u32) -> u32 {
+    geometry.slots + number
+}
+
+/// Takes (or finds this kernel's) host number `number`'s claim in `window`, holding a read lock
+/// on its guard byte of `lock` first: a closer of this kernel frees the claim only under the
+/// guard's write lock, so a claim found to be this kernel's stays so while the lock is held.
+fn claim_host_number(window: &Arc<Window>, lock: &std::fs::File, guard: u32, number: u32) -> Result<Claim, HubError> {
+    if !lock_byte(lock, guard, LockKind::WaitRead) {
+        return Err(HubError::Window(format!("{}: cannot lock the guard of host number {number}", window.path().display())));
+    }
+    let kernel = crate::identity::kernel();
+    match window.claim_host(number, kernel, crate::identity::name_words(&crate::identity::host_name())) {
+        Ok(_) => Ok(Claim { window: window.clone(), number, kernel, guard }),
+        Err(holder) => Err(HubError::HostTaken { number, holder, kernel }),
+    }
+}
+
+/// How [`lock_byte`] locks.
+#[derive(Clone, Copy)]
+enum LockKind {
+    /// A shared lock, waiting while another open file description holds a write lock (only
+    /// ever for the moment of a claim's release).
+    WaitRead,
+    /// An exclusive lock, at once or not at all.
+    TryWrite,
+}
+
+/// Locks byte `at` of `file` with an open-file-description lock: true once held.
+fn lock_byte(file: &std::fs::File, at: u32, kind: LockKind) -> bool {
+    let l_type = match kind {
+        LockKind::WaitRead => libc::F_RDLCK,
+        LockKind::TryWrite => libc::F_WRLCK,
+    };
+    let lock = libc::flock {
+        l_type: l_type as i16,
+        l_whence: libc::SEEK_SET as i16,
+        l_start: i64::from(at),
+        l_len: 1,
+        l_pid: 0,
+    };
+    loop {
+        let r = match kind {
+            LockKind::WaitRead => nix::fcntl::fcntl(file, nix::fcntl::FcntlArg::F_OFD_SETLKW(&lock)),
+            LockKind::TryWrite => nix::fcntl::fcntl(file, nix::fcntl::FcntlArg::F_OFD_SETLK(&lock)),
+        };
+        match r {
+            Ok(_) => return true,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return false,
         }
     }
 }

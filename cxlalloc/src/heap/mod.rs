@@ -13,7 +13,7 @@ use crate::error::{AdoptError, AttachError, MaintenanceError, OffsetError, OpenE
 use crate::host::DeclareError;
 use crate::huge;
 use crate::identity;
-use crate::layout::{Config, Header, Span};
+use crate::layout::{check_host_number, Config, Header, Span};
 use crate::mcas::DeviceSpec;
 use crate::mem::HeapMem;
 use crate::offset::Offset;
@@ -217,7 +217,7 @@ impl Heap {
             None => None,
         };
         let backing = FileBacking::create(path, &header, device)?;
-        Self::from_mem(HeapMem::map(header, Box::new(backing))?)
+        Self::from_mem(HeapMem::map(header, Box::new(backing), config.host)?)
     }
 
     /// Opens the heap in directory `path`: the directory once (not following a symbolic link),
@@ -226,15 +226,25 @@ impl Heap {
     /// ([`OpenError::MixedPermissions`]), a region file of another heap
     /// ([`OpenError::ForeignRegion`]).
     pub fn open_at(path: &Path) -> Result<Self, OpenError> {
+        Self::open_at_as(path, None)
+    }
+
+    /// [`Heap::open_at`] as host number `host` ([`Config::host`]).
+    fn open_at_as(path: &Path, host: Option<u32>) -> Result<Self, OpenError> {
         let (backing, header) = FileBacking::open(path)?;
-        Self::from_mem(HeapMem::map(header, Box::new(backing))?)
+        Self::from_mem(HeapMem::map(header, Box::new(backing), host)?)
     }
 
     /// Opens the heap in `path`, creating it with `config` if absent; see [`Heap::open_or_create`].
+    /// [`Config::host`] applies to either.
     pub fn open_or_create_at(path: &Path, config: &Config) -> Result<Self, OpenError> {
-        let heap = match Self::open_at(path) {
+        if let Some(h) = config.host {
+            // Checked before anything is opened.
+            check_host_number(h)?;
+        }
+        let heap = match Self::open_at_as(path, config.host) {
             Err(OpenError::NotFound(_)) => match Self::create_at(path, config) {
-                Err(OpenError::AlreadyExists(_)) => Self::open_at(path)?,
+                Err(OpenError::AlreadyExists(_)) => Self::open_at_as(path, config.host)?,
                 other => other?,
             },
             other => other?,
@@ -271,7 +281,7 @@ impl Heap {
         }
         let header = Header::new(config, random_secret()).with_heap_id(random_secret() | 1);
         DeviceBacking::format(path, &header)?;
-        Self::open_device(path)
+        Self::open_device_with(path, config.host)
     }
 
     /// Opens the heap on the device at `path` (see [`Heap::format_device`]). The header is
@@ -281,8 +291,55 @@ impl Heap {
     /// carving this build does not make, [`OpenError::Truncated`] for a device shorter than
     /// the carving.
     pub fn open_device(path: &Path) -> Result<Self, OpenError> {
+        Self::open_device_with(path, None)
+    }
+
+    /// [`Heap::open_device`] as host number `host` of the pod ([`Config::host`], docs/design.md
+    /// §9.2), which a no-HWcc heap's mCAS window in a device needs: instead of `CXLALLOC_HOST`,
+    /// or agreeing with it ([`OpenError::HostNumber`] when they differ, or for a number not in
+    /// `0 ..= 7`). [`OpenError::HostNumberTaken`] when a process of another kernel holds the
+    /// number.
+    pub fn open_device_as(path: &Path, host: u32) -> Result<Self, OpenError> {
+        check_host_number(host)?;
+        Self::open_device_with(path, Some(host))
+    }
+
+    fn open_device_with(path: &Path, host: Option<u32>) -> Result<Self, OpenError> {
         let (backing, header) = DeviceBacking::open(path)?;
-        Self::from_mem(HeapMem::map(header, Box::new(backing))?)
+        Self::from_mem(HeapMem::map(header, Box::new(backing), host)?)
+    }
+
+    /// Frees host number `number`'s claim in the mCAS window of the no-HWcc heap device at
+    /// `path`, held by the kernel whose fingerprint is `claimant` (as
+    /// [`OpenError::HostNumberTaken`] names it): the operator's act once that kernel is known
+    /// to be down (it crashed, or rebooted, while a process of it had the heap open; a host
+    /// whose last process closes frees its claim itself). Run it from any host, the rebooted
+    /// one included: it needs no host number and touches nothing but the claim (docs/design.md
+    /// §9.2). Returns whether it freed the claim: `false` when the number is free (already
+    /// freed: a repeated run). Refused ([`OpenError::HostNumber`]) when the number is held by
+    /// another kernel than `claimant` (claimed again since the operator read it) or by this
+    /// process's own kernel (whose processes may still use it), and for a device without a
+    /// window.
+    pub fn free_host_number(path: &Path, number: u32, claimant: u64) -> Result<bool, OpenError> {
+        check_host_number(number)?;
+        let window = DeviceBacking::window(path)?;
+        if claimant == identity::kernel() {
+            return Err(OpenError::HostNumber(format!(
+                "host number {number}: {claimant:#018x} is this process's own kernel, whose processes may use it \
+                 (its last process to close frees it)"
+            )));
+        }
+        if window.release_host(number, claimant) {
+            return Ok(true);
+        }
+        match window.host_claim(number) {
+            None => Ok(false),
+            Some(c) => Err(OpenError::HostNumber(format!(
+                "host number {number} is claimed by kernel {:#018x} (host {:?}), not {claimant:#018x}: claimed \
+                 again since? nothing freed",
+                c.kernel, c.name
+            ))),
+        }
     }
 
     /// Bytes a device must have to hold a heap with `config` (what [`Heap::format_device`]
@@ -302,7 +359,7 @@ impl Heap {
     pub fn anonymous(config: &Config) -> Result<Self, OpenError> {
         config.validate()?;
         let header = Header::new(config, random_secret());
-        Self::from_mem(HeapMem::map(header, Box::new(AnonBacking))?)
+        Self::from_mem(HeapMem::map(header, Box::new(AnonBacking), None)?)
     }
 
     pub(crate) fn mem(&self) -> &HeapMem {

@@ -27,7 +27,16 @@ pub(crate) const PARK_AFTER: Duration = Duration::from_micros(20);
 
 /// Longest park: a client that never wakes the device (one written before the parked word,
 /// such as `fpga/cosim/test_client.c`) is answered at most this late, and `stop` is seen.
-const PARK_TIMEOUT: Duration = Duration::from_millis(1);
+pub(crate) const PARK_TIMEOUT: Duration = Duration::from_millis(1);
+
+/// Longest park while a kernel other than the device's own holds a host number in the window
+/// (`Window::claimed_by_other_kernels`, docs/design.md §9.2): that kernel's clients ring
+/// doorbells in the shared window, but their futex wake reaches only waiters of their own
+/// kernel, so the device wakes by itself this often to look. Their request then waits this
+/// long at most (plus the kernel's timer slack) after the device parked, where a long park
+/// would keep it [`PARK_TIMEOUT`]; the cost is one futex timeout per period on the serving
+/// host while it is idle, far from the CPU a spinning device would take.
+pub(crate) const BRIEF_PARK_TIMEOUT: Duration = Duration::from_micros(50);
 
 /// The paper's measured mCAS latency at one thread (p50), for calibrated runs.
 pub const PAPER_MCAS_LATENCY: Duration = Duration::from_nanos(2300);
@@ -103,6 +112,21 @@ pub struct Served {
     pub conflicts: u64,
     /// Of which refused with an error code.
     pub errors: u64,
+    /// Parks of up to [`PARK_TIMEOUT`]: no other kernel held a host number.
+    pub long_parks: u64,
+    /// Parks of up to [`BRIEF_PARK_TIMEOUT`]: another kernel's clients could not have woken a
+    /// long one.
+    pub brief_parks: u64,
+}
+
+/// How long the device may park on `window` now, as a process of kernel `kernel`: briefly
+/// while another kernel holds a host number in it, else up to [`PARK_TIMEOUT`].
+pub(crate) fn park_timeout(window: &Window, kernel: u64) -> Duration {
+    if window.claimed_by_other_kernels(kernel) {
+        BRIEF_PARK_TIMEOUT
+    } else {
+        PARK_TIMEOUT
+    }
 }
 
 /// Claims the window for this process; `Err` if a live process serves it.
@@ -131,9 +155,9 @@ struct Request {
     requester: u64,
 }
 
-/// Sleeps on the window's parked word unless a doorbell rings meanwhile; at most
-/// [`PARK_TIMEOUT`].
-fn park(window: &Window, slots: u32) {
+/// Sleeps on the window's parked word unless a doorbell rings meanwhile; at most `timeout`
+/// ([`park_timeout`]).
+fn park(window: &Window, slots: u32, timeout: Duration) {
     let parked = window.parked();
     parked.store(1, Ordering::Relaxed);
     // SeqCst: pairs with the client's fence between its doorbell and its look at the parked
@@ -144,7 +168,7 @@ fn park(window: &Window, slots: u32) {
             != window.sprd(slot, sprd::DONE_SEQ).load(Ordering::Relaxed)
     });
     if !rung {
-        crate::mcas::window::futex_wait(parked, 1, PARK_TIMEOUT);
+        crate::mcas::window::futex_wait(parked, 1, timeout);
     }
     // Relaxed: the flag only says whether a doorbell must wake us; the next scan reads the
     // doorbells with Acquire.
@@ -155,6 +179,7 @@ fn park(window: &Window, slots: u32) {
 /// `latency` first. Answers what is pending when `stop` is seen, then releases the window.
 pub fn serve(window: &Window, latency: Duration, stop: &AtomicBool) -> Result<Served, DeviceError> {
     let me = claim(window)?;
+    let kernel = crate::identity::kernel();
     let slots = window.geometry().slots;
     let mut served = Served::default();
     let mut idle_since: Option<Instant> = None;
@@ -162,7 +187,14 @@ pub fn serve(window: &Window, latency: Duration, stop: &AtomicBool) -> Result<Se
     loop {
         let stopping = stop.load(Ordering::Relaxed);
         if !stopping && idle_since.is_some_and(|t| t.elapsed() >= PARK_AFTER) {
-            park(window, slots);
+            // Decided at each park: a host of another kernel may claim a number at any time.
+            let timeout = park_timeout(window, kernel);
+            if timeout == PARK_TIMEOUT {
+                served.long_parks += 1;
+            } else {
+                served.brief_parks += 1;
+            }
+            park(window, slots, timeout);
             idle_since = None;
         }
         batch.clear();

@@ -27,4 +27,4 @@ pub use answer::{Answer, McasError};
 pub use client::{Link, McasClient};
 pub use mmio::Device;
 pub use spec::{DeviceSpec, MmioError, SpecError};
-pub use window::{Geometry, Window, WindowError};
+pub use window::{Geometry, HostClaim, Window, WindowError};

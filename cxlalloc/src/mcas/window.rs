@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use memmap2::MmapRaw;
 
+use crate::identity::name_of;
 use crate::sync::{AtomicU64, Ordering};
 
 /// The header's magic, stored last by the creator.
@@ -126,6 +127,33 @@ const H_PARKED: u64 = 32;
 /// The identity (`Header::heap_id`) of the heap whose HWcc regions the window holds, written
 /// by the heap's creator before the heap becomes visible; 0 for a window of no heap.
 const H_OWNER: u64 = 40;
+/// The host-number claims (docs/design.md §9.2): [`HOST_CLAIMS`] lines of [`CLAIM_BYTES`] from
+/// here, one per host number. Word 0 of a line is the claiming kernel's fingerprint
+/// (`identity::kernel`, 0 = free), CASed by clients with CPU atomics, as the server word is
+/// claimed: the software device serves this window only where its memory is coherent among the
+/// hosts that map it, since requests and answers cross hosts through it the same way. Word 1
+/// is the wall-clock second of the claim, words 2..6 the claiming host's name (advice, written
+/// by the claimant after its CAS; a reader tolerates a stale or half-written name). Zero in a
+/// window written before claims existed: every number free.
+const H_CLAIMS: u64 = 1024;
+/// Host numbers the window keeps claims for.
+pub(crate) const HOST_CLAIMS: u32 = 8;
+/// Bytes of one claim: its own cache line, since each is CASed by another host.
+const CLAIM_BYTES: u64 = 64;
+
+const _: () = assert!(H_CLAIMS + HOST_CLAIMS as u64 * CLAIM_BYTES <= HEADER_BYTES);
+const _: () = assert!(H_CLAIMS >= H_OWNER + 8);
+
+/// Who holds a host number's claim in a window ([`Window::claim_host`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostClaim {
+    /// The claiming kernel's fingerprint (`identity::kernel`).
+    pub kernel: u64,
+    /// Wall-clock second of the claim (advice).
+    pub since: u64,
+    /// The claiming host's name, as it wrote it (advice).
+    pub name: String,
+}
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WindowError + '_ {
     move |source| WindowError::Io { path: path.to_path_buf(), source }
@@ -330,6 +358,75 @@ impl Window {
     pub(crate) fn server(&self) -> &AtomicU64 {
         self.word(H_SERVER_PID)
     }
+
+    /// Word `i` of host number `number`'s claim (`number < HOST_CLAIMS`, `i < 8`).
+    fn claim_word(&self, number: u32, i: u64) -> &AtomicU64 {
+        debug_assert!(number < HOST_CLAIMS && i < CLAIM_BYTES / 8);
+        self.word(H_CLAIMS + u64::from(number % HOST_CLAIMS) * CLAIM_BYTES + 8 * i)
+    }
+
+    /// Claims host number `number` for kernel `kernel` (never 0), or finds it claimed by that
+    /// kernel already (a sibling process, or one of this kernel that died holding it): `Ok(true)`
+    /// when this call took a free claim (and wrote `name` and the time into it), `Ok(false)`
+    /// when the kernel held it. `Err` names the other kernel that holds it.
+    pub(crate) fn claim_host(&self, number: u32, kernel: u64, name: [u64; 4]) -> Result<bool, HostClaim> {
+        if number >= HOST_CLAIMS {
+            return Err(HostClaim { kernel: 0, since: 0, name: format!("no host number {number}") });
+        }
+        // AcqRel: the claim is ordered before its advice stores, and after the release that
+        // freed it (`release_host`); Acquire on failure: the holder's advice is read after.
+        match self.claim_word(number, 0).compare_exchange(0, kernel, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                // Relaxed: advice, see H_CLAIMS.
+                self.claim_word(number, 1).store(now_secs(), Ordering::Relaxed);
+                for (i, w) in name.into_iter().enumerate() {
+                    self.claim_word(number, 2 + i as u64).store(w, Ordering::Relaxed);
+                }
+                Ok(true)
+            }
+            Err(seen) if seen == kernel => Ok(false),
+            Err(_) => Err(self.host_claim(number).unwrap_or(HostClaim { kernel: 0, since: 0, name: String::new() })),
+        }
+    }
+
+    /// Frees host number `number`'s claim if kernel `kernel` holds it: false if another kernel
+    /// does, or nobody. The caller has made sure that no process of `kernel` uses the number
+    /// any more (the last one closing, or an operator who knows the kernel is down).
+    pub(crate) fn release_host(&self, number: u32, kernel: u64) -> bool {
+        // Release: whatever the holder did under the claim happens before the next claimant's
+        // claim (pairs with the AcqRel of `claim_host`). A CAS from the named kernel, never a
+        // store: an operator acting on a stale read must not free a claim taken since.
+        number < HOST_CLAIMS
+            && kernel != 0
+            && self.claim_word(number, 0).compare_exchange(kernel, 0, Ordering::Release, Ordering::Relaxed).is_ok()
+    }
+
+    /// Who holds host number `number`'s claim: `None` when it is free.
+    pub fn host_claim(&self, number: u32) -> Option<HostClaim> {
+        if number >= HOST_CLAIMS {
+            return None;
+        }
+        // Acquire: pairs with the claim's AcqRel (the advice below is the claimant's or later).
+        let kernel = self.claim_word(number, 0).load(Ordering::Acquire);
+        (kernel != 0).then(|| {
+            // Relaxed: advice.
+            let name = std::array::from_fn(|i| self.claim_word(number, 2 + i as u64).load(Ordering::Relaxed));
+            HostClaim { kernel, since: self.claim_word(number, 1).load(Ordering::Relaxed), name: name_of(name) }
+        })
+    }
+
+    /// Whether a kernel other than `kernel` holds a host number: clients of another kernel may
+    /// use the window, and their doorbells cannot wake a server parked on this kernel's futex.
+    pub(crate) fn claimed_by_other_kernels(&self, kernel: u64) -> bool {
+        // Relaxed: a hint for how long the device parks; a claim seen late costs at most one
+        // long park.
+        (0..HOST_CLAIMS).any(|n| matches!(self.claim_word(n, 0).load(Ordering::Relaxed), k if k != 0 && k != kernel))
+    }
+}
+
+/// Wall-clock seconds now (Unix time); 0 if the clock is before 1970.
+fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// The futex address of `word`: its low half (x86 is little-endian).

@@ -35,6 +35,7 @@ _Static_assert(offsetof(cxl_config_t, commit_on_grow) == 36, "cxl_config_t.commi
 _Static_assert(offsetof(cxl_config_t, huge_capacity) == 40, "cxl_config_t.huge_capacity");
 _Static_assert(offsetof(cxl_config_t, mode) == 52, "cxl_config_t.mode");
 _Static_assert(offsetof(cxl_config_t, return_pages) == 56, "cxl_config_t.return_pages");
+_Static_assert(offsetof(cxl_config_t, host) == 60, "cxl_config_t.host");
 _Static_assert(sizeof(cxl_host_info_t) == 64, "cxl_host_info_t size");
 _Static_assert(offsetof(cxl_host_info_t, domain) == 8, "cxl_host_info_t.domain");
 _Static_assert(offsetof(cxl_host_info_t, name) == 24, "cxl_host_info_t.name");

@@ -250,6 +250,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Free host number NUMBER's claim in the mCAS window of a no-HWcc heap device, held by
+    /// the kernel KERNEL (as the refusal of a second host with that number names it): only once
+    /// that kernel is known to be down (it crashed or rebooted with the heap open; a host whose
+    /// last process closes frees its number itself). Needs no host number: run it on any host,
+    /// the rebooted one included.
+    FreeHostNumber {
+        /// The heap device.
+        device: PathBuf,
+        /// NUMBER:KERNEL, the kernel's fingerprint in hexadecimal (e.g. 2:5c1e0f0a3b2d4e61).
+        #[arg(value_name = "NUMBER:KERNEL", value_parser = parse_number_ref)]
+        claim: (u32, u64),
+    },
     /// Remove a heap (processes that have it open keep using it). A heap on a device is not
     /// removed: format the device again.
     Unlink {
@@ -378,6 +390,16 @@ fn parse_host_ref(s: &str) -> Result<(u16, u64), String> {
     let id = id.parse::<u16>().map_err(|_| usage())?;
     let domain = u64::from_str_radix(domain, 16).map_err(|_| usage())?;
     Ok((id, domain))
+}
+
+/// A host number's claim as `cxlalloc free-host-number` takes it: NUMBER:KERNEL, the kernel in
+/// hexadecimal (an `0x` prefix allowed).
+fn parse_number_ref(s: &str) -> Result<(u32, u64), String> {
+    let usage = || format!("{s:?}: name the claim as NUMBER:KERNEL, as the refusal names it (e.g. 2:0x5c1e0f0a3b2d4e61)");
+    let (number, kernel) = s.split_once(':').ok_or_else(usage)?;
+    let number = number.parse::<u32>().map_err(|_| usage())?;
+    let kernel = u64::from_str_radix(kernel.trim_start_matches("0x"), 16).map_err(|_| usage())?;
+    Ok((number, kernel))
 }
 
 /// One line about a host: its name, whether it is this one, its heartbeat.
@@ -1017,6 +1039,13 @@ fn run(cli: Cli, out: &mut Out) -> Result<ExitCode, Error> {
         Command::Check { heap, json } => return check(out, &heap, json),
         Command::Stats { heap, json } => stats(out, &heap, json)?,
         Command::Recover { heap, host, json } => recover(out, &heap, host, json)?,
+        Command::FreeHostNumber { device, claim: (number, kernel) } => {
+            if Heap::free_host_number(&device, number, kernel).map_err(Error::Open)? {
+                out.line(format_args!("freed host number {number} (kernel {kernel:#018x})"))?;
+            } else {
+                out.line(format_args!("host number {number} was free"))?;
+            }
+        }
         Command::Unlink { heap } => match (&heap.device, &heap.at, &heap.name) {
             (Some(dev), _, _) => {
                 return Err(Error::Open(OpenError::NotADevice {
