@@ -14,7 +14,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use common::{fork_child, serial, Ctx, Pipe, CHILD_DEADLINE};
+use common::{fork_child, fork_code, serial, Ctx, Pipe, CHILD_DEADLINE};
 use cxlalloc::{Bracket, Coherence, Config, Heap, Offset, OpenError};
 use nix::sys::wait::WaitStatus;
 
@@ -474,4 +474,227 @@ fn formatting_again_gives_a_fresh_heap() {
     let r = heap.check();
     assert!(r.is_clean(), "{r}");
     assert_eq!(r.bracket(Bracket::Small).live_blocks(), 0);
+}
+
+// --- Host numbers of a pod (docs/design.md §9.2) ------------------------------------------------
+//
+// Two kernels do not see each other's byte locks, so a window shared by kernels keeps a claim per
+// host number naming the claiming kernel (its boot id, hashed). One machine has one kernel: a
+// forked child that calls `pretend_kernel` plays a host of another (its byte locks still meet
+// this kernel's, which only makes it lease a different requester of the number's share; what is
+// tested is the claim).
+
+/// A no-HWcc heap device, formatted and left closed (no claim held).
+fn no_hwcc_device(tag: &str) -> DevFile {
+    let config = Config { coherence: Coherence::NoHwcc, huge_capacity: 0, thread_slots: 8, ..config() };
+    let dev = DevFile::sized_for(tag, &config);
+    drop(Heap::format_device(dev.path(), &Config { host: Some(0), ..config }).unwrap());
+    dev
+}
+
+/// Runs `body` in a child that plays the host of kernel `boot_id` (None: this kernel), with no
+/// `CXLALLOC_HOST`; waits for it to exit 0.
+fn as_kernel(what: &str, boot_id: Option<&str>, body: impl FnOnce() -> Result<(), String>) {
+    let mut child = fork_child(what, || {
+        std::env::remove_var(cxlalloc::internal::HOST_ENV);
+        if let Some(b) = boot_id {
+            cxlalloc::internal::mcas::pretend_kernel(b);
+        }
+        body()
+    });
+    child.succeeds();
+}
+
+/// The fingerprint a window records for boot id `b`, as a child that pretends it computes it.
+fn kernel_of(b: &str) -> u64 {
+    let pipe = Pipe::new();
+    let mut child = fork_code("kernel fingerprint", || {
+        cxlalloc::internal::mcas::pretend_kernel(b);
+        pipe.send_u64(cxlalloc::internal::mcas::kernel());
+        0
+    });
+    child.succeeds();
+    pipe.recv_u64(CHILD_DEADLINE).expect("the child's fingerprint")
+}
+
+#[test]
+fn a_second_kernel_given_a_host_number_another_kernel_holds_is_refused_naming_both() {
+    let _g = serial();
+    let dev = no_hwcc_device("dup-host");
+    let me = cxlalloc::internal::mcas::kernel();
+    let other = kernel_of("another-boot");
+    // This kernel holds host number 0 while the heap is open here.
+    let heap = Heap::open_device_as(dev.path(), 0).unwrap();
+    let path = dev.path().to_path_buf();
+    as_kernel("second kernel with number 0", Some("another-boot"), || match Heap::open_device_as(&path, 0) {
+        Err(e @ OpenError::HostNumberTaken { number: 0, claimant, kernel, .. }) if claimant == me && kernel == other => {
+            let msg = e.to_string();
+            let names_both = msg.contains(&format!("{me:#018x}")) && msg.contains(&format!("{other:#018x}"));
+            if names_both {
+                Ok(())
+            } else {
+                Err(format!("the refusal does not name both kernels: {msg}"))
+            }
+        }
+        Err(e) => Err(format!("refused for another reason: {e:?}")),
+        Ok(_) => Err("a second kernel opened the heap with a host number this kernel holds".into()),
+    });
+    // The same kernel under another number is let in, and its threads run through the window.
+    let device = common::Device::serve_device(dev.path(), Duration::ZERO);
+    as_kernel("second kernel with number 1", Some("another-boot"), || {
+        let heap = Heap::open_device_as(&path, 1).ctx("open as host 1")?;
+        let t = heap.attach().ctx("attach")?;
+        let b = t.alloc(64).ctx("alloc")?;
+        t.free(b).ctx("free")
+    });
+    drop(device);
+    drop(heap);
+}
+
+#[test]
+fn a_host_number_is_freed_when_the_last_process_of_its_kernel_closes() {
+    let _g = serial();
+    let dev = no_hwcc_device("host-freed");
+    let path = dev.path().to_path_buf();
+    let first = Heap::open_device_as(dev.path(), 0).unwrap();
+    let second = Heap::open_device_as(dev.path(), 0).unwrap();
+    drop(first);
+    // One process of this kernel still has it: still this kernel's.
+    as_kernel("other kernel while one process remains", Some("another-boot"), || {
+        match Heap::open_device_as(&path, 0) {
+            Err(OpenError::HostNumberTaken { .. }) => Ok(()),
+            other => Err(format!("expected HostNumberTaken, got {:?}", other.map(|_| ()))),
+        }
+    });
+    drop(second);
+    as_kernel("other kernel after the last close", Some("another-boot"), || {
+        Heap::open_device_as(&path, 0).map(drop).ctx("open as host 0")
+    });
+}
+
+#[test]
+fn a_killed_holder_leaves_its_number_to_its_kernel_until_an_operator_frees_it() {
+    let _g = serial();
+    let dev = no_hwcc_device("host-stale");
+    let path = dev.path().to_path_buf();
+    let me = cxlalloc::internal::mcas::kernel();
+    // A process of this kernel takes number 0 and is killed with the heap open.
+    let ready = Pipe::new();
+    let mut holder = fork_child("holder", || {
+        std::env::remove_var(cxlalloc::internal::HOST_ENV);
+        let _heap = Heap::open_device_as(&path, 0).ctx("open")?;
+        ready.send_u64(1);
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+    assert_eq!(ready.recv_u64(CHILD_DEADLINE), Some(1), "the holder opened the heap");
+    nix::sys::signal::kill(holder.pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    assert_eq!(holder.killed_by(), nix::sys::signal::Signal::SIGKILL);
+    // A restarted process of the same kernel takes the number again (and closes, freeing it).
+    as_kernel("restarted process of the same kernel", None, || Heap::open_device_as(&path, 0).map(drop).ctx("open"));
+    // Killed again: the claim stays this kernel's, and another kernel cannot judge that.
+    let ready = Pipe::new();
+    let mut holder = fork_child("holder again", || {
+        std::env::remove_var(cxlalloc::internal::HOST_ENV);
+        let _heap = Heap::open_device_as(&path, 0).ctx("open")?;
+        ready.send_u64(1);
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+    assert_eq!(ready.recv_u64(CHILD_DEADLINE), Some(1), "the holder opened the heap");
+    nix::sys::signal::kill(holder.pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    assert_eq!(holder.killed_by(), nix::sys::signal::Signal::SIGKILL);
+    as_kernel("rebooted host, before the operator", Some("rebooted-boot"), || {
+        match Heap::open_device_as(&path, 0) {
+            Err(OpenError::HostNumberTaken { claimant, .. }) if claimant == me => Ok(()),
+            other => Err(format!("expected HostNumberTaken by {me:#x}, got {:?}", other.map(|_| ()))),
+        }
+    });
+    // The operator, on the rebooted host itself, frees it by name: a wrong name frees nothing.
+    as_kernel("operator", Some("rebooted-boot"), || {
+        match Heap::free_host_number(&path, 0, me ^ 1) {
+            Err(OpenError::HostNumber(_)) => {}
+            other => return Err(format!("a claim named wrongly was not refused: {other:?}")),
+        }
+        match Heap::free_host_number(&path, 0, me) {
+            Ok(true) => {}
+            other => return Err(format!("freeing the stale claim: {other:?}")),
+        }
+        match Heap::free_host_number(&path, 0, me) {
+            Ok(false) => Ok(()),
+            other => Err(format!("a repeated free is not a no-op: {other:?}")),
+        }
+    });
+    as_kernel("rebooted host, after the operator", Some("rebooted-boot"), || {
+        Heap::open_device_as(&path, 0).map(drop).ctx("open")
+    });
+}
+
+#[test]
+fn an_operator_cannot_free_its_own_kernels_host_number() {
+    let _g = serial();
+    let dev = no_hwcc_device("host-own");
+    let heap = Heap::open_device_as(dev.path(), 0).unwrap();
+    let me = cxlalloc::internal::mcas::kernel();
+    assert!(matches!(Heap::free_host_number(dev.path(), 0, me), Err(OpenError::HostNumber(_))));
+    drop(heap);
+}
+
+#[test]
+fn a_configured_host_number_opens_a_device_window_without_the_environment() {
+    let _g = serial();
+    let dev = no_hwcc_device("host-config");
+    let path = dev.path().to_path_buf();
+    as_kernel("configured number", None, || {
+        if !matches!(Heap::open_device(&path), Err(OpenError::HostNumber(_))) {
+            return Err("opened without any host number".into());
+        }
+        Heap::open_device_as(&path, 5).map(drop).ctx("open as host 5")
+    });
+}
+
+#[test]
+fn a_configured_host_number_that_differs_from_the_environments_is_refused_naming_both() {
+    let _g = serial();
+    let dev = no_hwcc_device("host-conflict");
+    let path = dev.path().to_path_buf();
+    as_kernel("conflicting numbers", None, || {
+        std::env::set_var(cxlalloc::internal::HOST_ENV, "2");
+        match Heap::open_device_as(&path, 3) {
+            Err(e @ OpenError::HostNumber(_)) => {
+                let msg = e.to_string();
+                if msg.contains(cxlalloc::internal::HOST_ENV) && msg.contains('2') && msg.contains('3') {
+                    Ok(())
+                } else {
+                    Err(format!("the refusal does not name both: {msg}"))
+                }
+            }
+            other => Err(format!("expected HostNumber, got {:?}", other.map(|_| ()))),
+        }?;
+        // The same number in both is no conflict.
+        Heap::open_device_as(&path, 2).map(drop).ctx("open as host 2 with CXLALLOC_HOST=2")
+    });
+}
+
+#[test]
+fn a_host_number_outside_the_pods_range_is_refused() {
+    let dev = no_hwcc_device("host-range");
+    assert!(matches!(Heap::open_device_as(dev.path(), 8), Err(OpenError::HostNumber(_))));
+    let bad = Config { host: Some(8), ..config() };
+    assert!(matches!(bad.validate(), Err(OpenError::HostNumber(_))));
+}
+
+#[test]
+fn formatting_a_plain_file_gives_it_the_heaps_mode_whatever_it_had() {
+    use std::os::unix::fs::PermissionsExt;
+    for (had, mode) in [(0o644, 0o660), (0o600, 0o666), (0o666, 0o600)] {
+        let dev = DevFile::sized_for("mode", &config());
+        std::fs::set_permissions(dev.path(), std::fs::Permissions::from_mode(had)).unwrap();
+        let heap = Heap::format_device(dev.path(), &Config { mode, ..config() }).unwrap();
+        let now = std::fs::metadata(dev.path()).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(now, mode, "a file of mode {had:#o} formatted with mode {mode:#o}");
+        assert_eq!(heap.config().mode, mode);
+    }
 }
