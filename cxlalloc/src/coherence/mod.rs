@@ -753,6 +753,17 @@ mod tests {
     }
 
     #[test]
+    fn a_configured_host_number_and_the_environments_must_agree() {
+        assert_eq!(agree(Some(1), None).ok(), Some(Some(1)));
+        assert_eq!(agree(None, Some(3)).ok(), Some(Some(3)));
+        assert_eq!(agree(Some(2), Some(2)).ok(), Some(Some(2)));
+        assert_eq!(agree(None, None).ok(), Some(None));
+        let err = agree(Some(1), Some(2)).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains(HOST_ENV) && err.contains('1') && err.contains('2'), "names both: {err:?}");
+        assert!(matches!(agree(Some(HOST_NUMBERS), None), Err(HubError::HostNumber(_))));
+    }
+
+    #[test]
     fn a_device_window_is_refused_without_a_host_number() {
         let shared = McasHome::DeviceWindow { path: PathBuf::from("/dev/dax0.0"), offset: 0, len: 4096 };
         let err = host_for(&shared, None).err().map(|e| e.to_string()).unwrap_or_default();

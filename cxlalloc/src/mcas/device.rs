@@ -260,3 +260,60 @@ pub fn serve(window: &Window, latency: Duration, stop: &AtomicBool) -> Result<Se
     let _ = window.server().compare_exchange(me, 0, Ordering::AcqRel, Ordering::Relaxed);
     Ok(served)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mcas::Geometry;
+
+    /// A fresh window file of two requesters (removed at once: the mapping keeps it).
+    fn scratch_window(tag: &str) -> Window {
+        let path = std::env::temp_dir().join(format!("cxlalloc-park-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let window = Window::create_or_open(&path, Geometry { slots: 2, target_bytes: 64 });
+        let _ = std::fs::remove_file(&path);
+        window.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Serves `window` idle for `idle`, then stops: what the device did meanwhile.
+    fn serve_idle(window: &Window, idle: Duration) -> Served {
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let server = s.spawn(|| serve(window, Duration::ZERO, &stop));
+            std::thread::sleep(idle);
+            stop.store(true, Ordering::Relaxed);
+            server.join().map_or_else(|_| panic!("the device panicked"), |r| r.unwrap_or_else(|e| panic!("{e}")))
+        })
+    }
+
+    const NAME: [u64; 4] = [0; 4];
+
+    #[test]
+    #[cfg_attr(miri, ignore = "miri cannot map files or sleep on a futex")]
+    fn the_device_parks_long_while_no_other_kernel_holds_a_host_number() {
+        let window = scratch_window("own");
+        let me = crate::identity::kernel();
+        assert_eq!(park_timeout(&window, me), PARK_TIMEOUT, "no claims");
+        assert_eq!(window.claim_host(3, me, NAME), Ok(true));
+        assert_eq!(park_timeout(&window, me), PARK_TIMEOUT, "a claim of the device's own kernel");
+        let served = serve_idle(&window, Duration::from_millis(30));
+        assert!(served.long_parks > 0 && served.brief_parks == 0, "{served:?}");
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "miri cannot map files or sleep on a futex")]
+    fn the_device_parks_only_briefly_while_another_kernel_holds_a_host_number() {
+        let window = scratch_window("foreign");
+        let me = crate::identity::kernel();
+        let other = crate::identity::kernel_of("another kernel's boot id");
+        assert_eq!(window.claim_host(3, me, NAME), Ok(true));
+        assert_eq!(window.claim_host(5, other, NAME), Ok(true));
+        assert_eq!(park_timeout(&window, me), BRIEF_PARK_TIMEOUT);
+        // Its clients' futex wakes cannot reach this kernel: the device must wake by itself.
+        let served = serve_idle(&window, Duration::from_millis(30));
+        assert!(served.brief_parks > 0 && served.long_parks == 0, "{served:?}");
+        // Once that kernel's host has gone (its claim freed), long parks again.
+        assert!(window.release_host(5, other));
+        assert_eq!(park_timeout(&window, me), PARK_TIMEOUT);
+    }
+}

@@ -467,3 +467,44 @@ pub(crate) fn alive(pid: u64) -> bool {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
         .map_or_else(|e| e == nix::errno::Errno::EPERM, |()| true)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch_window(tag: &str) -> Window {
+        let path = std::env::temp_dir().join(format!("cxlalloc-claims-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let window = Window::create_or_open(&path, Geometry { slots: 2, target_bytes: 64 });
+        let _ = std::fs::remove_file(&path);
+        window.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "miri cannot map files")]
+    fn a_host_number_is_claimed_once_per_kernel_and_refused_to_another() {
+        let w = scratch_window("claim");
+        let name = crate::identity::name_words("guest-a");
+        assert_eq!(w.claim_host(2, 10, name), Ok(true));
+        assert_eq!(w.claim_host(2, 10, [0; 4]), Ok(false), "the same kernel finds it its own");
+        let holder = w.claim_host(2, 11, [0; 4]).err();
+        assert_eq!(holder.as_ref().map(|h| (h.kernel, h.name.as_str())), Some((10, "guest-a")));
+        assert_eq!(w.claim_host(3, 11, [0; 4]), Ok(true), "another number is free");
+        assert!(w.claimed_by_other_kernels(11) && w.claimed_by_other_kernels(10));
+        assert!(w.release_host(3, 11));
+        assert!(!w.claimed_by_other_kernels(10), "only kernel 10's claim is left");
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "miri cannot map files")]
+    fn a_claim_is_released_only_by_the_kernel_it_names() {
+        let w = scratch_window("release");
+        assert_eq!(w.claim_host(1, 10, [0; 4]), Ok(true));
+        assert!(!w.release_host(1, 11), "another kernel's name frees nothing");
+        assert!(w.host_claim(1).is_some());
+        assert!(w.release_host(1, 10));
+        assert_eq!(w.host_claim(1), None);
+        assert!(!w.release_host(1, 10), "a second release finds it free");
+        assert_eq!(w.claim_host(1, 11, [0; 4]), Ok(true), "a freed number is claimed by the next kernel");
+    }
+}
