@@ -15,6 +15,7 @@
 # detectable-CAS models, 24 tests (13 models, 11 negative controls), 93 s (load ~0.1); the
 # fault-handler registry models add 3 tests (2 models, 1 negative control), 1.4 s;
 # the host-table models (docs/design.md §8.6) add 5 tests (2 models, 3 negative controls), 0.4 s;
+# the host-number claim models (docs/design.md §9.2) add 2 tests (1 model, 1 negative control), 0.5 s;
 # the huge-mapping eviction model (docs/design.md §7.4) adds 2 tests (1 model, 1 negative
 # control): 1792 executions at preemption bound 3, 0.24 s;
 # a cold build of loom and its dependencies adds ~40 s.

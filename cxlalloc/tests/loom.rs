@@ -1,7 +1,7 @@
 //! `loom` models of the lock-free protocols in `cxlalloc::protocol` (docs/design.md §4, §5, §13).
 //!
 //! Every model drives the *real* protocol functions (`global_list`, `length`, `remote`, `lease`,
-//! `cached_word`, `hazard`, `detectable`, `registry`, `mailbox`, `host`), which `cxlalloc::sync` compiles against loom's atomics under `--cfg loom`. The
+//! `cached_word`, `hazard`, `detectable`, `registry`, `mailbox`, `host`, `host_number`), which `cxlalloc::sync` compiles against loom's atomics under `--cfg loom`. The
 //! SWcc parts the protocols take as closures (list links, owner fields, bitset counts) are
 //! modelled here with loom atomics, or with `loom::cell::UnsafeCell` where the design says
 //! "written only by the owner": loom then also reports any access to that data which the
@@ -57,6 +57,8 @@
 //! | host_release_by_load_then_store_is_caught (−)  | 3   | 3     | fails      | <0.1 s |
 //! | host_claims_of_two_domains_never_share_an_entry | 3  | none  | 5,286      | 0.24 s |
 //! | host_claim_without_checking_the_domain_is_caught (−) | 3 | 3 | fails     | <0.1 s |
+//! | host_number_two_operators_free_a_dead_kernels_claim_while_two_hosts_claim | 4 | 3 | 3,592 | 0.45 s |
+//! | host_number_free_by_load_then_store_is_caught (−) | 4 | 3   | fails      | <0.1 s |
 //!
 //! Costlier settings measured and not taken: global_list_three_threads unbounded > 600 s;
 //! length unbounded 5,295,890 executions / 199 s; remote_three_blocks unbounded 1,678,988 / 67 s;
@@ -81,7 +83,9 @@ use std::sync::{Arc as StdArc, Mutex as StdMutex};
 use std::time::Instant;
 
 use cxlalloc::internal::protocol::registry::Slot;
-use cxlalloc::internal::protocol::{cached_word, detectable, global_list, host, lease, length, mailbox, remote};
+use cxlalloc::internal::protocol::{
+    cached_word, detectable, global_list, host, host_number, lease, length, mailbox, remote,
+};
 use cxlalloc::internal::word::{Holder, HostWord, Tag, Tagged};
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -2192,4 +2196,104 @@ fn host_claim_without_checking_the_domain_is_caught() {
         })
     }
     check("host_claim_without_checking_the_domain_is_caught", Some(3), || host_claim_model(&Seen::default(), broken));
+}
+
+// ------------------------------------------------------------------------------------------------
+// (k) Host numbers (§9.2): a kernel's claim of a number in the mCAS window, an operator's free
+// ------------------------------------------------------------------------------------------------
+
+/// Kernel fingerprints of the host-number model: A went down holding the number; B and C are
+/// live hosts given the same number (one of them misnumbered).
+const KERNEL_A: u64 = 11;
+const KERNEL_B: u64 = 12;
+const KERNEL_C: u64 = 13;
+
+type FreeNumber = fn(&AtomicU64, u64) -> bool;
+
+fn real_free_number(word: &AtomicU64, kernel: u64) -> bool {
+    host_number::release(&word, kernel)
+}
+
+/// One live host's claim: true if it took the number; while it holds it, no other live host
+/// may (each marks itself inside, then looks at the other: SeqCst, so that of two hosts inside
+/// at once at least one sees the other).
+fn number_claimant(seen: &Seen, word: &AtomicU64, me: u64, inside: &[AtomicUsize; 2], slot: usize) {
+    match host_number::claim(&word, me) {
+        Ok(claimed) => {
+            assert!(claimed, "host-number violation: {me} joined a claim it never took");
+            inside[slot].store(1, Ordering::SeqCst);
+            assert_eq!(inside[1 - slot].load(Ordering::SeqCst), 0, "host-number violation: B and C both hold it");
+            seen.mark(format!("kernel {me} claimed"));
+        }
+        Err(holder) => {
+            assert_ne!(holder, 0, "host-number violation: refused by a free claim");
+            seen.mark(format!("kernel {me} refused while {holder} held it"));
+        }
+    }
+}
+
+/// Kernel A died holding the number. Two operators free A's claim at once (a repeated run),
+/// while hosts B and C, given the same number, each try to claim it once: never both hold it,
+/// and A's claim is freed exactly once.
+fn number_model(seen: &Seen, free: FreeNumber) {
+    let word = Arc::new(AtomicU64::new(KERNEL_A));
+    let inside = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let freed = Arc::new(AtomicUsize::new(0));
+    let ops: Vec<_> = (0..2)
+        .map(|_| {
+            let (word, freed, seen) = (word.clone(), freed.clone(), seen.clone());
+            thread::spawn(move || {
+                if free(&word, KERNEL_A) {
+                    freed.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    seen.mark("an operator found A's claim gone");
+                }
+            })
+        })
+        .collect();
+    let c = {
+        let (word, inside, seen) = (word.clone(), inside.clone(), seen.clone());
+        thread::spawn(move || number_claimant(&seen, &word, KERNEL_C, &inside, 1))
+    };
+    number_claimant(seen, &word, KERNEL_B, &inside, 0);
+    c.join().unwrap();
+    for op in ops {
+        op.join().unwrap();
+    }
+    let freed = freed.load(Ordering::Relaxed);
+    assert!(freed <= 1, "host-number violation: A's claim freed {freed} times");
+}
+
+#[test]
+fn host_number_two_operators_free_a_dead_kernels_claim_while_two_hosts_claim() {
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("host_number_two_operators_free_a_dead_kernels_claim_while_two_hosts_claim", Some(3), move || {
+        number_model(&s, real_free_number)
+    });
+    seen.require(&[
+        "kernel 12 claimed",
+        "kernel 13 claimed",
+        "kernel 12 refused while 13 held it",
+        "kernel 13 refused while 12 held it",
+        "kernel 12 refused while 11 held it",
+        "an operator found A's claim gone",
+    ]);
+}
+
+/// Negative control: freeing by a load and a store. Two operators that both read A's claim both
+/// free it (caught first: freed twice); one that stores late frees whatever claim B took since,
+/// and C then takes the number B holds.
+#[test]
+#[should_panic(expected = "host-number violation")]
+fn host_number_free_by_load_then_store_is_caught() {
+    fn broken(word: &AtomicU64, kernel: u64) -> bool {
+        if word.load(Ordering::Acquire) == kernel {
+            word.store(0, Ordering::Release);
+            true
+        } else {
+            false
+        }
+    }
+    check("host_number_free_by_load_then_store_is_caught", Some(3), || number_model(&Seen::default(), broken));
 }

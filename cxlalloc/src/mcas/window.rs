@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use memmap2::MmapRaw;
 
 use crate::identity::name_of;
+use crate::protocol::host_number;
 use crate::sync::{AtomicU64, Ordering};
 
 /// The header's magic, stored last by the creator.
@@ -373,32 +374,35 @@ impl Window {
         if number >= HOST_CLAIMS {
             return Err(HostClaim { kernel: 0, since: 0, name: format!("no host number {number}") });
         }
-        // AcqRel: the claim is ordered before its advice stores, and after the release that
-        // freed it (`release_host`); Acquire on failure: the holder's advice is read after.
-        match self.claim_word(number, 0).compare_exchange(0, kernel, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => {
-                // Relaxed: advice, see H_CLAIMS.
-                self.claim_word(number, 1).store(now_secs(), Ordering::Relaxed);
-                for (i, w) in name.into_iter().enumerate() {
-                    self.claim_word(number, 2 + i as u64).store(w, Ordering::Relaxed);
+        // A claim freed between the failed CAS and the read of its holder is tried again (a
+        // few times: each retry means a host came and went meanwhile).
+        let mut holder = 0;
+        for _ in 0..4 {
+            match host_number::claim(self.claim_word(number, 0), kernel) {
+                Ok(true) => {
+                    // Relaxed: advice, see H_CLAIMS.
+                    self.claim_word(number, 1).store(now_secs(), Ordering::Relaxed);
+                    for (i, w) in name.into_iter().enumerate() {
+                        self.claim_word(number, 2 + i as u64).store(w, Ordering::Relaxed);
+                    }
+                    return Ok(true);
                 }
-                Ok(true)
+                Ok(false) => return Ok(false),
+                Err(seen) => match self.host_claim(number) {
+                    Some(claim) if claim.kernel != kernel => return Err(claim),
+                    // Freed, or taken by this kernel since: the next CAS says which.
+                    _ => holder = seen,
+                },
             }
-            Err(seen) if seen == kernel => Ok(false),
-            Err(_) => Err(self.host_claim(number).unwrap_or(HostClaim { kernel: 0, since: 0, name: String::new() })),
         }
+        Err(HostClaim { kernel: holder, since: 0, name: String::new() })
     }
 
     /// Frees host number `number`'s claim if kernel `kernel` holds it: false if another kernel
     /// does, or nobody. The caller has made sure that no process of `kernel` uses the number
     /// any more (the last one closing, or an operator who knows the kernel is down).
     pub(crate) fn release_host(&self, number: u32, kernel: u64) -> bool {
-        // Release: whatever the holder did under the claim happens before the next claimant's
-        // claim (pairs with the AcqRel of `claim_host`). A CAS from the named kernel, never a
-        // store: an operator acting on a stale read must not free a claim taken since.
-        number < HOST_CLAIMS
-            && kernel != 0
-            && self.claim_word(number, 0).compare_exchange(kernel, 0, Ordering::Release, Ordering::Relaxed).is_ok()
+        number < HOST_CLAIMS && host_number::release(self.claim_word(number, 0), kernel)
     }
 
     /// Who holds host number `number`'s claim: `None` when it is free.

@@ -9,6 +9,7 @@ pub mod detectable;
 pub mod global_list;
 pub mod hazard;
 pub mod host;
+pub mod host_number;
 pub(crate) mod hw_word;
 pub mod lease;
 pub mod length;
