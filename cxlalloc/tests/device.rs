@@ -527,7 +527,9 @@ fn a_second_kernel_given_a_host_number_another_kernel_holds_is_refused_naming_bo
     let heap = Heap::open_device_as(dev.path(), 0).unwrap();
     let path = dev.path().to_path_buf();
     as_kernel("second kernel with number 0", Some("another-boot"), || match Heap::open_device_as(&path, 0) {
-        Err(e @ OpenError::HostNumberTaken { number: 0, claimant, kernel, .. }) if claimant == me && kernel == other => {
+        Err(e @ OpenError::HostNumberTaken { number: 0, claimant, kernel, .. })
+            if claimant == me && kernel == other =>
+        {
             let msg = e.to_string();
             let names_both = msg.contains(&format!("{me:#018x}")) && msg.contains(&format!("{other:#018x}"));
             if names_both {
@@ -606,11 +608,9 @@ fn a_killed_holder_leaves_its_number_to_its_kernel_until_an_operator_frees_it() 
     assert_eq!(ready.recv_u64(CHILD_DEADLINE), Some(1), "the holder opened the heap");
     nix::sys::signal::kill(holder.pid, nix::sys::signal::Signal::SIGKILL).unwrap();
     assert_eq!(holder.killed_by(), nix::sys::signal::Signal::SIGKILL);
-    as_kernel("rebooted host, before the operator", Some("rebooted-boot"), || {
-        match Heap::open_device_as(&path, 0) {
-            Err(OpenError::HostNumberTaken { claimant, .. }) if claimant == me => Ok(()),
-            other => Err(format!("expected HostNumberTaken by {me:#x}, got {:?}", other.map(|_| ()))),
-        }
+    as_kernel("rebooted host, before the operator", Some("rebooted-boot"), || match Heap::open_device_as(&path, 0) {
+        Err(OpenError::HostNumberTaken { claimant, .. }) if claimant == me => Ok(()),
+        other => Err(format!("expected HostNumberTaken by {me:#x}, got {:?}", other.map(|_| ()))),
     });
     // The operator, on the rebooted host itself, frees it by name: a wrong name frees nothing.
     as_kernel("operator", Some("rebooted-boot"), || {

@@ -628,7 +628,10 @@ fn guard_byte(geometry: Geometry, number: u32) -> u32 {
 /// guard's write lock, so a claim found to be this kernel's stays so while the lock is held.
 fn claim_host_number(window: &Arc<Window>, lock: &std::fs::File, guard: u32, number: u32) -> Result<Claim, HubError> {
     if !lock_byte(lock, guard, LockKind::WaitRead) {
-        return Err(HubError::Window(format!("{}: cannot lock the guard of host number {number}", window.path().display())));
+        return Err(HubError::Window(format!(
+            "{}: cannot lock the guard of host number {number}",
+            window.path().display()
+        )));
     }
     let kernel = crate::identity::kernel();
     match window.claim_host(number, kernel, crate::identity::name_words(&crate::identity::host_name())) {

@@ -268,8 +268,11 @@ impl Heap {
     ///
     /// Whatever the device held is lost, and nobody may use it while it is formatted. Errors:
     /// [`OpenError::DeviceTooSmall`], [`OpenError::NotADevice`] (a directory, a character
-    /// device that is not DAX), and those of opening. [`Config::mode`] is recorded but not
-    /// applied (the device's own permissions decide who opens it); [`Config::mcas_device`] is
+    /// device that is not DAX), and those of opening. [`Config::mode`] is given to a plain file
+    /// (with `chmod`, whatever its mode and the umask; [`OpenError::PermissionDenied`] for a
+    /// file of another user without it); a DAX node or a BAR's resource file keeps the
+    /// permissions the system gave it, which decide who opens the heap (docs/design.md §2.4).
+    /// [`Config::host`] is the host number the heap is opened under. [`Config::mcas_device`] is
     /// refused: a no-HWcc heap on a device has its mCAS window carved in the device, served by
     /// `cxlalloc-mcasd --device PATH`.
     pub fn format_device(path: &Path, config: &Config) -> Result<Self, OpenError> {

@@ -10,6 +10,9 @@
 //!   2.3 µs p50 per mCAS at one thread; see [`PAPER_MCAS_LATENCY`]).
 //! - **Errors**: a requester id that is not its slot (1) or a misaligned or out-of-range target
 //!   (3) is answered with the error code, the target untouched.
+//! - **Parking**: idle, the device sleeps on a futex that its own kernel's clients wake; while
+//!   another kernel holds a host number in the window (docs/design.md §9.2), whose clients'
+//!   wakes cannot reach it, it sleeps only [`BRIEF_PARK_TIMEOUT`] at a time.
 //! - The window is served by one process at a time (its pid in the header, claimed by CAS; a
 //!   dead server's claim is taken over) and never zeroed.
 

@@ -395,7 +395,8 @@ fn parse_host_ref(s: &str) -> Result<(u16, u64), String> {
 /// A host number's claim as `cxlalloc free-host-number` takes it: NUMBER:KERNEL, the kernel in
 /// hexadecimal (an `0x` prefix allowed).
 fn parse_number_ref(s: &str) -> Result<(u32, u64), String> {
-    let usage = || format!("{s:?}: name the claim as NUMBER:KERNEL, as the refusal names it (e.g. 2:0x5c1e0f0a3b2d4e61)");
+    let usage =
+        || format!("{s:?}: name the claim as NUMBER:KERNEL, as the refusal names it (e.g. 2:0x5c1e0f0a3b2d4e61)");
     let (number, kernel) = s.split_once(':').ok_or_else(usage)?;
     let number = number.parse::<u32>().map_err(|_| usage())?;
     let kernel = u64::from_str_radix(kernel.trim_start_matches("0x"), 16).map_err(|_| usage())?;
