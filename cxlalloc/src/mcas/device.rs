@@ -115,9 +115,9 @@ pub struct Served {
     pub conflicts: u64,
     /// Of which refused with an error code.
     pub errors: u64,
-    /// Parks of up to [`PARK_TIMEOUT`]: no other kernel held a host number.
+    /// Parks of up to 1 ms: no other kernel held a host number.
     pub long_parks: u64,
-    /// Parks of up to [`BRIEF_PARK_TIMEOUT`]: another kernel's clients could not have woken a
+    /// Parks of up to 50 µs (`BRIEF_PARK_TIMEOUT`): another kernel's clients could not have woken a
     /// long one.
     pub brief_parks: u64,
 }

@@ -145,7 +145,7 @@ const CLAIM_BYTES: u64 = 64;
 const _: () = assert!(H_CLAIMS + HOST_CLAIMS as u64 * CLAIM_BYTES <= HEADER_BYTES);
 const _: () = assert!(H_CLAIMS >= H_OWNER + 8);
 
-/// Who holds a host number's claim in a window ([`Window::claim_host`]).
+/// Who holds a host number's claim in a window ([`Window::host_claim`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostClaim {
     /// The claiming kernel's fingerprint (`identity::kernel`).
