@@ -1098,6 +1098,15 @@ mod tests {
     }
 
     #[test]
+    fn a_host_number_claim_is_named_as_number_colon_kernel_in_hex() {
+        assert_eq!(parse_number_ref("2:0x5c1e"), Ok((2, 0x5c1e)));
+        assert_eq!(parse_number_ref("0:ff"), Ok((0, 0xff)));
+        for bad in ["2", "x:ff", "2:zz", ""] {
+            assert!(parse_number_ref(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
     fn a_silent_foreign_host_holding_slots_gets_advice_and_nothing_else_does() {
         let hosts = [
             host(0, true, false, Some(99)),  // this host: never advised about
