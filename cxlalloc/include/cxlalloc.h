@@ -152,6 +152,10 @@ typedef struct cxl_config {
      *  pages back to the system (a hole punched in /dev/shm; device and anonymous heaps keep
      *  theirs). Zero keeps them, for a heap whose live set never shrinks. Default 1. */
     int return_pages;
+    /** Bytes of freed huge blocks' backing objects each thread slot keeps to reuse (no new
+     *  object, no zeroing, the pages still there). Trimmed when the system runs short of
+     *  memory and when the thread detaches; 0 keeps none. Default 2 GiB. */
+    uint64_t huge_cache_bytes;
 } cxl_config_t;
 
 /* ------------------------------------------------------------------------------------------ */

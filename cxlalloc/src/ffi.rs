@@ -76,10 +76,12 @@ pub struct CxlConfig {
     pub mode: u32,
     /// [`Config::return_pages`]; any non-zero value is true.
     pub return_pages: c_int,
+    /// [`Config::huge_cache_bytes`].
+    pub huge_cache_bytes: u64,
 }
 
 // Pinned to the header's `cxl_config_t` (the C test asserts the same numbers).
-const _: () = assert!(std::mem::size_of::<CxlConfig>() == 64);
+const _: () = assert!(std::mem::size_of::<CxlConfig>() == 72);
 // The layout `cxl_host_info_t` has in the header (tests/c/api_test.c asserts the same).
 const _: () = assert!(std::mem::size_of::<CxlHostInfo>() == 64);
 const _: () = assert!(std::mem::offset_of!(CxlHostInfo, domain) == 8);
@@ -92,6 +94,7 @@ const _: () = assert!(std::mem::offset_of!(CxlConfig, commit_on_grow) == 36);
 const _: () = assert!(std::mem::offset_of!(CxlConfig, huge_capacity) == 40);
 const _: () = assert!(std::mem::offset_of!(CxlConfig, mode) == 52);
 const _: () = assert!(std::mem::offset_of!(CxlConfig, return_pages) == 56);
+const _: () = assert!(std::mem::offset_of!(CxlConfig, huge_cache_bytes) == 64);
 
 // C shares one heap handle between threads; the wrappers inherit Send/Sync from the Rust types.
 const _: fn() = || {
@@ -116,6 +119,7 @@ impl From<&Config> for CxlConfig {
             recovery: c_int::from(c.recovery),
             mode: c.mode,
             return_pages: c_int::from(c.return_pages),
+            huge_cache_bytes: c.huge_cache_bytes,
         }
     }
 }
@@ -132,6 +136,7 @@ impl CxlConfig {
             large_batch: self.large_batch,
             cache_local: self.cache_local,
             huge_capacity: self.huge_capacity,
+            huge_cache_bytes: self.huge_cache_bytes,
             coherence,
             commit_on_grow: self.commit_on_grow != 0,
             recovery: self.recovery != 0,

@@ -44,6 +44,9 @@ use crate::word::{HazardKey, Holder};
 
 /// Small class of a descriptor block: 64 bytes (classes are multiples of 8).
 const DESCRIPTOR_CLASS: u32 = 64 / 8;
+/// A transparent huge page (x86-64 and the usual arm64 granule): the boundary on which blocks
+/// at least this large are placed.
+const HUGE_PAGE: u64 = 2 << 20;
 /// Bits of a generation that hold the slot index (thread slots < 4096).
 const GENERATION_SLOT_BITS: u32 = 12;
 
@@ -97,7 +100,7 @@ impl HugeThread<'_> {
         if self.rec().epoch.load(Ordering::Relaxed) % 2 == 1 {
             self.end_epoch();
         }
-        let mut space = FreeRanges::default();
+        let mut space = FreeRanges::new(self.mem().header.huge_cache_bytes);
         for i in 0..self.view.slot_count() {
             if self.view.claim(i).is_some_and(|c| c.load(Ordering::Acquire) == self.me()) {
                 space.insert(self.slot_start(i), HUGE_SLOT as u64);
@@ -150,11 +153,16 @@ impl HugeThread<'_> {
         if let Some(c) = space.take_cached(len, align) {
             return self.reuse(space, c, dest).map(|p| (p, Origin::Reused));
         }
-        let at = match space.take(len, align) {
+        // A block of a huge page or more starts on a huge page boundary, so that its object's
+        // pages can be transparent huge pages (the kernel maps one only where the file offset
+        // and the address agree modulo 2 MiB, docs/design.md §7.6). Address space only: the
+        // gap left before it holds no memory.
+        let place_align = if len >= HUGE_PAGE { align.max(HUGE_PAGE) } else { align };
+        let at = match space.take(len, place_align) {
             Some(at) => at,
             None => {
                 self.claim(space, len)?;
-                space.take(len, align).ok_or(AllocError::HugeExhausted)?
+                space.take(len, place_align).ok_or(AllocError::HugeExhausted)?
             }
         };
         let placed = match self.place(at, len, dest) {
@@ -494,8 +502,7 @@ impl HugeThread<'_> {
         if !dropped.is_empty() {
             release_dropped(self.t, self.view, &dropped);
         }
-        let cached = space.cached_bytes();
-        if cached > 0 && space.pressure.short(cached, 0, free_memory) {
+        if space.must_trim(free_memory) {
             self.trim_cache(space, 0);
         }
         for b in self.list() {
@@ -550,8 +557,7 @@ impl HugeThread<'_> {
     /// object, its descriptor and its range go.
     fn reclaim_one(&self, b: &HugeBlock, space: &mut FreeRanges) {
         // An anonymous heap's blocks are private memory, gone with their mapping: nothing to keep.
-        let keep = self.view.named_objects() && space.cache_admits(b.size);
-        if keep && !space.pressure.short(space.cached_bytes() + b.size, b.size, free_memory) {
+        if self.view.named_objects() && space.admits(b.size, free_memory) {
             if let Some(d) = self.view.descriptor(b.desc) {
                 // Release: our hazard scan happens before the reuse by whichever thread of
                 // this slot reads the state next. A crash before this store leaves
