@@ -867,7 +867,9 @@ fn vm_flags(addr: usize) -> Result<String, String> {
     for line in smaps.lines() {
         // A mapping's first line starts with its range, `lo-hi` in hex; its fields follow.
         let range = line.split_whitespace().next().and_then(|r| r.split_once('-'));
-        if let Some((Ok(lo), Ok(hi))) = range.map(|(lo, hi)| (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))) {
+        if let Some((Ok(lo), Ok(hi))) =
+            range.map(|(lo, hi)| (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)))
+        {
             inside = (lo..hi).contains(&addr);
             continue;
         }

@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::persist::huge::HugeBlock;
 #[cfg(test)]
-use crate::layout::DEFAULT_HUGE_CACHE_BYTES as DEFAULT_CACHE_BYTES;
+use crate::layout::DEFAULT_HUGE_CACHE_BYTES;
+use crate::persist::huge::HugeBlock;
 
 /// Huge operations between two asks of the system's free memory at most ([`Pressure`]).
 pub(crate) const PRESSURE_CALLS: u32 = 64;
@@ -236,7 +236,7 @@ mod tests {
 
     #[test]
     fn the_cache_serves_the_smallest_fitting_block_wasting_at_most_a_quarter() {
-        let mut f = FreeRanges::new(DEFAULT_CACHE_BYTES);
+        let mut f = FreeRanges::new(DEFAULT_HUGE_CACHE_BYTES);
         f.cache_push(cached(1 << 30, 16 << 20));
         f.cache_push(cached(2 << 30, 12 << 20));
         f.cache_push(cached(3 << 30, 11 << 20));
@@ -248,35 +248,35 @@ mod tests {
 
     #[test]
     fn the_cache_is_bounded_in_bytes_only_and_trims_the_oldest_first() {
-        let mut f = FreeRanges::new(DEFAULT_CACHE_BYTES);
-        assert!(!f.cache_admits(DEFAULT_CACHE_BYTES + 4096));
+        let mut f = FreeRanges::new(DEFAULT_HUGE_CACHE_BYTES);
+        assert!(!f.cache_admits(DEFAULT_HUGE_CACHE_BYTES + 4096));
         // A burst of 16 MiB blocks: 128 of them fit the default, far more than a count bound
         // of a few objects would keep.
         for i in 0..128 {
             assert!(f.cache_admits(16 << 20), "block {i} refused");
             f.cache_push(cached((i + 1) << 30, 16 << 20));
         }
-        assert_eq!(f.cached_bytes(), DEFAULT_CACHE_BYTES);
+        assert_eq!(f.cached_bytes(), DEFAULT_HUGE_CACHE_BYTES);
         assert!(!f.cache_admits(4096));
         assert_eq!(f.pop_cached().map(|b| b.offset), Some(1 << 30), "the oldest goes first");
         assert_eq!(f.pop_cached().map(|b| b.offset), Some(2 << 30));
-        assert_eq!(f.cached_bytes(), DEFAULT_CACHE_BYTES - (32 << 20));
+        assert_eq!(f.cached_bytes(), DEFAULT_HUGE_CACHE_BYTES - (32 << 20));
         assert!(f.cache_admits(32 << 20) && !f.cache_admits((32 << 20) + 4096));
     }
 
     #[test]
     fn a_cache_under_memory_pressure_admits_nothing_and_is_emptied() {
-        let mut f = FreeRanges::new(DEFAULT_CACHE_BYTES);
+        let mut f = FreeRanges::new(DEFAULT_HUGE_CACHE_BYTES);
         assert!(!f.must_trim(|| panic!("an empty cache asks nothing")));
         // 1 GiB free: two 16 MiB blocks are welcome (64 MiB wanted free).
         assert!(f.admits(16 << 20, || Some(1 << 30)));
         f.cache_push(cached(1 << 30, 16 << 20));
         assert!(!f.must_trim(|| Some(1 << 30)));
         // Then the system runs short: 24 MiB free, under twice the 16 cached.
-        let mut short = FreeRanges::new(DEFAULT_CACHE_BYTES);
+        let mut short = FreeRanges::new(DEFAULT_HUGE_CACHE_BYTES);
         short.cache_push(cached(1 << 30, 16 << 20));
         assert!(short.must_trim(|| Some(24 << 20)), "the cache is not trimmed under pressure");
-        let mut short = FreeRanges::new(DEFAULT_CACHE_BYTES);
+        let mut short = FreeRanges::new(DEFAULT_HUGE_CACHE_BYTES);
         assert!(!short.admits(16 << 20, || Some(24 << 20)), "a block enters a cache under pressure");
     }
 
