@@ -115,7 +115,9 @@ fn shmem_pmd_mapped_kib(addr: usize) -> Option<u64> {
     let mut inside = false;
     for line in smaps.lines() {
         let range = line.split_whitespace().next().and_then(|r| r.split_once('-'));
-        if let Some((Ok(lo), Ok(hi))) = range.map(|(lo, hi)| (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))) {
+        if let Some((Ok(lo), Ok(hi))) =
+            range.map(|(lo, hi)| (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)))
+        {
             inside = (lo..hi).contains(&addr);
             continue;
         }
