@@ -326,13 +326,14 @@ impl HugeThread<'_> {
         let entry = view.publish(key, len / view.page as u64, &|_| true).map_err(|_| AllocError::HazardsExhausted);
         let mapped = entry.and_then(|entry| {
             let commit = self.mem().header.config().commit_on_grow;
-            // A named object is reserved after it is mapped, advised and populated, not when it
-            // is created: a tmpfs mounted `huge=advise` gives huge pages only to faults in a
-            // mapping advised `MADV_HUGEPAGE`, never to `fallocate` (no mapping), so reserving
-            // first would fill the object with small pages for good (0.5 ms against 7.5 for a
-            // new 16 MiB object there, docs/design.md §7.6). The `fallocate` after the
-            // populate still reserves every page, or fails with ENOSPC, before the block is
-            // handed out.
+            // A named object is reserved by populating it through its advised mapping, not by
+            // `fallocate` at creation: a tmpfs mounted `huge=advise` gives huge pages only to
+            // faults in a mapping advised `MADV_HUGEPAGE`, never to `fallocate` (no mapping),
+            // so reserving first would fill the object with small pages for good (0.5 ms
+            // against 7.5 for a new 16 MiB object there, docs/design.md §7.6). A populate that
+            // succeeded allocated every page; one that failed (a full tmpfs says EFAULT, a
+            // kernel before 5.14 EINVAL) is followed by the `fallocate`, which reserves the
+            // pages or fails with ENOSPC before the block is handed out.
             let late = commit && view.named_objects();
             let fd =
                 self.mem().backing().huge_create(&name, len as usize, commit && !late).map_err(AllocError::Backing)?;
@@ -341,12 +342,10 @@ impl HugeThread<'_> {
                 None => view.map_private(at, len as usize),
             }
             .map_err(AllocError::Backing)?;
-            if commit {
-                // Entering the pages in the page tables with one call spares the allocating
-                // process a fault per page.
-                let _ = view.populate(at, len as usize);
-            }
-            if let Some(fd) = fd.filter(|_| late) {
+            // Entering the pages in the page tables with one call spares the allocating
+            // process a fault per page.
+            let populated = commit && view.populate(at, len as usize).is_ok();
+            if let Some(fd) = fd.filter(|_| late && !populated) {
                 nix::fcntl::fallocate(&fd, nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE, 0, len as libc::off_t)
                     .map_err(AllocError::Backing)?;
             }
