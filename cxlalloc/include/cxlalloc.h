@@ -158,6 +158,10 @@ typedef struct cxl_config {
      *  and having them differ, or a number above 7, is CXL_EINVAL; a number another kernel
      *  holds in the window is CXL_EINVAL too, the message naming both kernels. */
     int32_t host;
+    /** Bytes of freed huge blocks' backing objects each thread slot keeps to reuse (no new
+     *  object, no zeroing, the pages still there). Trimmed when the system runs short of
+     *  memory and when the thread detaches; 0 keeps none. Default 2 GiB. */
+    uint64_t huge_cache_bytes;
 } cxl_config_t;
 
 /* ------------------------------------------------------------------------------------------ */

@@ -79,10 +79,12 @@ pub struct CxlConfig {
     /// [`Config::host`]: this host's number in a pod, `0 ..= 7`; any negative value (the
     /// default, -1) for none (then `CXLALLOC_HOST`'s, if set).
     pub host: i32,
+    /// [`Config::huge_cache_bytes`].
+    pub huge_cache_bytes: u64,
 }
 
 // Pinned to the header's `cxl_config_t` (the C test asserts the same numbers).
-const _: () = assert!(std::mem::size_of::<CxlConfig>() == 64);
+const _: () = assert!(std::mem::size_of::<CxlConfig>() == 72);
 // The layout `cxl_host_info_t` has in the header (tests/c/api_test.c asserts the same).
 const _: () = assert!(std::mem::size_of::<CxlHostInfo>() == 64);
 const _: () = assert!(std::mem::offset_of!(CxlHostInfo, domain) == 8);
@@ -96,6 +98,7 @@ const _: () = assert!(std::mem::offset_of!(CxlConfig, huge_capacity) == 40);
 const _: () = assert!(std::mem::offset_of!(CxlConfig, mode) == 52);
 const _: () = assert!(std::mem::offset_of!(CxlConfig, return_pages) == 56);
 const _: () = assert!(std::mem::offset_of!(CxlConfig, host) == 60);
+const _: () = assert!(std::mem::offset_of!(CxlConfig, huge_cache_bytes) == 64);
 
 // C shares one heap handle between threads; the wrappers inherit Send/Sync from the Rust types.
 const _: fn() = || {
@@ -122,6 +125,7 @@ impl From<&Config> for CxlConfig {
             return_pages: c_int::from(c.return_pages),
             // A number too big for an i32 is no host number: validation refuses it either way.
             host: c.host.map_or(-1, |h| i32::try_from(h).unwrap_or(i32::MAX)),
+            huge_cache_bytes: c.huge_cache_bytes,
         }
     }
 }
@@ -138,6 +142,7 @@ impl CxlConfig {
             large_batch: self.large_batch,
             cache_local: self.cache_local,
             huge_capacity: self.huge_capacity,
+            huge_cache_bytes: self.huge_cache_bytes,
             coherence,
             commit_on_grow: self.commit_on_grow != 0,
             recovery: self.recovery != 0,

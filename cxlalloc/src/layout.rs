@@ -35,7 +35,7 @@ pub(crate) const REGION_ALIGN: usize = 2 << 20;
 /// Size of the header region.
 pub(crate) const HEADER_BYTES: usize = 4096;
 /// Version of the on-device layout; bumped on any incompatible change.
-pub(crate) const LAYOUT_VERSION: u32 = 7;
+pub(crate) const LAYOUT_VERSION: u32 = 8;
 /// log2 of a huge slot: the unit in which threads claim huge address space.
 pub(crate) const HUGE_SLOT_SHIFT: u32 = 30;
 /// Bytes of one huge slot (1 GiB).
@@ -116,6 +116,13 @@ pub struct Config {
     /// Huge address space, bytes (a multiple of 1 GiB; 0 = no huge heap, allocations above
     /// 512 KiB fail). Only address space: memory is committed per allocation.
     pub huge_capacity: u64,
+    /// Bytes of freed huge blocks' backing objects that each thread slot keeps for reuse
+    /// (docs/design.md §7.6): an allocation a cached object fits takes it back with its pages,
+    /// no new object, no `fallocate`, no zeroing. Bounded in bytes only, so that many mid-sized
+    /// blocks freed in a burst are all kept; trimmed further when the system runs short of
+    /// memory, and emptied when the thread detaches. 0 caches nothing. Default 2 GiB: a burst
+    /// of 128 blocks of 16 MiB, or one 1 GiB block and change.
+    pub huge_cache_bytes: u64,
     /// Coherence model of the device.
     pub coherence: Coherence,
     /// Reserve backing store when the heap grows (`fallocate`), so a full `/dev/shm` is an
@@ -171,6 +178,9 @@ pub(crate) fn check_host_number(h: u32) -> Result<(), OpenError> {
     Ok(())
 }
 
+/// The default [`Config::huge_cache_bytes`] (docs/design.md §7.6).
+pub(crate) const DEFAULT_HUGE_CACHE_BYTES: u64 = 2 << 30;
+
 /// The default [`Config::mode`]: read and write for the creating user only.
 pub(crate) const DEFAULT_MODE: u32 = 0o600;
 
@@ -200,6 +210,7 @@ impl Default for Config {
             large_batch: 1,
             cache_local: 8,
             huge_capacity: 1 << 40,
+            huge_cache_bytes: DEFAULT_HUGE_CACHE_BYTES,
             coherence: Coherence::Full,
             commit_on_grow: true,
             recovery: true,
@@ -314,6 +325,9 @@ pub(crate) struct Header {
     pub heap_id: u64,
     /// Random per-heap value mixed into the free-block marks (double-free detection).
     pub secret: u64,
+    /// [`Config::huge_cache_bytes`]: every process's threads keep at most this much in their
+    /// slots' huge caches.
+    pub huge_cache_bytes: u64,
     /// Byte size of each region, in [`RegionId`] order.
     pub region_bytes: [u64; REGIONS],
     /// FNV-1a of all preceding bytes.
@@ -358,6 +372,7 @@ impl Header {
             reserved: 0,
             heap_id: 0,
             secret,
+            huge_cache_bytes: config.huge_cache_bytes,
             region_bytes: [0; REGIONS],
             checksum: 0,
         };
@@ -445,6 +460,7 @@ impl Header {
             large_batch: self.batch[1],
             cache_local: self.cache_local,
             huge_capacity: u64::from(self.huge_slots) << HUGE_SLOT_SHIFT,
+            huge_cache_bytes: self.huge_cache_bytes,
             coherence: Coherence::from_raw(self.coherence).unwrap_or_default(),
             commit_on_grow: self.flags & FLAG_COMMIT != 0,
             recovery: self.flags & FLAG_RECOVERY != 0,
@@ -458,7 +474,7 @@ impl Header {
     /// Checks that an opener's expected configuration matches this heap.
     pub(crate) fn check_matches(&self, config: &Config) -> Result<(), OpenError> {
         let mine = self.config();
-        let pairs: [(&'static str, u64, u64); 11] = [
+        let pairs: [(&'static str, u64, u64); 12] = [
             ("small_capacity", mine.small_capacity, config.capacity_slabs(Bracket::Small) << self.slab_shift[0]),
             ("large_capacity", mine.large_capacity, config.capacity_slabs(Bracket::Large) << self.slab_shift[1]),
             ("thread_slots", mine.thread_slots.into(), config.thread_slots.into()),
@@ -466,6 +482,7 @@ impl Header {
             ("large_batch", mine.large_batch.into(), config.large_batch.into()),
             ("cache_local", mine.cache_local.into(), config.cache_local.into()),
             ("huge_capacity", mine.huge_capacity, config.huge_capacity),
+            ("huge_cache_bytes", mine.huge_cache_bytes, config.huge_cache_bytes),
             ("coherence", mine.coherence as u64, config.coherence as u64),
             ("recovery", mine.recovery.into(), config.recovery.into()),
             ("return_pages", mine.return_pages.into(), config.return_pages.into()),

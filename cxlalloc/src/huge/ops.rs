@@ -44,6 +44,9 @@ use crate::word::{HazardKey, Holder};
 
 /// Small class of a descriptor block: 64 bytes (classes are multiples of 8).
 const DESCRIPTOR_CLASS: u32 = 64 / 8;
+/// A transparent huge page (x86-64 and the usual arm64 granule): the boundary on which blocks
+/// at least this large are placed.
+const HUGE_PAGE: u64 = 2 << 20;
 /// Bits of a generation that hold the slot index (thread slots < 4096).
 const GENERATION_SLOT_BITS: u32 = 12;
 
@@ -97,7 +100,7 @@ impl HugeThread<'_> {
         if self.rec().epoch.load(Ordering::Relaxed) % 2 == 1 {
             self.end_epoch();
         }
-        let mut space = FreeRanges::default();
+        let mut space = FreeRanges::new(self.mem().header.huge_cache_bytes);
         for i in 0..self.view.slot_count() {
             if self.view.claim(i).is_some_and(|c| c.load(Ordering::Acquire) == self.me()) {
                 space.insert(self.slot_start(i), HUGE_SLOT as u64);
@@ -150,11 +153,16 @@ impl HugeThread<'_> {
         if let Some(c) = space.take_cached(len, align) {
             return self.reuse(space, c, dest).map(|p| (p, Origin::Reused));
         }
-        let at = match space.take(len, align) {
+        // A block of a huge page or more starts on a huge page boundary, so that its object's
+        // pages can be transparent huge pages (the kernel maps one only where the file offset
+        // and the address agree modulo 2 MiB, docs/design.md §7.6). Address space only: the
+        // gap left before it holds no memory.
+        let place_align = if len >= HUGE_PAGE { align.max(HUGE_PAGE) } else { align };
+        let at = match space.take(len, place_align) {
             Some(at) => at,
             None => {
                 self.claim(space, len)?;
-                space.take(len, align).ok_or(AllocError::HugeExhausted)?
+                space.take(len, place_align).ok_or(AllocError::HugeExhausted)?
             }
         };
         let placed = match self.place(at, len, dest) {
@@ -318,16 +326,28 @@ impl HugeThread<'_> {
         let entry = view.publish(key, len / view.page as u64, &|_| true).map_err(|_| AllocError::HazardsExhausted);
         let mapped = entry.and_then(|entry| {
             let commit = self.mem().header.config().commit_on_grow;
-            let fd = self.mem().backing().huge_create(&name, len as usize, commit).map_err(AllocError::Backing)?;
-            match fd {
+            // A named object is reserved by populating it through its advised mapping, not by
+            // `fallocate` at creation: a tmpfs mounted `huge=advise` gives huge pages only to
+            // faults in a mapping advised `MADV_HUGEPAGE`, never to `fallocate` (no mapping),
+            // so reserving first would fill the object with small pages for good (0.5 ms
+            // against 7.5 for a new 16 MiB object there, docs/design.md §7.6). A populate that
+            // succeeded allocated every page; one that failed (a full tmpfs says EFAULT, a
+            // kernel before 5.14 EINVAL) is followed by the `fallocate`, which reserves the
+            // pages or fails with ENOSPC before the block is handed out.
+            let late = commit && view.named_objects();
+            let fd =
+                self.mem().backing().huge_create(&name, len as usize, commit && !late).map_err(AllocError::Backing)?;
+            match &fd {
                 Some(fd) => view.map_fd(at, len as usize, fd.as_raw_fd()),
                 None => view.map_private(at, len as usize),
             }
             .map_err(AllocError::Backing)?;
-            if commit {
-                // The memory is reserved already; entering it in the page tables with one
-                // call spares the allocating process a fault per page.
-                let _ = view.populate(at, len as usize);
+            // Entering the pages in the page tables with one call spares the allocating
+            // process a fault per page.
+            let populated = commit && view.populate(at, len as usize).is_ok();
+            if let Some(fd) = fd.filter(|_| late && !populated) {
+                nix::fcntl::fallocate(&fd, nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE, 0, len as libc::off_t)
+                    .map_err(AllocError::Backing)?;
             }
             Ok(entry)
         });
@@ -494,8 +514,7 @@ impl HugeThread<'_> {
         if !dropped.is_empty() {
             release_dropped(self.t, self.view, &dropped);
         }
-        let cached = space.cached_bytes();
-        if cached > 0 && space.pressure.short(cached, 0, free_memory) {
+        if space.must_trim(free_memory) {
             self.trim_cache(space, 0);
         }
         for b in self.list() {
@@ -550,8 +569,7 @@ impl HugeThread<'_> {
     /// object, its descriptor and its range go.
     fn reclaim_one(&self, b: &HugeBlock, space: &mut FreeRanges) {
         // An anonymous heap's blocks are private memory, gone with their mapping: nothing to keep.
-        let keep = self.view.named_objects() && space.cache_admits(b.size);
-        if keep && !space.pressure.short(space.cached_bytes() + b.size, b.size, free_memory) {
+        if self.view.named_objects() && space.admits(b.size, free_memory) {
             if let Some(d) = self.view.descriptor(b.desc) {
                 // Release: our hazard scan happens before the reuse by whichever thread of
                 // this slot reads the state next. A crash before this store leaves

@@ -4,13 +4,9 @@
 
 use std::collections::BTreeMap;
 
+#[cfg(test)]
+use crate::layout::DEFAULT_HUGE_CACHE_BYTES;
 use crate::persist::huge::HugeBlock;
-
-/// Cached objects one slot keeps at most.
-pub(crate) const CACHE_OBJECTS: usize = 8;
-/// Bytes of cached objects one slot keeps at most: one 1 GiB block and change, so that a
-/// thread that frees and allocates blocks of up to 1 GiB reuses the object every time.
-pub(crate) const CACHE_BYTES: u64 = (1 << 30) + (256 << 20);
 
 /// Huge operations between two asks of the system's free memory at most ([`Pressure`]).
 pub(crate) const PRESSURE_CALLS: u32 = 64;
@@ -57,42 +53,94 @@ impl Pressure {
 /// thread slot has claimed, and the slot's cached blocks (descriptors in state
 /// [`crate::persist::huge::HugeState::Cached`], whose ranges are not free: each keeps its
 /// object at its offset).
+///
+/// Cache invariant: `cached == Σ size` over `by_size`, `by_size` and `by_age` name the same
+/// blocks, and `cached <= limit` after every admission ([`FreeRanges::cache_admits`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct FreeRanges {
     ranges: BTreeMap<u64, u64>,
-    cache: Vec<HugeBlock>,
+    /// Cached blocks by `(size, offset)`: an allocation takes the smallest that fits without
+    /// a scan, however many the byte bound lets in.
+    by_size: BTreeMap<(u64, u64), (u64, HugeBlock)>,
+    /// The same blocks by age (`sequence → (size, offset)`): a trim discards the oldest first.
+    by_age: BTreeMap<u64, (u64, u64)>,
+    /// The next block's age.
+    sequence: u64,
+    /// Bytes of the cached blocks.
+    cached: u64,
+    /// Bytes the cache may hold ([`crate::Config::huge_cache_bytes`]).
+    limit: u64,
     /// When the cache last asked the system for its free memory, and the answer.
-    pub(crate) pressure: Pressure,
+    pressure: Pressure,
 }
 
 impl FreeRanges {
+    /// No free ranges, and an empty cache that may hold `limit` bytes.
+    pub(crate) fn new(limit: u64) -> Self {
+        Self { limit, ..Self::default() }
+    }
+
     /// Whether a block of `size` bytes fits in the cache as it is (the caller trims first when
     /// it wants room).
     pub(crate) fn cache_admits(&self, size: u64) -> bool {
-        self.cache.len() < CACHE_OBJECTS && self.cached_bytes() + size <= CACHE_BYTES
+        self.cached.saturating_add(size) <= self.limit
+    }
+
+    /// Whether a freed block of `size` bytes may enter the cache now: it fits the byte bound,
+    /// and the system keeps at least twice the cached bytes (this block's included) free
+    /// ([`Pressure`]; `probe` asks the system when an ask is due).
+    pub(crate) fn admits(&mut self, size: u64, probe: impl FnOnce() -> Option<u64>) -> bool {
+        self.cache_admits(size) && !self.pressure.short(self.cached + size, size, probe)
+    }
+
+    /// Whether the system has run short of memory for what is cached (less than twice it
+    /// free), so that the cache must be emptied now. Never for an empty cache, which asks
+    /// nothing.
+    pub(crate) fn must_trim(&mut self, probe: impl FnOnce() -> Option<u64>) -> bool {
+        self.cached > 0 && self.pressure.short(self.cached, 0, probe)
     }
 
     /// Enters a cached block.
     pub(crate) fn cache_push(&mut self, b: HugeBlock) {
-        self.cache.push(b);
+        let age = self.sequence;
+        self.sequence += 1;
+        if let Some((old, _)) = self.by_size.insert((b.size, b.offset), (age, b)) {
+            // The same range entered twice (never, by the callers): keep the count exact.
+            self.by_age.remove(&old);
+            self.cached -= b.size;
+        }
+        self.by_age.insert(age, (b.size, b.offset));
+        self.cached += b.size;
     }
 
     /// Bytes of the cached blocks.
     pub(crate) fn cached_bytes(&self) -> u64 {
-        self.cache.iter().map(|b| b.size).sum()
+        self.cached
     }
 
     /// Takes the smallest cached block that serves `len` bytes aligned to `align` without
     /// wasting more than a quarter of `len`.
     pub(crate) fn take_cached(&mut self, len: u64, align: u64) -> Option<HugeBlock> {
-        let fits = |b: &HugeBlock| b.size >= len && b.size - len <= len / 4 && b.offset % align == 0;
-        let (i, _) = self.cache.iter().enumerate().filter(|(_, b)| fits(b)).min_by_key(|(_, b)| b.size)?;
-        Some(self.cache.swap_remove(i))
+        let most = len.saturating_add(len / 4);
+        let key = self
+            .by_size
+            .range((len, 0)..=(most, u64::MAX))
+            .find(|(&(_, offset), _)| offset % align == 0)
+            .map(|(&key, _)| key)?;
+        self.remove_cached(key)
     }
 
     /// Takes the oldest cached block (to trim it).
     pub(crate) fn pop_cached(&mut self) -> Option<HugeBlock> {
-        (!self.cache.is_empty()).then(|| self.cache.remove(0))
+        let (_, &key) = self.by_age.first_key_value()?;
+        self.remove_cached(key)
+    }
+
+    fn remove_cached(&mut self, key: (u64, u64)) -> Option<HugeBlock> {
+        let (age, b) = self.by_size.remove(&key)?;
+        self.by_age.remove(&age);
+        self.cached -= b.size;
+        Some(b)
     }
 
     /// Adds `[start, start + len)`, merging with its neighbours. The range must not overlap a
@@ -188,7 +236,7 @@ mod tests {
 
     #[test]
     fn the_cache_serves_the_smallest_fitting_block_wasting_at_most_a_quarter() {
-        let mut f = FreeRanges::default();
+        let mut f = FreeRanges::new(DEFAULT_HUGE_CACHE_BYTES);
         f.cache_push(cached(1 << 30, 16 << 20));
         f.cache_push(cached(2 << 30, 12 << 20));
         f.cache_push(cached(3 << 30, 11 << 20));
@@ -199,16 +247,56 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_is_bounded_in_objects_and_bytes() {
-        let mut f = FreeRanges::default();
-        assert!(!f.cache_admits(CACHE_BYTES + 4096));
-        for i in 0..CACHE_OBJECTS as u64 {
-            assert!(f.cache_admits(1 << 20));
-            f.cache_push(cached((i + 1) << 30, 1 << 20));
+    fn the_cache_is_bounded_in_bytes_only_and_trims_the_oldest_first() {
+        let mut f = FreeRanges::new(DEFAULT_HUGE_CACHE_BYTES);
+        assert!(!f.cache_admits(DEFAULT_HUGE_CACHE_BYTES + 4096));
+        // A burst of 16 MiB blocks: 128 of them fit the default, far more than a count bound
+        // of a few objects would keep.
+        for i in 0..128 {
+            assert!(f.cache_admits(16 << 20), "block {i} refused");
+            f.cache_push(cached((i + 1) << 30, 16 << 20));
         }
-        assert!(!f.cache_admits(1 << 20));
-        assert_eq!(f.pop_cached().map(|b| b.offset), Some(1 << 30));
-        assert!(f.cache_admits(1 << 20));
+        assert_eq!(f.cached_bytes(), DEFAULT_HUGE_CACHE_BYTES);
+        assert!(!f.cache_admits(4096));
+        assert_eq!(f.pop_cached().map(|b| b.offset), Some(1 << 30), "the oldest goes first");
+        assert_eq!(f.pop_cached().map(|b| b.offset), Some(2 << 30));
+        assert_eq!(f.cached_bytes(), DEFAULT_HUGE_CACHE_BYTES - (32 << 20));
+        assert!(f.cache_admits(32 << 20) && !f.cache_admits((32 << 20) + 4096));
+    }
+
+    #[test]
+    fn a_cache_under_memory_pressure_admits_nothing_and_is_emptied() {
+        let mut f = FreeRanges::new(DEFAULT_HUGE_CACHE_BYTES);
+        assert!(!f.must_trim(|| panic!("an empty cache asks nothing")));
+        // 1 GiB free: two 16 MiB blocks are welcome (64 MiB wanted free).
+        assert!(f.admits(16 << 20, || Some(1 << 30)));
+        f.cache_push(cached(1 << 30, 16 << 20));
+        assert!(!f.must_trim(|| Some(1 << 30)));
+        // Then the system runs short: 24 MiB free, under twice the 16 cached.
+        let mut short = FreeRanges::new(DEFAULT_HUGE_CACHE_BYTES);
+        short.cache_push(cached(1 << 30, 16 << 20));
+        assert!(short.must_trim(|| Some(24 << 20)), "the cache is not trimmed under pressure");
+        let mut short = FreeRanges::new(DEFAULT_HUGE_CACHE_BYTES);
+        assert!(!short.admits(16 << 20, || Some(24 << 20)), "a block enters a cache under pressure");
+    }
+
+    #[test]
+    fn a_cache_limit_of_zero_keeps_nothing() {
+        let f = FreeRanges::new(0);
+        assert!(!f.cache_admits(4096));
+    }
+
+    #[test]
+    fn taking_a_cached_block_keeps_the_byte_count_and_the_age_order() {
+        let mut f = FreeRanges::new(1 << 40);
+        f.cache_push(cached(1 << 30, 16 << 20));
+        f.cache_push(cached(2 << 30, 8 << 20));
+        f.cache_push(cached(3 << 30, 16 << 20));
+        assert_eq!(f.take_cached(16 << 20, 4096).map(|b| b.offset), Some(1 << 30));
+        assert_eq!(f.cached_bytes(), 24 << 20);
+        assert_eq!(f.pop_cached().map(|b| b.offset), Some(2 << 30), "the oldest left");
+        assert_eq!(f.pop_cached().map(|b| b.offset), Some(3 << 30));
+        assert_eq!((f.pop_cached(), f.cached_bytes()), (None, 0));
     }
 
     const MIB: u64 = 1 << 20;

@@ -599,17 +599,26 @@ impl HugeView {
     pub(crate) fn map_fd(&self, off: u64, len: usize, fd: i32) -> Result<(), Errno> {
         let addr = self.range(off, len)?;
         let at = if self.device_fd >= 0 { self.device_offset as usize + (off as usize - self.span.offset) } else { 0 };
+        let len = len.next_multiple_of(self.page);
         // SAFETY: `range` checked that the page-aligned range lies in the huge span of our own
         // reservation; the device offset is the span's (2 MiB-aligned) plus the block's
         // page-aligned place in it.
-        unsafe { map::map_shared_fixed(addr, len.next_multiple_of(self.page), fd, at, true) }
+        unsafe { map::map_shared_fixed(addr, len, fd, at, true) }?;
+        // SAFETY: the range just mapped, inside our reservation. After the mapping, which
+        // starts a new one without the flag (docs/design.md §7.6).
+        unsafe { map::advise_huge_pages(addr, len) };
+        Ok(())
     }
 
     /// Maps private zeroed memory at huge offset `off` (anonymous heaps: one process).
     pub(crate) fn map_private(&self, off: u64, len: usize) -> Result<(), Errno> {
         let addr = self.range(off, len)?;
+        let len = len.next_multiple_of(self.page);
         // SAFETY: as in `map_fd`.
-        unsafe { map::map_private_fixed(addr, len.next_multiple_of(self.page)) }
+        unsafe { map::map_private_fixed(addr, len) }?;
+        // SAFETY: as in `map_fd`.
+        unsafe { map::advise_huge_pages(addr, len) };
+        Ok(())
     }
 
     /// Faults in `len` bytes at huge offset `off` for writing with one system call (an

@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 /* The Rust side asserts the same layout (src/ffi.rs). */
-_Static_assert(sizeof(cxl_config_t) == 64, "cxl_config_t size");
+_Static_assert(sizeof(cxl_config_t) == 72, "cxl_config_t size");
 _Static_assert(offsetof(cxl_config_t, recovery) == 48, "cxl_config_t.recovery");
 _Static_assert(offsetof(cxl_config_t, thread_slots) == 16, "cxl_config_t.thread_slots");
 _Static_assert(offsetof(cxl_config_t, coherence) == 32, "cxl_config_t.coherence");
@@ -36,6 +36,7 @@ _Static_assert(offsetof(cxl_config_t, huge_capacity) == 40, "cxl_config_t.huge_c
 _Static_assert(offsetof(cxl_config_t, mode) == 52, "cxl_config_t.mode");
 _Static_assert(offsetof(cxl_config_t, return_pages) == 56, "cxl_config_t.return_pages");
 _Static_assert(offsetof(cxl_config_t, host) == 60, "cxl_config_t.host");
+_Static_assert(offsetof(cxl_config_t, huge_cache_bytes) == 64, "cxl_config_t.huge_cache_bytes");
 _Static_assert(sizeof(cxl_host_info_t) == 64, "cxl_host_info_t size");
 _Static_assert(offsetof(cxl_host_info_t, domain) == 8, "cxl_host_info_t.domain");
 _Static_assert(offsetof(cxl_host_info_t, name) == 24, "cxl_host_info_t.name");
@@ -102,6 +103,7 @@ static void test_config_defaults(void) {
     CHECK(cfg.coherence == CXL_COHERENCE_FULL);
     CHECK(cfg.commit_on_grow == 1);
     CHECK(cfg.return_pages == 1);
+    CHECK(cfg.huge_cache_bytes == (uint64_t)2 << 30);
     CHECK_ERR(cxl_config_default(NULL), CXL_EINVAL, EINVAL);
 }
 

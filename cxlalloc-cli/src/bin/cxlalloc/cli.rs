@@ -123,6 +123,10 @@ struct Shape {
     /// huge heap needs full coherence).
     #[arg(long, value_parser = parse_bytes)]
     huge_capacity: Option<u64>,
+    /// Bytes of freed huge blocks' objects each thread slot keeps for reuse (e.g. 2G, the
+    /// default; 0 keeps none). Trimmed when the system runs short of memory.
+    #[arg(long, value_parser = parse_bytes)]
+    huge_cache: Option<u64>,
     /// Coherence model of the device: full (hardware-coherent), limited (only the HWcc
     /// regions are coherent; the rest is flushed) or none (HWcc words through mCAS: serve
     /// the heap's window with `cxlalloc-mcasd` before attaching threads).
@@ -142,6 +146,7 @@ impl Shape {
             large_capacity: self.large_capacity.unwrap_or(d.large_capacity),
             thread_slots: self.slots.unwrap_or(d.thread_slots),
             huge_capacity: huge_capacity_for(self.coherence, self.huge_capacity),
+            huge_cache_bytes: self.huge_cache.unwrap_or(d.huge_cache_bytes),
             coherence: self.coherence,
             recovery: !self.no_recovery,
             mode: self.mode.unwrap_or(d.mode),
@@ -636,6 +641,7 @@ fn inspect(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
             ("small_capacity_bytes", c.small_capacity.into()),
             ("large_capacity_bytes", c.large_capacity.into()),
             ("huge_capacity_bytes", c.huge_capacity.into()),
+            ("huge_cache_bytes", c.huge_cache_bytes.into()),
             ("thread_slots", c.thread_slots.into()),
             ("small_batch_slabs", c.small_batch.into()),
             ("large_batch_slabs", c.large_batch.into()),
@@ -661,6 +667,7 @@ fn inspect(out: &mut Out, heap: &Target, json: bool) -> Result<(), Error> {
     out.fact("small capacity", human(c.small_capacity))?;
     out.fact("large capacity", human(c.large_capacity))?;
     out.fact("huge capacity", if c.huge_capacity == 0 { "none".to_string() } else { human(c.huge_capacity) })?;
+    out.fact("huge cache per thread slot", human(c.huge_cache_bytes))?;
     out.fact("small growth batch", format_args!("{} slabs", c.small_batch))?;
     out.fact("large growth batch", format_args!("{} slabs", c.large_batch))?;
     out.fact("empty slabs per thread", c.cache_local)?;
