@@ -109,6 +109,67 @@ pub(crate) struct SlabThread<'a> {
     /// at [`WARM_BYTES`], pushes give their pages back ([`SlabThread::keep_pages`]). This handle's alone, not persistent. Boxed
     /// (see `port`).
     warm_pushed: Box<AtomicU64>,
+    /// Full model: this thread's latest run of pushes to one mailbox, from which each push
+    /// leaves its block a prefetch hint for the harvest walk ([`PushRun`]). Boxed (see `port`).
+    push_run: Box<PushRun>,
+}
+
+/// How many blocks ahead of its cursor the harvest walk prefetches, by the hints pushers leave
+/// in the blocks (docs/design.md §4.6, "Harvest prefetch"): enough misses in flight to cover
+/// the latency of a line written on another core, few enough that a short chain gains too.
+const HINT_DEPTH: usize = 8;
+
+/// Full model: the pushes a thread made in a row to one mailbox, each of which found the
+/// previous one on top of the stack, so that the chain below its newest block is its own last
+/// pushes in order. A push that finds its own previous block on top writes, into its block's
+/// second word, the name of the block it pushed [`HINT_DEPTH`] pushes earlier: [`HINT_DEPTH`]
+/// links further down the chain. The harvest walk prefetches that block, so
+/// [`HINT_DEPTH`] of its misses overlap instead of following one another.
+///
+/// A hint is only ever prefetched: a stale or wrong one (the run broken by another pusher or
+/// a harvest between our read of the head and our CAS, a block harvested and reused since)
+/// costs one useless prefetch and nothing else. So this lives in the handle, not in the
+/// record: a crash forgets it. Written only by the handle's own thread (Relaxed throughout).
+struct PushRun {
+    /// Address of the mailbox head of the run (0: no run yet).
+    head: AtomicU64,
+    /// Pushes in the run; push `i` of it named in `names[i % HINT_DEPTH]`.
+    len: AtomicU64,
+    /// The payloads of the run's last [`HINT_DEPTH`] pushes.
+    names: [AtomicU64; HINT_DEPTH],
+}
+
+impl PushRun {
+    fn new() -> Self {
+        Self { head: AtomicU64::new(0), len: AtomicU64::new(0), names: std::array::from_fn(|_| AtomicU64::new(0)) }
+    }
+
+    /// The hint for a push onto `head` whose current top is `top`: the payload pushed
+    /// [`HINT_DEPTH`] pushes before, if the run reaches that far and `top` continues it; else 0
+    /// (no hint). Also returns the run's length if the push continues it (0 otherwise).
+    #[inline(always)]
+    fn hint(&self, head: u64, top: u32) -> (u64, u64) {
+        let len = self.len.load(Ordering::Relaxed);
+        let continues = len > 0
+            && self.head.load(Ordering::Relaxed) == head
+            && self.names[(len as usize - 1) % HINT_DEPTH].load(Ordering::Relaxed) == u64::from(top);
+        if !continues {
+            return (0, 0);
+        }
+        let hint =
+            if len >= HINT_DEPTH as u64 { self.names[len as usize % HINT_DEPTH].load(Ordering::Relaxed) } else { 0 };
+        (hint, len)
+    }
+
+    /// Records a push of `id` onto `head`, continuing a run of `len` pushes (0: a new run).
+    #[inline(always)]
+    fn pushed(&self, head: u64, len: u64, id: u32) {
+        if len == 0 {
+            self.head.store(head, Ordering::Relaxed);
+        }
+        self.names[len as usize % HINT_DEPTH].store(u64::from(id), Ordering::Relaxed);
+        self.len.store(len + 1, Ordering::Relaxed);
+    }
 }
 
 /// How many bytes of slabs a thread may push to the global list with their pages after its
@@ -189,6 +250,7 @@ impl<'a> SlabThread<'a> {
             // Full until the first pop: a thread that has taken nothing from the global list is
             // not churning slabs through it.
             warm_pushed: Box::new(AtomicU64::new(WARM_BYTES)),
+            push_run: Box::new(PushRun::new()),
         }
     }
 
@@ -1174,13 +1236,24 @@ impl<'a> SlabThread<'a> {
         // no dirty line of ours is written back later over the block's next life. The first
         // attempt writes back the whole block; a retry rewrote only the link's line.
         let mut span = at.size as usize;
+        // Full model: the harvest's prefetch hint goes into the block's second word (a block
+        // of one word carries none). Without coherence the walk invalidates before it reads,
+        // so no hint is left there.
+        let hinted = (coherent || self.mem.swcc.is_coherent()) && at.size >= 16;
+        let head_key = head as *const AtomicU64 as u64;
+        let mut run = 0;
         let pushed = mailbox::push(
             &self.hw_in(head, coherent),
             tag,
             id,
             |next| {
-                // The block is ours until the CAS succeeds: a plain store of its link.
+                // The block is ours until the CAS succeeds: plain stores of its link and hint.
                 word.store(Link { next }.pack(mark), Ordering::Relaxed);
+                if hinted {
+                    let hint;
+                    (hint, run) = self.push_run.hint(head_key, next);
+                    self.block_word(at.offset + 8).store(hint, Ordering::Relaxed);
+                }
                 if !coherent {
                     self.mem.swcc.publish(Site::MailboxLink, self.block_bytes(at), span);
                     span = 8;
@@ -1189,6 +1262,9 @@ impl<'a> SlabThread<'a> {
             self.helper_in(tag, coherent),
         );
         if pushed.is_ok() {
+            if hinted {
+                self.push_run.pushed(head_key, run, id);
+            }
             ThreadRecord::bump(&self.rec.counters.remote_frees);
             self.clear_log();
             return Ok(());
@@ -1363,6 +1439,14 @@ impl<'a> SlabThread<'a> {
             }
             None => self.rec.harvest_next.load(Ordering::Relaxed),
         };
+        // The walk waits on one miss per block (the link, written on the freer's core): the
+        // successor's line starts coming now, while this block is returned, and the block its
+        // pusher named [`HINT_DEPTH`] links further down (docs/design.md §4.6, "Harvest
+        // prefetch").
+        self.prefetch_harvested(b, next);
+        if size >= 16 && self.mem.swcc.is_coherent() {
+            self.prefetch_harvested(b, self.block_word(offset + 8).load(Ordering::Relaxed) as u32);
+        }
         if owner == self.me() {
             // Only the first block of a resumed harvest can have been returned already: every
             // other one was in the chain a moment ago, so neither free nor allocated.
@@ -1395,6 +1479,30 @@ impl<'a> SlabThread<'a> {
         }
         crash_point!(HarvestCleared);
         Some(next)
+    }
+
+    /// Full model: starts fetching the first word of the harvested block named `payload` (its
+    /// link, which the walk reads next and then clears). Only a hint: a name that does not
+    /// decode, or whose slab is unknown or unsized, is skipped, and `return_harvested` checks
+    /// everything again before it trusts the block.
+    #[inline(always)]
+    fn prefetch_harvested(&self, b: Bracket, payload: u32) {
+        if !self.mem.swcc.is_coherent() {
+            return;
+        }
+        let Some(id) = BlockId::from_payload(payload, b.block_shift()) else { return };
+        let Some(slab) = self.mem.slab(b, id.slab) else { return };
+        let size = self.mem.desc(b, slab).head.size.load(Ordering::Relaxed) as usize;
+        if size == 0 {
+            return;
+        }
+        // Within the slab for any block index below 2^shift and any class size: a corrupt
+        // name prefetches a line of the same slab's data, never beyond the data span.
+        let in_slab = (id.block as usize * size) & ((1 << b.slab_shift()) - 1);
+        let p = self.mem.block(self.mem.data_offset(b, slab, in_slab)).as_ptr();
+        self.mem.swcc.prefetch_write(p);
+        // The hint word, which may start the next line (a 24-byte block at line offset 48).
+        self.mem.swcc.prefetch_write(p.wrapping_add(8));
     }
 
     /// Puts the harvested block `at` of a slab this slot owns back as free: into the class's
