@@ -445,3 +445,125 @@ fn a_warm_thread_that_detaches_gives_the_pages_of_its_last_slabs_back() {
     let r = heap.check();
     assert!(r.is_clean(), "{r}");
 }
+
+/// The first two words of each block in `blocks` (read after they were freed: the heap's
+/// pages stay mapped, and nothing else runs meanwhile).
+fn first_words(blocks: &[NonNull<u8>]) -> Vec<(u64, u64)> {
+    blocks
+        .iter()
+        .map(|p| {
+            let w = p.as_ptr() as *const u64;
+            // SAFETY: a block of BLOCK bytes of the mapped heap, 8-aligned; freed, so only the
+            // allocator writes it, and no thread of the heap runs during the read.
+            unsafe { (w.read_volatile(), w.add(1).read_volatile()) }
+        })
+        .collect()
+}
+
+/// Full coherence (docs/design.md §4.6, "Harvest prefetch"): a thread that pushes blocks to one
+/// mailbox in a row leaves in each block's second word the mailbox name of the block it pushed
+/// eight pushes before, the block eight links further down the chain; the first eight carry
+/// none (0). Consecutive blocks of a slab have consecutive names, so the hint of block `i` is
+/// the link of block `i` (the name of block `i − 1`) less 7.
+#[test]
+fn a_run_of_remote_frees_leaves_each_block_the_name_of_the_block_eight_links_down() {
+    let _g = serial();
+    let name = HeapName::new("reuse-hints");
+    let heap = Heap::create(name.as_str(), &config(Coherence::Full)).unwrap();
+    let a = heap.attach().unwrap();
+    let b = heap.attach().unwrap();
+    let blocks: Vec<NonNull<u8>> = (0..20).map(|_| a.alloc(BLOCK).unwrap()).collect();
+    for (i, &p) in blocks.iter().enumerate() {
+        fill(p, i as u64);
+    }
+    for &p in &blocks {
+        b.free(p).unwrap();
+    }
+    let words = first_words(&blocks);
+    for (i, &(link, hint)) in words.iter().enumerate() {
+        let expected = if i < 8 { 0 } else { u64::from((link as u32).wrapping_sub(7)) };
+        assert_eq!(hint, expected, "block {i}: link {link:#x}");
+    }
+    // The walk returns every block, the hints only prefetched.
+    let again: Vec<NonNull<u8>> = (0..blocks.len()).map(|_| a.alloc(BLOCK).unwrap()).collect();
+    let report = heap.check();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.live_blocks(), again.len() as u64, "{report}");
+}
+
+/// A push that finds another thread's block on top of the mailbox ends the pusher's run: the
+/// next eight of its pushes carry no hint, since the chain below them is no longer its own.
+#[test]
+fn a_push_by_another_thread_restarts_the_run_of_hints() {
+    let _g = serial();
+    let name = HeapName::new("reuse-hint-run");
+    let heap = Heap::create(name.as_str(), &config(Coherence::Full)).unwrap();
+    let a = heap.attach().unwrap();
+    let b = heap.attach().unwrap();
+    let c = heap.attach().unwrap();
+    let blocks: Vec<NonNull<u8>> = (0..30).map(|_| a.alloc(BLOCK).unwrap()).collect();
+    for &p in &blocks[..10] {
+        b.free(p).unwrap();
+    }
+    c.free(blocks[10]).unwrap();
+    for &p in &blocks[11..] {
+        b.free(p).unwrap();
+    }
+    let words = first_words(&blocks);
+    assert_ne!(words[9].1, 0, "block 9 continues b's first run");
+    assert_eq!(words[10].1, 0, "c's only push has no run");
+    for (i, &(link, hint)) in words.iter().enumerate().skip(11) {
+        let expected = if i < 19 { 0 } else { u64::from((link as u32).wrapping_sub(7)) };
+        assert_eq!(hint, expected, "block {i}");
+    }
+}
+
+/// The hints are a prefetch and nothing more: blocks whose hint words hold garbage (as an
+/// application writing into a block after freeing it might leave) all come back at the
+/// owner's harvest, none twice, and the heap checks clean.
+#[test]
+fn a_harvest_returns_every_block_whatever_the_hints_say() {
+    let _g = serial();
+    let name = HeapName::new("reuse-bad-hints");
+    let heap = Heap::create(name.as_str(), &config(Coherence::Full)).unwrap();
+    let a = heap.attach().unwrap();
+    let b = heap.attach().unwrap();
+    let blocks: Vec<NonNull<u8>> = (0..PER_SLAB).map(|_| a.alloc(BLOCK).unwrap()).collect();
+    for &p in &blocks {
+        b.free(p).unwrap();
+    }
+    for (i, p) in blocks.iter().enumerate() {
+        let garbage = [u64::MAX, 0x7fff_ffff, 1, (i as u64) * 0x9e37_79b9 + 3][i % 4];
+        // SAFETY: the second word of a freed block of the mapped heap; no heap thread runs.
+        unsafe { (p.as_ptr() as *mut u64).add(1).write_volatile(garbage) };
+    }
+    let mut again: Vec<NonNull<u8>> = (0..PER_SLAB).map(|_| a.alloc(BLOCK).unwrap()).collect();
+    again.sort();
+    again.dedup();
+    assert_eq!(again.len(), PER_SLAB, "a block was handed out twice");
+    let report = heap.check();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.bracket(Bracket::Small).length, 1, "the harvested slab was not reused: {report}");
+    assert_eq!(report.live_blocks(), PER_SLAB as u64, "{report}");
+}
+
+/// Limited coherence leaves no hint (the walk invalidates each block before reading it, so a
+/// prefetch would be dropped): the block's second word keeps what the application wrote.
+#[test]
+fn a_limited_coherence_push_leaves_the_second_word_alone() {
+    let _g = serial();
+    let name = HeapName::new("reuse-no-hints");
+    let heap = Heap::create(name.as_str(), &config(Coherence::Limited)).unwrap();
+    let a = heap.attach().unwrap();
+    let b = heap.attach().unwrap();
+    let blocks: Vec<NonNull<u8>> = (0..20).map(|_| a.alloc(BLOCK).unwrap()).collect();
+    for (i, &p) in blocks.iter().enumerate() {
+        fill(p, i as u64);
+    }
+    for &p in &blocks {
+        b.free(p).unwrap();
+    }
+    for (i, &(_, second)) in first_words(&blocks).iter().enumerate() {
+        assert_eq!(second, pattern(1, i as u64), "block {i}");
+    }
+}
