@@ -491,10 +491,11 @@ fn a_run_of_remote_frees_leaves_each_block_the_name_of_the_block_eight_links_dow
     assert_eq!(report.live_blocks(), again.len() as u64, "{report}");
 }
 
-/// A push that finds another thread's block on top of the mailbox ends the pusher's run: the
-/// next eight of its pushes carry no hint, since the chain below them is no longer its own.
+/// A push that finds another thread's block on top of the mailbox leaves no hint (the chain
+/// below is not the pusher's own); the pusher's next push, which finds its own block on top
+/// again, names the block it pushed eight pushes before, now nine links down.
 #[test]
-fn a_push_by_another_thread_restarts_the_run_of_hints() {
+fn a_push_onto_another_threads_block_leaves_no_hint() {
     let _g = serial();
     let name = HeapName::new("reuse-hint-run");
     let heap = Heap::create(name.as_str(), &config(Coherence::Full)).unwrap();
@@ -510,11 +511,13 @@ fn a_push_by_another_thread_restarts_the_run_of_hints() {
         b.free(p).unwrap();
     }
     let words = first_words(&blocks);
-    assert_ne!(words[9].1, 0, "block 9 continues b's first run");
-    assert_eq!(words[10].1, 0, "c's only push has no run");
-    for (i, &(link, hint)) in words.iter().enumerate().skip(11) {
-        let expected = if i < 19 { 0 } else { u64::from((link as u32).wrapping_sub(7)) };
-        assert_eq!(hint, expected, "block {i}");
+    assert_ne!(words[9].1, 0, "block 9 follows b's own block 8");
+    assert_eq!(words[10].1, 0, "c's push finds b's block on top");
+    assert_eq!(words[11].1, 0, "b's push finds c's block on top");
+    for (i, &(link, hint)) in words.iter().enumerate().skip(12) {
+        // b's pushes: blocks 0..=9, then 11.. (c's block 10 is one link more below block 11).
+        let back = if i <= 18 { 8 } else { 7 };
+        assert_eq!(hint, u64::from((link as u32).wrapping_sub(back)), "block {i}");
     }
 }
 

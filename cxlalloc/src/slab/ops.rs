@@ -119,56 +119,51 @@ pub(crate) struct SlabThread<'a> {
 /// the latency of a line written on another core, few enough that a short chain gains too.
 const HINT_DEPTH: usize = 8;
 
-/// Full model: the pushes a thread made in a row to one mailbox, each of which found the
-/// previous one on top of the stack, so that the chain below its newest block is its own last
-/// pushes in order. A push that finds its own previous block on top writes, into its block's
-/// second word, the name of the block it pushed [`HINT_DEPTH`] pushes earlier: [`HINT_DEPTH`]
-/// links further down the chain. The harvest walk prefetches that block, so
-/// [`HINT_DEPTH`] of its misses overlap instead of following one another.
+/// Full model: the names of the blocks this thread pushed last, from which each push leaves its
+/// block a prefetch hint for the harvest walk. A push that finds its own previous block on top
+/// of the mailbox writes, into its block's second word, the name of the block it pushed
+/// [`HINT_DEPTH`] pushes earlier: while this thread's pushes follow one another on that mailbox,
+/// that block lies [`HINT_DEPTH`] links further down the chain (more if another thread's blocks
+/// came in between). The harvest walk prefetches it, so [`HINT_DEPTH`] of its misses overlap
+/// instead of following one another. A push that finds anything else on top leaves no hint (0).
 ///
-/// A hint is only ever prefetched: a stale or wrong one (the run broken by another pusher or
-/// a harvest between our read of the head and our CAS, a block harvested and reused since)
-/// costs one useless prefetch and nothing else. So this lives in the handle, not in the
-/// record: a crash forgets it. Written only by the handle's own thread (Relaxed throughout).
+/// A hint is only ever prefetched: a stale or wrong one (our earlier block harvested since,
+/// another mailbox whose top happens to carry our last block's name) costs one useless
+/// prefetch and nothing else. So this lives in the handle, not in the record: a crash forgets
+/// it. Written only by the handle's own thread (Relaxed throughout). Three loads and two stores
+/// a push, and no branch (script/icount.sh).
 struct PushRun {
-    /// Address of the mailbox head of the run (0: no run yet).
-    head: AtomicU64,
-    /// Pushes in the run; push `i` of it named in `names[i % HINT_DEPTH]`.
-    len: AtomicU64,
-    /// The payloads of the run's last [`HINT_DEPTH`] pushes.
+    /// Pushes made; push `i` is named in `names[i % HINT_DEPTH]`.
+    count: AtomicU64,
+    /// The payloads of the last [`HINT_DEPTH`] pushes (0 before the first ones).
     names: [AtomicU64; HINT_DEPTH],
 }
 
 impl PushRun {
     fn new() -> Self {
-        Self { head: AtomicU64::new(0), len: AtomicU64::new(0), names: std::array::from_fn(|_| AtomicU64::new(0)) }
+        Self { count: AtomicU64::new(0), names: std::array::from_fn(|_| AtomicU64::new(0)) }
     }
 
-    /// The hint for a push onto `head` whose current top is `top`: the payload pushed
-    /// [`HINT_DEPTH`] pushes before, if the run reaches that far and `top` continues it; else 0
-    /// (no hint). Also returns the run's length if the push continues it (0 otherwise).
+    /// The hint for a push whose mailbox shows `top` on top: the payload pushed [`HINT_DEPTH`]
+    /// pushes before if `top` is our last push, else 0.
     #[inline(always)]
-    fn hint(&self, head: u64, top: u32) -> (u64, u64) {
-        let len = self.len.load(Ordering::Relaxed);
-        let continues = len > 0
-            && self.head.load(Ordering::Relaxed) == head
-            && self.names[(len as usize - 1) % HINT_DEPTH].load(Ordering::Relaxed) == u64::from(top);
-        if !continues {
-            return (0, 0);
+    fn hint(&self, top: u32) -> u64 {
+        let count = self.count.load(Ordering::Relaxed) as usize;
+        let last = self.names[count.wrapping_sub(1) % HINT_DEPTH].load(Ordering::Relaxed);
+        let earlier = self.names[count % HINT_DEPTH].load(Ordering::Relaxed);
+        if last == u64::from(top) {
+            earlier
+        } else {
+            0
         }
-        let hint =
-            if len >= HINT_DEPTH as u64 { self.names[len as usize % HINT_DEPTH].load(Ordering::Relaxed) } else { 0 };
-        (hint, len)
     }
 
-    /// Records a push of `id` onto `head`, continuing a run of `len` pushes (0: a new run).
+    /// Records a push of `id`.
     #[inline(always)]
-    fn pushed(&self, head: u64, len: u64, id: u32) {
-        if len == 0 {
-            self.head.store(head, Ordering::Relaxed);
-        }
-        self.names[len as usize % HINT_DEPTH].store(u64::from(id), Ordering::Relaxed);
-        self.len.store(len + 1, Ordering::Relaxed);
+    fn pushed(&self, id: u32) {
+        let count = self.count.load(Ordering::Relaxed);
+        self.names[count as usize % HINT_DEPTH].store(u64::from(id), Ordering::Relaxed);
+        self.count.store(count + 1, Ordering::Relaxed);
     }
 }
 
@@ -1240,20 +1235,19 @@ impl<'a> SlabThread<'a> {
         // of one word carries none). Without coherence the walk invalidates before it reads,
         // so no hint is left there.
         let hinted = (coherent || self.mem.swcc.is_coherent()) && at.size >= 16;
-        let head_key = head as *const AtomicU64 as u64;
-        let mut run = 0;
+        if hinted {
+            // Written once, from the head as it is now: should the CAS below be retried, the
+            // hint may no longer fit the chain, which costs the walk a useless prefetch only.
+            let top = mailbox::top(head);
+            self.block_word(at.offset + 8).store(self.push_run.hint(top), Ordering::Relaxed);
+        }
         let pushed = mailbox::push(
             &self.hw_in(head, coherent),
             tag,
             id,
             |next| {
-                // The block is ours until the CAS succeeds: plain stores of its link and hint.
+                // The block is ours until the CAS succeeds: a plain store of its link.
                 word.store(Link { next }.pack(mark), Ordering::Relaxed);
-                if hinted {
-                    let hint;
-                    (hint, run) = self.push_run.hint(head_key, next);
-                    self.block_word(at.offset + 8).store(hint, Ordering::Relaxed);
-                }
                 if !coherent {
                     self.mem.swcc.publish(Site::MailboxLink, self.block_bytes(at), span);
                     span = 8;
@@ -1263,7 +1257,7 @@ impl<'a> SlabThread<'a> {
         );
         if pushed.is_ok() {
             if hinted {
-                self.push_run.pushed(head_key, run, id);
+                self.push_run.pushed(id);
             }
             ThreadRecord::bump(&self.rec.counters.remote_frees);
             self.clear_log();
