@@ -1233,8 +1233,10 @@ impl<'a> SlabThread<'a> {
         let mut span = at.size as usize;
         // Full model: the harvest's prefetch hint goes into the block's second word (a block
         // of one word carries none). Without coherence the walk invalidates before it reads,
-        // so no hint is left there.
-        let hinted = (coherent || self.mem.swcc.is_coherent()) && at.size >= 16;
+        // so no hint is left there. Only on the full model's own path (`coherent`, a constant
+        // there): the general path, which the full model takes only for odd pointers, leaves
+        // none, and the reduced models' frees test nothing (script/icount.sh).
+        let hinted = coherent && at.size >= 16;
         if hinted {
             // Written once, from the head as it is now: should the CAS below be retried, the
             // hint may no longer fit the chain, which costs the walk a useless prefetch only.
