@@ -113,21 +113,6 @@ fn clflush(_line: usize) {
     };
 }
 
-/// Starts fetching the line holding `p` for writing (`prefetchw`), without waiting for it: a
-/// hint, so it never faults, whatever `p` is, and has no effect on what memory holds. Used
-/// where a dependent walk can name its next line before it has finished with the current one
-/// (the harvest, docs/design.md §4.6).
-#[inline(always)]
-pub(crate) fn prefetch_write(_p: *const u8) {
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
-    // SAFETY: prefetchw reads no memory into a register and never faults (an unmapped or
-    // protected address is dropped); it exists on every x86-64 CPU with 3DNow!/PRFCHW and is a
-    // no-op (a long NOP encoding) on those without.
-    unsafe {
-        std::arch::asm!("prefetchw [{0}]", in(reg) _p, options(nostack, preserves_flags, readonly))
-    };
-}
-
 /// Orders earlier stores and flushes before later stores and flushes (`sfence`).
 #[inline]
 pub(crate) fn store_fence() {

@@ -169,17 +169,6 @@ impl Swcc {
         matches!(self, Swcc::Coherent)
     }
 
-    /// Full coherence only: starts fetching the line holding `p`, which the caller is about to
-    /// read and write (a hint: [`flush::prefetch_write`]). Without coherence the line is
-    /// invalidated before it is read (`Site::MailboxRead`), which would drop what a prefetch
-    /// brought in, so nothing is done there.
-    #[inline(always)]
-    pub(crate) fn prefetch_write(&self, p: *const u8) {
-        if self.is_coherent() {
-            flush::prefetch_write(p);
-        }
-    }
-
     /// Before a line's ownership moves to another host, or another host may read it: writes
     /// `[p, p + len)` back and evicts it (so a later read of ours sees the next owner's
     /// writes), then fences.

@@ -175,14 +175,6 @@ pub fn take(
     }
 }
 
-/// The payload on top of the mailbox now (a plain load: a pusher's guess at what its push will
-/// find, for its prefetch hint; [`push`] reads the head again).
-#[inline(always)]
-pub fn top(head: &(impl HwWord + ?Sized)) -> u32 {
-    // Relaxed: a hint; nothing is published or acquired through it.
-    Tagged::unpack(head.load(Ordering::Relaxed)).payload
-}
-
 /// Whether the mailbox holds a block (a plain load: the owner's cheap test before a harvest).
 #[inline]
 pub fn has_blocks(head: &(impl HwWord + ?Sized)) -> bool {

@@ -109,62 +109,6 @@ pub(crate) struct SlabThread<'a> {
     /// at [`WARM_BYTES`], pushes give their pages back ([`SlabThread::keep_pages`]). This handle's alone, not persistent. Boxed
     /// (see `port`).
     warm_pushed: Box<AtomicU64>,
-    /// Full model: this thread's latest run of pushes to one mailbox, from which each push
-    /// leaves its block a prefetch hint for the harvest walk ([`PushRun`]). Boxed (see `port`).
-    push_run: Box<PushRun>,
-}
-
-/// How many blocks ahead of its cursor the harvest walk prefetches, by the hints pushers leave
-/// in the blocks (docs/design.md §4.6, "Harvest prefetch"): enough misses in flight to cover
-/// the latency of a line written on another core, few enough that a short chain gains too.
-const HINT_DEPTH: usize = 8;
-
-/// Full model: the names of the blocks this thread pushed last, from which each push leaves its
-/// block a prefetch hint for the harvest walk. A push that finds its own previous block on top
-/// of the mailbox writes, into its block's second word, the name of the block it pushed
-/// [`HINT_DEPTH`] pushes earlier: while this thread's pushes follow one another on that mailbox,
-/// that block lies [`HINT_DEPTH`] links further down the chain (more if another thread's blocks
-/// came in between). The harvest walk prefetches it, so [`HINT_DEPTH`] of its misses overlap
-/// instead of following one another. A push that finds anything else on top leaves no hint (0).
-///
-/// A hint is only ever prefetched: a stale or wrong one (our earlier block harvested since,
-/// another mailbox whose top happens to carry our last block's name) costs one useless
-/// prefetch and nothing else. So this lives in the handle, not in the record: a crash forgets
-/// it. Written only by the handle's own thread (Relaxed throughout). Three loads and two stores
-/// a push, and no branch (script/icount.sh).
-struct PushRun {
-    /// Pushes made; push `i` is named in `names[i % HINT_DEPTH]`.
-    count: AtomicU64,
-    /// The payloads of the last [`HINT_DEPTH`] pushes (0 before the first ones).
-    names: [AtomicU64; HINT_DEPTH],
-}
-
-impl PushRun {
-    fn new() -> Self {
-        Self { count: AtomicU64::new(0), names: std::array::from_fn(|_| AtomicU64::new(0)) }
-    }
-
-    /// The hint for a push whose mailbox shows `top` on top: the payload pushed [`HINT_DEPTH`]
-    /// pushes before if `top` is our last push, else 0.
-    #[inline(always)]
-    fn hint(&self, top: u32) -> u64 {
-        let count = self.count.load(Ordering::Relaxed) as usize;
-        let last = self.names[count.wrapping_sub(1) % HINT_DEPTH].load(Ordering::Relaxed);
-        let earlier = self.names[count % HINT_DEPTH].load(Ordering::Relaxed);
-        if last == u64::from(top) {
-            earlier
-        } else {
-            0
-        }
-    }
-
-    /// Records a push of `id`.
-    #[inline(always)]
-    fn pushed(&self, id: u32) {
-        let count = self.count.load(Ordering::Relaxed);
-        self.names[count as usize % HINT_DEPTH].store(u64::from(id), Ordering::Relaxed);
-        self.count.store(count + 1, Ordering::Relaxed);
-    }
 }
 
 /// How many bytes of slabs a thread may push to the global list with their pages after its
@@ -245,7 +189,6 @@ impl<'a> SlabThread<'a> {
             // Full until the first pop: a thread that has taken nothing from the global list is
             // not churning slabs through it.
             warm_pushed: Box::new(AtomicU64::new(WARM_BYTES)),
-            push_run: Box::new(PushRun::new()),
         }
     }
 
@@ -1231,18 +1174,6 @@ impl<'a> SlabThread<'a> {
         // no dirty line of ours is written back later over the block's next life. The first
         // attempt writes back the whole block; a retry rewrote only the link's line.
         let mut span = at.size as usize;
-        // Full model: the harvest's prefetch hint goes into the block's second word (a block
-        // of one word carries none). Without coherence the walk invalidates before it reads,
-        // so no hint is left there. Only on the full model's own path (`coherent`, a constant
-        // there): the general path, which the full model takes only for odd pointers, leaves
-        // none, and the reduced models' frees test nothing (script/icount.sh).
-        let hinted = coherent && at.size >= 16;
-        if hinted {
-            // Written once, from the head as it is now: should the CAS below be retried, the
-            // hint may no longer fit the chain, which costs the walk a useless prefetch only.
-            let top = mailbox::top(head);
-            self.block_word(at.offset + 8).store(self.push_run.hint(top), Ordering::Relaxed);
-        }
         let pushed = mailbox::push(
             &self.hw_in(head, coherent),
             tag,
@@ -1258,9 +1189,6 @@ impl<'a> SlabThread<'a> {
             self.helper_in(tag, coherent),
         );
         if pushed.is_ok() {
-            if hinted {
-                self.push_run.pushed(id);
-            }
             ThreadRecord::bump(&self.rec.counters.remote_frees);
             self.clear_log();
             return Ok(());
@@ -1435,14 +1363,6 @@ impl<'a> SlabThread<'a> {
             }
             None => self.rec.harvest_next.load(Ordering::Relaxed),
         };
-        // The walk waits on one miss per block (the link, written on the freer's core): the
-        // successor's line starts coming now, while this block is returned, and the block its
-        // pusher named [`HINT_DEPTH`] links further down (docs/design.md §4.6, "Harvest
-        // prefetch").
-        self.prefetch_harvested(b, next);
-        if size >= 16 && self.mem.swcc.is_coherent() {
-            self.prefetch_harvested(b, self.block_word(offset + 8).load(Ordering::Relaxed) as u32);
-        }
         if owner == self.me() {
             // Only the first block of a resumed harvest can have been returned already: every
             // other one was in the chain a moment ago, so neither free nor allocated.
@@ -1475,30 +1395,6 @@ impl<'a> SlabThread<'a> {
         }
         crash_point!(HarvestCleared);
         Some(next)
-    }
-
-    /// Full model: starts fetching the first word of the harvested block named `payload` (its
-    /// link, which the walk reads next and then clears). Only a hint: a name that does not
-    /// decode, or whose slab is unknown or unsized, is skipped, and `return_harvested` checks
-    /// everything again before it trusts the block.
-    #[inline(always)]
-    fn prefetch_harvested(&self, b: Bracket, payload: u32) {
-        if !self.mem.swcc.is_coherent() {
-            return;
-        }
-        let Some(id) = BlockId::from_payload(payload, b.block_shift()) else { return };
-        let Some(slab) = self.mem.slab(b, id.slab) else { return };
-        let size = self.mem.desc(b, slab).head.size.load(Ordering::Relaxed) as usize;
-        if size == 0 {
-            return;
-        }
-        // Within the slab for any block index below 2^shift and any class size: a corrupt
-        // name prefetches a line of the same slab's data, never beyond the data span.
-        let in_slab = (id.block as usize * size) & ((1 << b.slab_shift()) - 1);
-        let p = self.mem.block(self.mem.data_offset(b, slab, in_slab)).as_ptr();
-        self.mem.swcc.prefetch_write(p);
-        // The hint word, which may start the next line (a 24-byte block at line offset 48).
-        self.mem.swcc.prefetch_write(p.wrapping_add(8));
     }
 
     /// Puts the harvested block `at` of a slab this slot owns back as free: into the class's
