@@ -20,14 +20,6 @@ pub(crate) struct Lists<const N: usize> {
     pub sized: [AtomicU32; N],
     /// Per class, the slab being allocated from and one word of its free bits.
     pub current: [Current; N],
-    /// Per class, the identity ([`CurrentId::IDENTITY`] bits) of the word last cached in
-    /// `current`, for remote freers (docs/design.md §4.6, "The double-free check's lines"): kept
-    /// apart from `current`, whose lines the holder writes at every allocation, so that a remote
-    /// free of a block that is not in the cached word (nearly all) reads a line written once per
-    /// refill instead of missing on the holder's hottest line. Invariant: whenever
-    /// `current[c].bits != 0`, `shown[c]` is the identity of `current[c].id` (written before
-    /// the bits, [`cached_word::show`]); a stale value while the bits are 0 is harmless.
-    pub shown: [AtomicU64; N],
 }
 
 /// A class's current slab and the word of free-block bits taken out of its bitset: allocation
@@ -294,29 +286,6 @@ pub(crate) struct ListsRef<'a> {
     pub sized: &'a [AtomicU32],
     /// See [`Lists::current`].
     pub current: &'a [Current],
-    /// See [`Lists::shown`].
-    pub shown: &'a [AtomicU64],
-}
-
-impl ListsRef<'_> {
-    /// Any thread: whether block `block` of slab link `slab`, of class index `ci`, is free in
-    /// the holder's cached word. Reads [`Lists::shown`] first and the cached word only when it
-    /// names the block's word ([`cached_word::show`]); a torn read answers false.
-    #[inline]
-    pub(crate) fn holds_seen_from_afar(&self, ci: usize, slab: u32, block: u32) -> bool {
-        let (Some(shown), Some(cur)) = (self.shown.get(ci), self.current.get(ci)) else { return false };
-        cached_word::shown(shown, CurrentId::identity(slab, block / 64)) && cur.holds_seen_from_afar(slab, block)
-    }
-
-    /// Holder only: caches word `word` of slab link `slab` holding `bits` (not 0) in class
-    /// index `ci`'s current word, showing its identity to remote freers first. The cached word
-    /// must be empty (its bits 0), as it is whenever a refill or recovery fills it.
-    #[inline]
-    pub(crate) fn fill_current(&self, ci: usize, slab: u32, word: u32, block0: u64, bits: u64) {
-        let (Some(shown), Some(cur)) = (self.shown.get(ci), self.current.get(ci)) else { return };
-        cached_word::show(shown, &cur.bits, CurrentId::identity(slab, word));
-        cur.install(slab, word, block0, bits);
-    }
 }
 
 impl ThreadRecord {
@@ -329,14 +298,12 @@ impl ThreadRecord {
                 unsized_len: &self.small.unsized_len,
                 sized: &self.small.sized,
                 current: &self.small.current,
-                shown: &self.small.shown,
             },
             Bracket::Large => ListsRef {
                 unsized_head: &self.large.unsized_head,
                 unsized_len: &self.large.unsized_len,
                 sized: &self.large.sized,
                 current: &self.large.current,
-                shown: &self.large.shown,
             },
         }
     }

@@ -18,27 +18,6 @@ pub fn install(id: &AtomicU64, bits: &AtomicU64, new_id: u64, new_bits: u64) {
     bits.store(new_bits, Ordering::Release);
 }
 
-/// Writer only, before filling an empty cached word: shows `identity` (the word's identity
-/// without its sequence number) in `shown`, a word on another line that remote readers check
-/// first ([`shown`]). The bits are cleared first (they are 0 already wherever the writer fills
-/// an empty word; the store makes the order the protocol needs explicit): so whenever `bits`
-/// are non-zero, `shown` names their word, and a reader that finds another identity there
-/// needs no look at the cached word, whose line the writer dirties at every allocation.
-pub fn show(shown: &AtomicU64, bits: &AtomicU64, identity: u64) {
-    bits.store(0, Ordering::Relaxed);
-    // Release: ordered after the bits' clear and before the install's stores of the new bits
-    // (which are Release too); pairs with the Acquire in [`shown`].
-    shown.store(identity, Ordering::Release);
-}
-
-/// Any thread: whether `shown` names `identity`: if not, no bits of that word were in the cached
-/// word when `shown` was read (up to the staleness every remote read of it tolerates).
-#[inline]
-pub fn shown(shown: &AtomicU64, identity: u64) -> bool {
-    // Acquire: pairs with the Release in [`show`].
-    shown.load(Ordering::Acquire) == identity
-}
-
 /// Any thread: the cached `(id, bits)` if read without tearing.
 pub fn read(id: &AtomicU64, bits: &AtomicU64) -> Option<(u64, u64)> {
     // Acquire ×3: pairs with the Release stores in `install`.

@@ -133,16 +133,7 @@ impl SlabThread<'_> {
                     cur.install(0, 0, 0, 0);
                 } else {
                     let bits = cur.bits.load(Ordering::Relaxed) | word.load(Ordering::Relaxed);
-                    // The same identity again (the crash fell after the fill), so `shown`
-                    // already names it; shown once more all the same: the fill's helper clears
-                    // the bits first, which is safe here as nobody allocates meanwhile.
-                    self.rec.lists(b).fill_current(
-                        class.wrapping_sub(1) as usize,
-                        slab.link(),
-                        w as u32,
-                        cur.block0.load(Ordering::Relaxed),
-                        bits,
-                    );
+                    cur.install(slab.link(), w as u32, cur.block0.load(Ordering::Relaxed), bits);
                     word.store(0, Ordering::Relaxed);
                 }
                 Resolution::Completed

@@ -355,7 +355,7 @@ impl<'a> SlabThread<'a> {
         let cur = &self.rec.lists(b).current[class as usize - 1];
         let mut bits = cur.bits.load(Ordering::Relaxed);
         if bits == 0 {
-            self.next_current(b, class, info)?;
+            self.next_current(b, class, info, cur)?;
             bits = cur.bits.load(Ordering::Relaxed);
             if bits == 0 {
                 return Err(AllocError::Corrupt("refilled word has no free block"));
@@ -400,25 +400,18 @@ impl<'a> SlabThread<'a> {
             }
         }
         match d.lowest_word() {
-            Some(w) => self.take_word(b, class, slab, d, w, info),
+            Some(w) => self.take_word(b, slab, d, w, info, cur),
             None => self.retire(b, class, info, slab, d, cur),
         }
         Ok(())
     }
 
     /// Moves bitset word `w` of `slab` into the class's current-slab cache.
-    fn take_word(&self, b: Bracket, class: u32, slab: Slab, d: Descriptor<'_>, w: u32, info: &ClassInfo) {
+    fn take_word(&self, b: Bracket, slab: Slab, d: Descriptor<'_>, w: u32, info: &ClassInfo, cur: &Current) {
         self.log(Redo::new(Op::TakeWord, b, slab.index(), w));
         // The cache is filled before the bitset word is cleared: a crash in between leaves the
-        // bits in both places, which recovery resolves from the record; never in neither. The
-        // cached word is empty here (its last bit was just taken, or it was retired).
-        self.rec.lists(b).fill_current(
-            class as usize - 1,
-            slab.link(),
-            w,
-            block0(self.mem, b, slab, w, info),
-            d.bits[w as usize].load(Ordering::Relaxed),
-        );
+        // bits in both places, which recovery resolves from the record; never in neither.
+        cur.install(slab.link(), w, block0(self.mem, b, slab, w, info), d.bits[w as usize].load(Ordering::Relaxed));
         d.take_word(w);
         self.clear_log();
     }
@@ -427,7 +420,7 @@ impl<'a> SlabThread<'a> {
     /// freshly sized one (T3), taking an unsized slab by T2 (global pop) or T1 (bump) if needed.
     #[cold]
     #[inline(never)]
-    fn next_current(&self, b: Bracket, class: u32, info: &ClassInfo) -> Result<(), AllocError> {
+    fn next_current(&self, b: Bracket, class: u32, info: &ClassInfo, cur: &Current) -> Result<(), AllocError> {
         // Blocks other threads freed come back first (docs/design.md §4.6): their slabs rejoin
         // the sized lists before a new slab is sized.
         self.harvest(b);
@@ -437,7 +430,7 @@ impl<'a> SlabThread<'a> {
             let d = self.mem.desc(b, slab);
             let w = d.lowest_word().ok_or(AllocError::Corrupt("sized slab without a free block"))?;
             self.unlink_sized(b, class, d);
-            self.take_word(b, class, slab, d, w, info);
+            self.take_word(b, slab, d, w, info, cur);
             return Ok(());
         }
         if lists.unsized_head.load(Ordering::Relaxed) == 0 && !self.reclaim_empty_sized(b) && !self.global_pop(b)? {
@@ -478,7 +471,7 @@ impl<'a> SlabThread<'a> {
             self.helper(self.tag(version)),
         );
         crash_point!(SizeCounted);
-        self.take_word(b, class, slab, d, 0, info);
+        self.take_word(b, slab, d, 0, info, cur);
         Ok(())
     }
 
@@ -643,11 +636,8 @@ impl<'a> SlabThread<'a> {
         }
         owner != 0
             && owner <= self.mem.layout.slots
-            && self.mem.record(owner - 1).lists(at.bracket).holds_seen_from_afar(
-                at.class as usize - 1,
-                at.slab.link(),
-                at.block,
-            )
+            && self.mem.record(owner - 1).lists(at.bracket).current[at.class as usize - 1]
+                .holds_seen_from_afar(at.slab.link(), at.block)
     }
 
     fn mark_word(&self, at: &Located<'_>) -> &AtomicU64 {
