@@ -504,8 +504,8 @@ fn a_hand_over_from_inside_a_huge_block_or_of_a_freed_one_is_refused() {
 
 /// A block its owner freed into its cached word, freed again by another thread, is a double
 /// free, in the first word the owner cached and in one cached after a refill: the remote check
-/// reads the cached word whenever the owner's shown identity names the block's word
-/// (docs/design.md §4.6, "The double-free check's lines").
+/// reads the owner's cached word, not only its bitset (docs/design.md §4.6, "The double-free
+/// check's lines").
 #[test]
 fn a_remote_free_of_a_block_in_its_owners_cached_word_is_a_double_free() {
     let heap = small_heap();
