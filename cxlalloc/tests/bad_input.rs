@@ -501,3 +501,28 @@ fn a_hand_over_from_inside_a_huge_block_or_of_a_freed_one_is_refused() {
     assert!(matches!(t.invalidate(huge, 8), Err(HandOverError::Block(_))), "a freed huge block");
     assert_clean(&heap);
 }
+
+/// A block its owner freed into its cached word, freed again by another thread, is a double
+/// free, in the first word the owner cached and in one cached after a refill: the remote check
+/// reads the owner's cached word, not only its bitset (docs/design.md §4.6, "The double-free
+/// check's lines").
+#[test]
+fn a_remote_free_of_a_block_in_its_owners_cached_word_is_a_double_free() {
+    let heap = small_heap();
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    // 70 blocks of 32 B: the first 64 fill bitset word 0, the rest come from word 1, which the
+    // owner cached at the refill.
+    let blocks: Vec<_> = (0..70).map(|_| owner.alloc(32).unwrap()).collect();
+    owner.free(blocks[66]).unwrap();
+    assert_eq!(other.free(blocks[66]), Err(FreeError::DoubleFree));
+    let fresh = owner.alloc(32).unwrap();
+    assert_eq!(fresh, blocks[66], "the refused free left the block in the cached word");
+    for &p in blocks.iter().filter(|&&p| p != blocks[66]) {
+        other.free(p).unwrap();
+    }
+    other.free(fresh).unwrap();
+    drop(owner);
+    drop(other);
+    assert_clean(&heap);
+}
