@@ -444,10 +444,10 @@ impl ThreadHandle {
     /// foreign and double frees return an error and leave the heap untouched.
     #[inline]
     pub fn free(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
-        match self.ops().free(ptr.as_ptr()) {
-            Err(FreeError::ForeignPointer) => self.free_huge(ptr),
-            r => r,
-        }
+        // The huge heap is asked only where the slab heaps say the pointer is not theirs, from
+        // inside their free: no path that calls out keeps `ptr` for after the call, so the quick
+        // free needs no saved registers and no stack frame (docs/design.md §4.5).
+        self.ops().free_or(ptr.as_ptr(), move || self.free_huge(ptr))
     }
 
     #[cold]
