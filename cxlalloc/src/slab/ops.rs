@@ -821,10 +821,8 @@ impl<'a> SlabThread<'a> {
         }
         let (w, bit) = (block / 64, 1u64 << (block % 64));
         let cur = &self.rec.lists(b).current[class as usize - 1];
-        // The cached word's identity without its sequence number: slab link and word, one
-        // comparison.
-        let id = cur.id.load(Ordering::Relaxed) & CurrentId::IDENTITY;
-        if id == CurrentId::identity(slab.link(), w) {
+        // The cached word's identity (slab link and word) without its sequence number.
+        if CurrentId::names(cur.id.load(Ordering::Relaxed), slab.link(), w) {
             // One store to the persistent cache, also the free's log record (as allocating).
             let bits = cur.bits.load(Ordering::Relaxed);
             if bits & bit != 0 {
