@@ -709,6 +709,12 @@ impl<'a> SlabThread<'a> {
         ptr: *const u8,
         outside: impl FnOnce() -> Result<(), FreeError>,
     ) -> Result<(), FreeError> {
+        // The reduced models' local frees carry marks and may read memory (§4.3): theirs is the
+        // general path, at the cost of this one test of the model (`batching` is exactly the
+        // reduced models; a field of ours, so no load of the heap's).
+        if self.batching {
+            return self.free_general(ptr, outside);
+        }
         // The quick path calls nothing and answers in registers: every call is made here, after
         // it, with nothing live across it but `self` and `ptr` (so the caller's copy of the fast
         // path saves no registers and builds no frame, docs/design.md §4.5).
@@ -726,16 +732,13 @@ impl<'a> SlabThread<'a> {
         (ptr as usize).wrapping_sub(self.mem.base() as usize)
     }
 
-    /// Every free the quick path leaves: the reduced models, pointers outside the slab data
-    /// (`outside`), and whatever any check of the quick path refused (checked again from the
-    /// start: the quick path wrote nothing).
+    /// Every full-model free the quick path leaves: pointers outside the slab data (`outside`),
+    /// and whatever any check of the quick path refused (checked again from the start: the quick
+    /// path wrote nothing).
     #[cold]
     #[inline(never)]
     fn free_slow(&self, ptr: *const u8, outside: impl FnOnce() -> Result<(), FreeError>) -> Result<(), FreeError> {
-        match self.free_general(ptr) {
-            Err(FreeError::ForeignPointer) if self.bracket_of(ptr).is_err() => outside(),
-            r => r,
-        }
+        self.free_general(ptr, outside)
     }
 
     /// [`SlabThread::free_or`] of a slab block: a pointer outside both brackets' slab data is
@@ -746,13 +749,15 @@ impl<'a> SlabThread<'a> {
     }
 
     /// [`SlabThread::free_or`] of any pointer, in any model: locates the block and frees it
-    /// locally or remotely, or says why it cannot.
+    /// locally or remotely, or says why it cannot; `outside` frees a pointer in neither
+    /// bracket's slab data.
     #[inline(never)]
-    fn free_general(&self, ptr: *const u8) -> Result<(), FreeError> {
+    fn free_general(&self, ptr: *const u8, outside: impl FnOnce() -> Result<(), FreeError>) -> Result<(), FreeError> {
         // One call per constant bracket, so each copy of the fast path folds its geometry.
-        match self.bracket_of(ptr)? {
-            (Bracket::Small, offset, rel) => self.free_in(Bracket::Small, ptr, offset, rel),
-            (Bracket::Large, offset, rel) => self.free_in(Bracket::Large, ptr, offset, rel),
+        match self.bracket_of(ptr) {
+            Ok((Bracket::Small, offset, rel)) => self.free_in(Bracket::Small, ptr, offset, rel),
+            Ok((Bracket::Large, offset, rel)) => self.free_in(Bracket::Large, ptr, offset, rel),
+            Err(_) => outside(),
         }
     }
 
@@ -763,12 +768,6 @@ impl<'a> SlabThread<'a> {
     /// stores only once all have passed.
     #[inline(always)]
     fn free_quick(&self, ptr: *const u8) -> Quick {
-        // The reduced models' local frees carry marks and may read memory (§4.3): theirs is the
-        // general path, at the cost of this one test of the model (`batching` is exactly the
-        // reduced models; a field of ours, so no load of the heap's).
-        if self.batching {
-            return Quick::General;
-        }
         if let Some(rel) = self.quick[Bracket::Small as usize].rel(ptr) {
             return self.free_quick_in(Bracket::Small, ptr, rel);
         }
