@@ -59,7 +59,8 @@ enum Quick {
     /// Another thread's slab: the block located (bracket, slab, class, block index), for the
     /// remote free to take over.
     Remote(Bracket, Slab, u32, u32),
-    /// Anything else, refusals included: the general path, from the start.
+    /// Anything else, refusals and the reduced models included: the general path, from the
+    /// start.
     General,
 }
 
@@ -709,15 +710,11 @@ impl<'a> SlabThread<'a> {
         ptr: *const u8,
         outside: impl FnOnce() -> Result<(), FreeError>,
     ) -> Result<(), FreeError> {
-        // The reduced models' local frees carry marks and may read memory (§4.3): theirs is the
-        // general path, at the cost of this one test of the model (`batching` is exactly the
-        // reduced models; a field of ours, so no load of the heap's).
-        if self.batching {
-            return self.free_general(ptr, outside);
-        }
         // The quick path calls nothing and answers in registers: every call is made here, after
-        // it, with nothing live across it but `self` and `ptr` (so the caller's copy of the fast
-        // path saves no registers and builds no frame, docs/design.md §4.5).
+        // it, with nothing live across it but `self` and `ptr`, and through one cold entry for
+        // everything but the remote hand-over (a second call site, for the reduced models, made
+        // the caller's copy save two more registers on every free of the full model;
+        // docs/design.md §4.5).
         match self.free_quick(ptr) {
             Quick::Done => Ok(()),
             Quick::Remote(Bracket::Small, slab, class, block) => self.free_remote_small(slab, class, block, self.offset_of(ptr)),
@@ -732,9 +729,9 @@ impl<'a> SlabThread<'a> {
         (ptr as usize).wrapping_sub(self.mem.base() as usize)
     }
 
-    /// Every full-model free the quick path leaves: pointers outside the slab data (`outside`),
-    /// and whatever any check of the quick path refused (checked again from the start: the quick
-    /// path wrote nothing).
+    /// Every free the quick path leaves: the reduced models' (their usual path, cold only to
+    /// the full model), pointers outside the slab data (`outside`), and whatever any check of
+    /// the quick path refused (checked again from the start: the quick path wrote nothing).
     #[cold]
     #[inline(never)]
     fn free_slow(&self, ptr: *const u8, outside: impl FnOnce() -> Result<(), FreeError>) -> Result<(), FreeError> {
@@ -751,7 +748,7 @@ impl<'a> SlabThread<'a> {
     /// [`SlabThread::free_or`] of any pointer, in any model: locates the block and frees it
     /// locally or remotely, or says why it cannot; `outside` frees a pointer in neither
     /// bracket's slab data.
-    #[inline(never)]
+    #[inline(always)]
     fn free_general(&self, ptr: *const u8, outside: impl FnOnce() -> Result<(), FreeError>) -> Result<(), FreeError> {
         // One call per constant bracket, so each copy of the fast path folds its geometry.
         match self.bracket_of(ptr) {
@@ -768,6 +765,12 @@ impl<'a> SlabThread<'a> {
     /// stores only once all have passed.
     #[inline(always)]
     fn free_quick(&self, ptr: *const u8) -> Quick {
+        // The reduced models' local frees carry marks and may read memory (§4.3): theirs is the
+        // general path, at the cost of this one test of the model (`batching` is exactly the
+        // reduced models; a field of ours, so no load of the heap's).
+        if self.batching {
+            return Quick::General;
+        }
         if let Some(rel) = self.quick[Bracket::Small as usize].rel(ptr) {
             return self.free_quick_in(Bracket::Small, ptr, rel);
         }
