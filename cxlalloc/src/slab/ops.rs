@@ -364,7 +364,7 @@ impl<'a> SlabThread<'a> {
     /// bit (after which the word is refilled, `word_emptied`), an empty word and a class out of
     /// range are the slow path's, which allocates from the start.
     #[inline(always)]
-    fn alloc_quick(&self, b: Bracket, class: u32) -> Option<NonNull<u8>> {
+    pub(crate) fn alloc_quick(&self, b: Bracket, class: u32) -> Option<NonNull<u8>> {
         let info = b.class(class)?;
         let cur = &self.rec.lists(b).current[class as usize - 1];
         let bits = cur.bits.load(Ordering::Relaxed);
@@ -384,7 +384,7 @@ impl<'a> SlabThread<'a> {
     /// [`SlabThread::alloc`] when the quick path declines.
     #[cold]
     #[inline(never)]
-    fn alloc_slow(&self, b: Bracket, class: u32) -> Result<NonNull<u8>, AllocError> {
+    pub(crate) fn alloc_slow(&self, b: Bracket, class: u32) -> Result<NonNull<u8>, AllocError> {
         self.alloc_with(b, class, |_| {})
     }
 
