@@ -717,8 +717,12 @@ impl<'a> SlabThread<'a> {
         // docs/design.md §4.5).
         match self.free_quick(ptr) {
             Quick::Done => Ok(()),
-            Quick::Remote(Bracket::Small, slab, class, block) => self.free_remote_small(slab, class, block, self.offset_of(ptr)),
-            Quick::Remote(Bracket::Large, slab, class, block) => self.free_remote_large(slab, class, block, self.offset_of(ptr)),
+            Quick::Remote(Bracket::Small, slab, class, block) => {
+                self.free_remote_small(slab, class, block, self.offset_of(ptr))
+            }
+            Quick::Remote(Bracket::Large, slab, class, block) => {
+                self.free_remote_large(slab, class, block, self.offset_of(ptr))
+            }
             Quick::General => self.free_slow(ptr, outside),
         }
     }
