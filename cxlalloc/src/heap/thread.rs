@@ -312,8 +312,8 @@ impl ThreadHandle {
             // pay a call in every model.
             //
             // Only the quick path is inlined; whatever it declines (a refill, the word's last
-            // bit) goes to the one call below, so that a caller's copy saves no registers for a
-            // call that most allocations do not make (docs/design.md §4.5).
+            // bit) goes to the one call below, so that none of the quick path's values has to
+            // survive a call (docs/design.md §4.5).
             let class = size.div_ceil(8) as u32;
             let quick = if !self.ops().line_granular {
                 self.ops().alloc_quick(Bracket::Small, class)
@@ -454,8 +454,8 @@ impl ThreadHandle {
     #[inline]
     pub fn free(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
         // The huge heap is asked only where the slab heaps say the pointer is not theirs, from
-        // inside their free: no path that calls out keeps `ptr` for after the call, so the quick
-        // free needs no saved registers and no stack frame (docs/design.md §4.5).
+        // inside their free: no path that calls out keeps `ptr` for after the call, so the
+        // caller's copy of the quick free saves fewer registers (docs/design.md §4.5).
         self.ops().free_or(ptr.as_ptr(), move || self.free_huge(ptr))
     }
 

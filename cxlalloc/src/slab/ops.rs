@@ -352,8 +352,8 @@ impl<'a> SlabThread<'a> {
     /// Allocates one block of class `class` (1-based) of bracket `b`.
     #[inline]
     pub(crate) fn alloc(&self, b: Bracket, class: u32) -> Result<NonNull<u8>, AllocError> {
-        // As for the free (docs/design.md §4.5): the quick path calls nothing, so the caller's
-        // copy saves no registers and builds no frame; every call is made after it.
+        // As for the free (docs/design.md §4.5): the quick path calls nothing, so none of its
+        // values has to survive a call; every call is made after it.
         match self.alloc_quick(b, class) {
             Some(block) => Ok(block),
             None => self.alloc_slow(b, class),
