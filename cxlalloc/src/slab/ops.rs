@@ -9,9 +9,10 @@
 //!   multiplication), three double-free checks, the redo record, and three stores to the
 //!   owner's own descriptor.
 //!
-//! Everything else is behind the `#[cold]` entries: `word_emptied` (refill the
-//! cached word, or retire a full slab: T4/T5), `next_current` (T2/T1/T3), `after_local_free`
-//! (T6/T7) and `free_remote` (T10/T8).
+//! Everything else is behind the `#[cold]` entries, each called only after the quick path has
+//! answered (docs/design.md §4.5): `alloc_slow` and `free_slow` (whatever the quick paths
+//! decline), `word_emptied` (refill the cached word, or retire a full slab: T4/T5),
+//! `next_current` (T2/T1/T3), `after_local_free` (T6/T7) and `free_remote` (T10/T8).
 
 use std::ptr::NonNull;
 
