@@ -310,15 +310,21 @@ impl ThreadHandle {
             // depends on the class could be hoisted); this way the full model pays 4
             // (script/icount.sh). Always inlined: a caller that did not inline both arms would
             // pay a call in every model.
+            //
+            // Only the quick path is inlined; whatever it declines (a refill, the word's last
+            // bit) goes to the one call below, so that none of the quick path's values has to
+            // survive a call (docs/design.md §4.5).
             let class = size.div_ceil(8) as u32;
-            if !self.ops().line_granular {
-                self.ops().alloc(Bracket::Small, class)
+            let quick = if !self.ops().line_granular {
+                self.ops().alloc_quick(Bracket::Small, class)
             } else {
-                self.ops().alloc(Bracket::Small, line_class(class))
+                self.ops().alloc_quick(Bracket::Small, line_class(class))
+            };
+            if let Some(block) = quick {
+                return Ok(block);
             }
-        } else {
-            self.alloc_other(size)
         }
+        self.alloc_other(size)
     }
 
     /// The small class of `size` bytes (`1 ..= SMALL_MAX`): its 8-byte class, rounded up to a
@@ -346,9 +352,12 @@ impl ThreadHandle {
         }
     }
 
+    /// [`ThreadHandle::alloc`] of a large or huge block, or of a small one that the quick path
+    /// declined.
     #[inline(never)]
     fn alloc_other(&self, size: usize) -> Result<NonNull<u8>, AllocError> {
         match self.class_for(size) {
+            Some((Bracket::Small, class)) => self.ops().alloc_slow(Bracket::Small, class),
             Some((b, class)) => self.ops().alloc(b, class),
             None if size == 0 => Err(AllocError::ZeroSize),
             None => self.alloc_huge(size, 1),
@@ -444,10 +453,10 @@ impl ThreadHandle {
     /// foreign and double frees return an error and leave the heap untouched.
     #[inline]
     pub fn free(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
-        match self.ops().free(ptr.as_ptr()) {
-            Err(FreeError::ForeignPointer) => self.free_huge(ptr),
-            r => r,
-        }
+        // The huge heap is asked only where the slab heaps say the pointer is not theirs, from
+        // inside their free: no path that calls out keeps `ptr` for after the call, so the
+        // caller's copy of the quick free saves fewer registers (docs/design.md §4.5).
+        self.ops().free_or(ptr.as_ptr(), move || self.free_huge(ptr))
     }
 
     #[cold]

@@ -123,6 +123,20 @@ impl Descriptor<'_> {
         free
     }
 
+    /// [`Descriptor::put_bits`] of one block (`bit` of bitset word `w`, which is `word`) whose
+    /// caller already loaded that word (`old`) and the free count (`before`) for its checks: the
+    /// quick local free (docs/design.md §4.5), which would otherwise load both again.
+    #[inline(always)]
+    pub(crate) fn put_loaded(&self, w: u32, word: &AtomicU64, old: u64, bit: u64, before: u32) {
+        debug_assert_eq!(old, word.load(Ordering::Relaxed));
+        debug_assert_eq!(before, self.head.free.load(Ordering::Relaxed));
+        word.store(old | bit, Ordering::Relaxed);
+        if old == 0 {
+            self.head.summary.store(self.head.summary.load(Ordering::Relaxed) | (1 << w), Ordering::Relaxed);
+        }
+        self.head.free.store(before + 1, Ordering::Relaxed);
+    }
+
     /// Marks blocks `0..blocks` free and the rest of the bitset allocated.
     pub(crate) fn fill(&self, blocks: u32) {
         let mut summary = 0u64;

@@ -65,15 +65,12 @@ pub(crate) struct CurrentId {
 }
 
 impl CurrentId {
-    /// The bits of a raw word naming the cached word (slab link and word), without the
-    /// sequence number.
-    pub(crate) const IDENTITY: u64 = (1 << 40) - 1;
-
-    /// The identity bits ([`CurrentId::IDENTITY`]) of a raw word caching word `word` of slab
-    /// link `slab`: the quick free compares them with one comparison (docs/design.md §4.5).
+    /// Whether raw word `raw` caches word `word` (below 256) of slab link `slab`, whatever its
+    /// sequence number: the quick free's test (docs/design.md §4.5), an exclusive or and a shift
+    /// that drops the sequence number's 24 bits (and any bits of `word` above the 8 it keeps).
     #[inline(always)]
-    pub(crate) fn identity(slab: u32, word: u32) -> u64 {
-        u64::from(slab) | (u64::from(word & 0xff) << 32)
+    pub(crate) fn names(raw: u64, slab: u32, word: u32) -> bool {
+        (raw ^ (u64::from(slab) | (u64::from(word) << 32))) << 24 == 0
     }
 
     /// The raw word.
@@ -321,5 +318,22 @@ impl ThreadRecord {
     #[inline]
     pub(crate) fn bump(counter: &AtomicU64) {
         counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_compares_slab_and_word_but_not_the_sequence_number() {
+        for seq in [0, 1, 0xff_ffff] {
+            let raw = CurrentId { slab: 7, word: 63, seq }.pack();
+            assert!(CurrentId::names(raw, 7, 63));
+            assert!(!CurrentId::names(raw, 8, 63));
+            assert!(!CurrentId::names(raw, 7, 62));
+            assert!(!CurrentId::names(raw, 7 | 1 << 31, 63));
+        }
+        assert!(!CurrentId::names(CurrentId::default().pack(), 1, 0));
     }
 }

@@ -9,9 +9,10 @@
 //!   multiplication), three double-free checks, the redo record, and three stores to the
 //!   owner's own descriptor.
 //!
-//! Everything else is behind the `#[cold]` entries: `word_emptied` (refill the
-//! cached word, or retire a full slab: T4/T5), `next_current` (T2/T1/T3), `after_local_free`
-//! (T6/T7) and `free_remote` (T10/T8).
+//! Everything else is behind the `#[cold]` entries, each called only after the quick path has
+//! answered (docs/design.md §4.5): `alloc_slow` and `free_slow` (whatever the quick paths
+//! decline), `word_emptied` (refill the cached word, or retire a full slab: T4/T5),
+//! `next_current` (T2/T1/T3), `after_local_free` (T6/T7) and `free_remote` (T10/T8).
 
 use std::ptr::NonNull;
 
@@ -48,6 +49,20 @@ pub(crate) struct Located<'a> {
     pub block: u32,
     /// Offset of the block from the heap base.
     pub offset: usize,
+}
+
+/// What the quick local free did, or what it leaves to the caller ([`SlabThread::free_or`]): a
+/// few registers, not a `Result` written through memory.
+#[derive(Clone, Copy)]
+enum Quick {
+    /// Freed.
+    Done,
+    /// Another thread's slab: the block located (bracket, slab, class, block index), for the
+    /// remote free to take over.
+    Remote(Bracket, Slab, u32, u32),
+    /// Anything else, refusals and the reduced models included: the general path, from the
+    /// start.
+    General,
 }
 
 /// One attached thread's view of the slab heaps.
@@ -338,6 +353,39 @@ impl<'a> SlabThread<'a> {
     /// Allocates one block of class `class` (1-based) of bracket `b`.
     #[inline]
     pub(crate) fn alloc(&self, b: Bracket, class: u32) -> Result<NonNull<u8>, AllocError> {
+        // As for the free (docs/design.md §4.5): the quick path calls nothing, so none of its
+        // values has to survive a call; every call is made after it.
+        match self.alloc_quick(b, class) {
+            Some(block) => Ok(block),
+            None => self.alloc_slow(b, class),
+        }
+    }
+
+    /// The common allocation: a bit of the cached word that is not its last. The word's last
+    /// bit (after which the word is refilled, `word_emptied`), an empty word and a class out of
+    /// range are the slow path's, which allocates from the start.
+    #[inline(always)]
+    pub(crate) fn alloc_quick(&self, b: Bracket, class: u32) -> Option<NonNull<u8>> {
+        let info = b.class(class)?;
+        let cur = &self.rec.lists(b).current[class as usize - 1];
+        let bits = cur.bits.load(Ordering::Relaxed);
+        let rest = bits & bits.wrapping_sub(1);
+        if rest == 0 {
+            return None;
+        }
+        let offset = cur.block0.load(Ordering::Relaxed) as usize + bits.trailing_zeros() as usize * info.size as usize;
+        let block = self.mem.block(offset);
+        // The block's first word cleared, as in `alloc_with` (which says why).
+        // SAFETY: `block` starts a block (at least 8 bytes, 8-aligned) of our current slab.
+        unsafe { &*(block.as_ptr() as *const AtomicU64) }.store(0, Ordering::Relaxed);
+        cur.bits.store(rest, Ordering::Relaxed);
+        Some(block)
+    }
+
+    /// [`SlabThread::alloc`] when the quick path declines.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn alloc_slow(&self, b: Bracket, class: u32) -> Result<NonNull<u8>, AllocError> {
         self.alloc_with(b, class, |_| {})
     }
 
@@ -653,48 +701,100 @@ impl<'a> SlabThread<'a> {
     /// other free, and every free that any check refuses, goes to [`SlabThread::free_general`],
     /// which checks again from the start (the quick path writes nothing before it is sure) and
     /// says why.
+    ///
+    /// `outside` frees a pointer that lies in neither bracket's slab data (a huge block, or a
+    /// foreign pointer): called only from the paths that found it so, so that no path keeps
+    /// `ptr` live across a call to look at the result afterwards.
+    #[inline(always)]
+    pub(crate) fn free_or(
+        &self,
+        ptr: *const u8,
+        outside: impl FnOnce() -> Result<(), FreeError>,
+    ) -> Result<(), FreeError> {
+        // The quick path calls nothing and answers in registers: every call is made here, after
+        // it, with nothing live across it but `self` and `ptr`, and through one cold entry for
+        // everything but the remote hand-over (a second call site, for the reduced models, made
+        // the caller's copy save two more registers on every free of the full model;
+        // docs/design.md §4.5).
+        match self.free_quick(ptr) {
+            Quick::Done => Ok(()),
+            Quick::Remote(Bracket::Small, slab, class, block) => {
+                self.free_remote_small(slab, class, block, self.offset_of(ptr))
+            }
+            Quick::Remote(Bracket::Large, slab, class, block) => {
+                self.free_remote_large(slab, class, block, self.offset_of(ptr))
+            }
+            Quick::General => self.free_slow(ptr, outside),
+        }
+    }
+
+    /// The heap offset of `ptr`.
+    #[inline(always)]
+    fn offset_of(&self, ptr: *const u8) -> usize {
+        (ptr as usize).wrapping_sub(self.mem.base() as usize)
+    }
+
+    /// Every free the quick path leaves: the reduced models' (their usual path, cold only to
+    /// the full model), pointers outside the slab data (`outside`), and whatever any check of
+    /// the quick path refused (checked again from the start: the quick path wrote nothing).
+    #[cold]
+    #[inline(never)]
+    fn free_slow(&self, ptr: *const u8, outside: impl FnOnce() -> Result<(), FreeError>) -> Result<(), FreeError> {
+        self.free_general(ptr, outside)
+    }
+
+    /// [`SlabThread::free_or`] of a slab block: a pointer outside both brackets' slab data is
+    /// refused as [`FreeError::ForeignPointer`].
     #[inline(always)]
     pub(crate) fn free(&self, ptr: *const u8) -> Result<(), FreeError> {
+        self.free_or(ptr, || Err(FreeError::ForeignPointer))
+    }
+
+    /// [`SlabThread::free_or`] of any pointer, in any model: locates the block and frees it
+    /// locally or remotely, or says why it cannot; `outside` frees a pointer in neither
+    /// bracket's slab data.
+    #[inline(always)]
+    fn free_general(&self, ptr: *const u8, outside: impl FnOnce() -> Result<(), FreeError>) -> Result<(), FreeError> {
+        // One call per constant bracket, so each copy of the fast path folds its geometry.
+        match self.bracket_of(ptr) {
+            Ok((Bracket::Small, offset, rel)) => self.free_in(Bracket::Small, ptr, offset, rel),
+            Ok((Bracket::Large, offset, rel)) => self.free_in(Bracket::Large, ptr, offset, rel),
+            Err(_) => outside(),
+        }
+    }
+
+    /// Full model: the quick local free of the block at `ptr`, or what to do with it instead.
+    /// Checks what [`SlabThread::locate_in`] and the local free check — a known slab, a sized
+    /// one, the start of a block below the slab's count, a class in range, our own slab, the
+    /// block's mark (a mailbox or a counted free), the cached word's bit, the bitset's bit — and
+    /// stores only once all have passed.
+    #[inline(always)]
+    fn free_quick(&self, ptr: *const u8) -> Quick {
         // The reduced models' local frees carry marks and may read memory (§4.3): theirs is the
         // general path, at the cost of this one test of the model (`batching` is exactly the
         // reduced models; a field of ours, so no load of the heap's).
         if self.batching {
-            return self.free_general(ptr);
+            return Quick::General;
         }
         if let Some(rel) = self.quick[Bracket::Small as usize].rel(ptr) {
-            return self.free_quick(Bracket::Small, ptr, rel);
+            return self.free_quick_in(Bracket::Small, ptr, rel);
         }
         if let Some(rel) = self.quick[Bracket::Large as usize].rel(ptr) {
-            return self.free_quick(Bracket::Large, ptr, rel);
+            return self.free_quick_in(Bracket::Large, ptr, rel);
         }
-        // Outside both brackets' data: foreign, or a huge block (the caller's next try).
-        Err(FreeError::ForeignPointer)
+        // Outside both brackets' data: foreign, or a huge block.
+        Quick::General
     }
 
-    /// [`SlabThread::free`] of any pointer, in any model: locates the block and frees it
-    /// locally or remotely, or says why it cannot.
-    #[inline(never)]
-    fn free_general(&self, ptr: *const u8) -> Result<(), FreeError> {
-        // One call per constant bracket, so each copy of the fast path folds its geometry.
-        match self.bracket_of(ptr)? {
-            (Bracket::Small, offset, rel) => self.free_in(Bracket::Small, ptr, offset, rel),
-            (Bracket::Large, offset, rel) => self.free_in(Bracket::Large, ptr, offset, rel),
-        }
-    }
-
-    /// Full model: the quick local free of the block at `ptr` (`rel` into bracket `b`'s data), or its hand-over to the remote path, or the general path for
-    /// anything else. Checks what [`SlabThread::locate_in`] and the local free check — a
-    /// known slab, a sized one, the start of a block below the slab's count, a class in range,
-    /// our own slab, the block's mark (a mailbox or a counted free), the cached word's bit, the
-    /// bitset's bit — and stores only once all have passed.
+    /// [`SlabThread::free_quick`] of a pointer `rel` bytes into bracket `b`'s data.
     #[inline(always)]
-    fn free_quick(&self, b: Bracket, ptr: *const u8, rel: usize) -> Result<(), FreeError> {
+    fn free_quick_in(&self, b: Bracket, ptr: *const u8, rel: usize) -> Quick {
         let mem = self.mem;
         let shift = b.slab_shift();
         let index = (rel >> shift) as u32;
         // A slab past the length we know of: the general path refreshes it.
         let Some(slab) = mem.known_slab(b, index) else {
-            return self.free_general_in(b, ptr);
+            return Quick::General;
         };
         let d = mem.desc_quick(&self.quick[b as usize], b, slab);
         let size = d.head.size.load(Ordering::Relaxed);
@@ -711,76 +811,48 @@ impl<'a> SlabThread<'a> {
             || blocks as usize > 64 * b.bitset_words()
             || class.wrapping_sub(1) as usize >= b.class_count()
         {
-            return self.free_general_in(b, ptr);
+            return Quick::General;
         }
         let owner = d.head.owner.load(Ordering::Relaxed);
         if u64::from(owner) != self.local_owner {
             // Under full coherence the block just located is what a remote free would locate
-            // again: hand it over (one copy per bracket, each folding its geometry).
-            let offset = mem.data_span(b).offset + rel;
-            return match b {
-                Bracket::Small => self.free_remote_small(slab, class, block, offset),
-                Bracket::Large => self.free_remote_large(slab, class, block, offset),
-            };
+            // again: hand it over.
+            return Quick::Remote(b, slab, class, block);
         }
         // SAFETY: the checks above found `ptr` to be the start of a block (at least 8 bytes,
         // 8-aligned) of a sized slab inside the mapping.
         let word = unsafe { &*(ptr as *const AtomicU64) };
         // Freed before (a mailbox or a counted free): the general path reports it.
         if Link::freed(word.load(Ordering::Relaxed), d.head.mark.load(Ordering::Relaxed)) {
-            return self.free_general_in(b, ptr);
+            return Quick::General;
         }
         let (w, bit) = (block / 64, 1u64 << (block % 64));
         let cur = &self.rec.lists(b).current[class as usize - 1];
-        // The cached word's identity without its sequence number: slab link and word, one
-        // comparison.
-        let id = cur.id.load(Ordering::Relaxed) & CurrentId::IDENTITY;
-        if id == CurrentId::identity(slab.link(), w) {
+        // The cached word's identity (slab link and word) without its sequence number.
+        if CurrentId::names(cur.id.load(Ordering::Relaxed), slab.link(), w) {
             // One store to the persistent cache, also the free's log record (as allocating).
             let bits = cur.bits.load(Ordering::Relaxed);
             if bits & bit != 0 {
-                return self.free_general_in(b, ptr);
+                return Quick::General;
             }
             cur.bits.store(bits | bit, Ordering::Relaxed);
-            return Ok(());
+            return Quick::Done;
         }
         let before = d.head.free.load(Ordering::Relaxed);
+        // `block < blocks <= 64 * bitset_words` (checked above): the mask only spares the index
+        // its bounds check.
+        let bits = &d.bits[w as usize & (b.bitset_words() - 1)];
+        let old = bits.load(Ordering::Relaxed);
         // A free that moves the slab between lists (T6, T7) is logged: the general path's.
-        if d.bits[w as usize].load(Ordering::Relaxed) & bit != 0 || before == 0 || before + 1 == blocks {
-            return self.free_general_in(b, ptr);
+        if old & bit != 0 || before == 0 || before + 1 == blocks {
+            return Quick::General;
         }
         #[cfg(feature = "validate")]
         if self.validate(b, slab, d, blocks).is_err() {
-            return self.free_general_in(b, ptr);
+            return Quick::General;
         }
-        d.put(block);
-        Ok(())
-    }
-
-    /// [`SlabThread::free_general`] of a pointer the quick path found in bracket `b`'s data
-    /// (one copy per bracket, each folding its geometry).
-    #[inline(always)]
-    fn free_general_in(&self, b: Bracket, ptr: *const u8) -> Result<(), FreeError> {
-        match b {
-            Bracket::Small => self.free_general_small(ptr),
-            Bracket::Large => self.free_general_large(ptr),
-        }
-    }
-
-    /// [`SlabThread::free_general`] of a small-bracket pointer.
-    #[cold]
-    #[inline(never)]
-    fn free_general_small(&self, ptr: *const u8) -> Result<(), FreeError> {
-        let (_, offset, rel) = self.bracket_of(ptr)?;
-        self.free_in(Bracket::Small, ptr, offset, rel)
-    }
-
-    /// [`SlabThread::free_general`] of a large-bracket pointer.
-    #[cold]
-    #[inline(never)]
-    fn free_general_large(&self, ptr: *const u8) -> Result<(), FreeError> {
-        let (_, offset, rel) = self.bracket_of(ptr)?;
-        self.free_in(Bracket::Large, ptr, offset, rel)
+        d.put_loaded(w, bits, old, bit, before);
+        Quick::Done
     }
 
     #[inline(always)]
