@@ -25,9 +25,80 @@ use crate::sync::{AtomicBool, Ordering};
 /// comes. Short, because on two cores the spinning itself is what slows the requesters down.
 pub(crate) const PARK_AFTER: Duration = Duration::from_micros(20);
 
-/// Longest park: a client that never wakes the device (one written before the parked word,
-/// such as `fpga/cosim/test_client.c`) is answered at most this late, and `stop` is seen.
+/// The spin after a request when requests come sparsely (their recent gap above
+/// [`PARK_AFTER`]): long enough for a client's immediate follow-up (a detectable CAS's second
+/// request, issued as soon as the first is answered), then the device parks. Spinning the
+/// whole `PARK_AFTER` after every sparse request took that much of a core per request from
+/// the requesters and caught nothing (docs/design.md §15.1, "The software device's spin").
+const SHORT_SPIN: Duration = Duration::from_micros(4);
+
+/// The longest gap between requests the spin's estimate takes in: one long idle spell must
+/// not keep the device parking at once through the next dense burst.
+const GAP_CAP: Duration = Duration::from_micros(80);
+
+/// First park timeout after a request: a client that never wakes the device (one written
+/// before the parked word, such as `fpga/cosim/test_client.c`) is answered at most this late
+/// after a request, and `stop` is seen.
 const PARK_TIMEOUT: Duration = Duration::from_millis(1);
+
+/// Longest park: each park that times out with nothing to answer doubles the timeout up to
+/// this, so an idle device wakes about 60 times a second, not 1 000 (each wake-up takes a
+/// core from a requester on a machine with few cores). A request resets it; [`stop`] wakes
+/// the device at once.
+const MAX_PARK_TIMEOUT: Duration = Duration::from_millis(16);
+
+/// When the device parks: the spin after a request follows the recent gap between requests,
+/// and the park timeout backs off while nothing comes.
+#[derive(Debug)]
+struct Pacing {
+    /// Recent gap between requests, ns: an average that weighs the latest gap (capped at
+    /// [`GAP_CAP`]) by a quarter.
+    gap_ns: u64,
+    /// When the device last found a request.
+    last: Option<Instant>,
+    /// The next park's timeout.
+    timeout: Duration,
+}
+
+impl Pacing {
+    fn new() -> Self {
+        Pacing { gap_ns: 0, last: None, timeout: PARK_TIMEOUT }
+    }
+
+    /// The device found requests at `now`.
+    fn arrived(&mut self, now: Instant) {
+        if let Some(last) = self.last {
+            let gap = now.saturating_duration_since(last).min(GAP_CAP).as_nanos() as u64;
+            self.gap_ns = (3 * self.gap_ns + gap) / 4;
+        }
+        self.last = Some(now);
+        self.timeout = PARK_TIMEOUT;
+    }
+
+    /// How long to spin with nothing to do before parking.
+    fn spin(&self) -> Duration {
+        if self.gap_ns <= PARK_AFTER.as_nanos() as u64 {
+            PARK_AFTER
+        } else {
+            SHORT_SPIN
+        }
+    }
+
+    /// A park ended; `idle`: by its timeout, with nothing to answer.
+    fn parked(&mut self, idle: bool) {
+        if idle {
+            self.timeout = (self.timeout * 2).min(MAX_PARK_TIMEOUT);
+        }
+    }
+}
+
+/// Tells the device serving `window` to stop (sets `stop`, the flag given to [`serve`]) and
+/// wakes it if it is parked, so it answers what is pending and returns at once.
+pub fn stop(window: &Window, stop: &AtomicBool) {
+    // Relaxed: `serve` polls the flag; nothing else is published through it.
+    stop.store(true, Ordering::Relaxed);
+    window.wake_server();
+}
 
 /// The paper's measured mCAS latency at one thread (p50), for calibrated runs.
 pub const PAPER_MCAS_LATENCY: Duration = Duration::from_nanos(2300);
@@ -72,7 +143,7 @@ pub fn calibrate(target: Duration) -> Result<Duration, CalibrationError> {
             }
             Ok(best)
         })();
-        stop.store(true, Ordering::Relaxed);
+        self::stop(&window, &stop);
         let _ = server.join();
         measured
     })?;
@@ -103,6 +174,22 @@ pub struct Served {
     pub conflicts: u64,
     /// Of which refused with an error code.
     pub errors: u64,
+    /// CPU time (user + system) of the serving thread: what the stand-in takes from the
+    /// requesters' cores, which a hardware device does not.
+    pub cpu: Duration,
+    /// Times the device parked (slept on the parked word).
+    pub parks: u64,
+    /// Of which ended by their timeout with nothing to answer (idle wake-ups).
+    pub idle_wakeups: u64,
+}
+
+/// CPU time the calling thread has used, user and system; zero where the kernel will not say.
+fn thread_cpu() -> Duration {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let tv = |t: nix::sys::time::TimeVal| {
+        Duration::from_secs(t.tv_sec().max(0) as u64) + Duration::from_micros(t.tv_usec().max(0) as u64)
+    };
+    getrusage(UsageWho::RUSAGE_THREAD).map_or(Duration::ZERO, |u| tv(u.user_time()) + tv(u.system_time()))
 }
 
 /// Claims the window for this process; `Err` if a live process serves it.
@@ -131,20 +218,23 @@ struct Request {
     requester: u64,
 }
 
-/// Sleeps on the window's parked word unless a doorbell rings meanwhile; at most
-/// [`PARK_TIMEOUT`].
-fn park(window: &Window, slots: u32) {
+/// Whether a doorbell has rung that the device has not answered yet.
+fn rung(window: &Window, slots: u32) -> bool {
+    (0..slots).any(|slot| {
+        window.spwr(slot, spwr::SEQ).load(Ordering::Relaxed)
+            != window.sprd(slot, sprd::DONE_SEQ).load(Ordering::Relaxed)
+    })
+}
+
+/// Sleeps on the window's parked word unless a doorbell rings meanwhile; at most `timeout`.
+fn park(window: &Window, slots: u32, timeout: Duration) {
     let parked = window.parked();
     parked.store(1, Ordering::Relaxed);
     // SeqCst: pairs with the client's fence between its doorbell and its look at the parked
     // word (`Window::wake_server`): either we see its doorbell below, or it sees 1 and wakes us.
     crate::sync::fence(Ordering::SeqCst);
-    let rung = (0..slots).any(|slot| {
-        window.spwr(slot, spwr::SEQ).load(Ordering::Relaxed)
-            != window.sprd(slot, sprd::DONE_SEQ).load(Ordering::Relaxed)
-    });
-    if !rung {
-        crate::mcas::window::futex_wait(parked, 1, PARK_TIMEOUT);
+    if !rung(window, slots) {
+        crate::mcas::window::futex_wait(parked, 1, timeout);
     }
     // Relaxed: the flag only says whether a doorbell must wake us; the next scan reads the
     // doorbells with Acquire.
@@ -155,14 +245,20 @@ fn park(window: &Window, slots: u32) {
 /// `latency` first. Answers what is pending when `stop` is seen, then releases the window.
 pub fn serve(window: &Window, latency: Duration, stop: &AtomicBool) -> Result<Served, DeviceError> {
     let me = claim(window)?;
+    let cpu = thread_cpu();
     let slots = window.geometry().slots;
     let mut served = Served::default();
     let mut idle_since: Option<Instant> = None;
+    let mut pacing = Pacing::new();
     let mut batch = Vec::new();
     loop {
         let stopping = stop.load(Ordering::Relaxed);
-        if !stopping && idle_since.is_some_and(|t| t.elapsed() >= PARK_AFTER) {
-            park(window, slots);
+        if !stopping && idle_since.is_some_and(|t| t.elapsed() >= pacing.spin()) {
+            park(window, slots, pacing.timeout);
+            let idle = !rung(window, slots);
+            pacing.parked(idle);
+            served.parks += 1;
+            served.idle_wakeups += u64::from(idle);
             idle_since = None;
         }
         batch.clear();
@@ -190,6 +286,7 @@ pub fn serve(window: &Window, latency: Duration, stop: &AtomicBool) -> Result<Se
             continue;
         }
         idle_since = None;
+        pacing.arrived(Instant::now());
         // The words as the batch's requests read them, before any of the batch executes.
         let before: Vec<Option<u64>> =
             batch.iter().map(|r| window.target(r.target).map(|w| w.load(Ordering::Acquire))).collect();
@@ -226,5 +323,6 @@ pub fn serve(window: &Window, latency: Duration, stop: &AtomicBool) -> Result<Se
         }
     }
     let _ = window.server().compare_exchange(me, 0, Ordering::AcqRel, Ordering::Relaxed);
+    served.cpu = thread_cpu().saturating_sub(cpu);
     Ok(served)
 }
