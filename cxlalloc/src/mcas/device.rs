@@ -25,72 +25,11 @@ use crate::sync::{AtomicBool, Ordering};
 /// comes. Short, because on two cores the spinning itself is what slows the requesters down.
 pub(crate) const PARK_AFTER: Duration = Duration::from_micros(20);
 
-/// The spin after a request when requests come sparsely (their recent gap above
-/// [`PARK_AFTER`]): long enough for a client's immediate follow-up (a detectable CAS's second
-/// request, issued as soon as the first is answered), then the device parks. Spinning the
-/// whole `PARK_AFTER` after every sparse request took that much of a core per request from
-/// the requesters and caught nothing (docs/design.md §15.1, "The software device's spin").
-const SHORT_SPIN: Duration = Duration::from_micros(4);
-
-/// The longest gap between requests the spin's estimate takes in: one long idle spell must
-/// not keep the device parking at once through the next dense burst.
-const GAP_CAP: Duration = Duration::from_micros(80);
-
-/// First park timeout after a request: a client that never wakes the device (one written
-/// before the parked word, such as `fpga/cosim/test_client.c`) is answered at most this late
-/// after a request, and `stop` is seen.
+/// Longest park: a client that never wakes the device (one written before the parked word,
+/// such as `fpga/cosim/test_client.c`) is answered at most this late, and `stop` is seen.
+/// (Backing it off while idle, with a spin after sparse requests cut to a few µs, was tried
+/// and measured worse: docs/design.md §15.1, "The software device's spin".)
 const PARK_TIMEOUT: Duration = Duration::from_millis(1);
-
-/// Longest park: each park that times out with nothing to answer doubles the timeout up to
-/// this, so an idle device wakes about 60 times a second, not 1 000 (each wake-up takes a
-/// core from a requester on a machine with few cores). A request resets it; [`stop`] wakes
-/// the device at once.
-const MAX_PARK_TIMEOUT: Duration = Duration::from_millis(16);
-
-/// When the device parks: the spin after a request follows the recent gap between requests,
-/// and the park timeout backs off while nothing comes.
-#[derive(Debug)]
-struct Pacing {
-    /// Recent gap between requests, ns: an average that weighs the latest gap (capped at
-    /// [`GAP_CAP`]) by a quarter.
-    gap_ns: u64,
-    /// When the device last found a request.
-    last: Option<Instant>,
-    /// The next park's timeout.
-    timeout: Duration,
-}
-
-impl Pacing {
-    fn new() -> Self {
-        Pacing { gap_ns: 0, last: None, timeout: PARK_TIMEOUT }
-    }
-
-    /// The device found requests at `now`.
-    fn arrived(&mut self, now: Instant) {
-        if let Some(last) = self.last {
-            let gap = now.saturating_duration_since(last).min(GAP_CAP).as_nanos() as u64;
-            self.gap_ns = (3 * self.gap_ns + gap) / 4;
-        }
-        self.last = Some(now);
-        self.timeout = PARK_TIMEOUT;
-    }
-
-    /// How long to spin with nothing to do before parking.
-    fn spin(&self) -> Duration {
-        if self.gap_ns <= PARK_AFTER.as_nanos() as u64 {
-            PARK_AFTER
-        } else {
-            SHORT_SPIN
-        }
-    }
-
-    /// A park ended; `idle`: by its timeout, with nothing to answer.
-    fn parked(&mut self, idle: bool) {
-        if idle {
-            self.timeout = (self.timeout * 2).min(MAX_PARK_TIMEOUT);
-        }
-    }
-}
 
 /// Tells the device serving `window` to stop (sets `stop`, the flag given to [`serve`]) and
 /// wakes it if it is parked, so it answers what is pending and returns at once.
@@ -226,15 +165,16 @@ fn rung(window: &Window, slots: u32) -> bool {
     })
 }
 
-/// Sleeps on the window's parked word unless a doorbell rings meanwhile; at most `timeout`.
-fn park(window: &Window, slots: u32, timeout: Duration) {
+/// Sleeps on the window's parked word unless a doorbell rings meanwhile; at most
+/// [`PARK_TIMEOUT`].
+fn park(window: &Window, slots: u32) {
     let parked = window.parked();
     parked.store(1, Ordering::Relaxed);
     // SeqCst: pairs with the client's fence between its doorbell and its look at the parked
     // word (`Window::wake_server`): either we see its doorbell below, or it sees 1 and wakes us.
     crate::sync::fence(Ordering::SeqCst);
     if !rung(window, slots) {
-        crate::mcas::window::futex_wait(parked, 1, timeout);
+        crate::mcas::window::futex_wait(parked, 1, PARK_TIMEOUT);
     }
     // Relaxed: the flag only says whether a doorbell must wake us; the next scan reads the
     // doorbells with Acquire.
@@ -249,16 +189,13 @@ pub fn serve(window: &Window, latency: Duration, stop: &AtomicBool) -> Result<Se
     let slots = window.geometry().slots;
     let mut served = Served::default();
     let mut idle_since: Option<Instant> = None;
-    let mut pacing = Pacing::new();
     let mut batch = Vec::new();
     loop {
         let stopping = stop.load(Ordering::Relaxed);
-        if !stopping && idle_since.is_some_and(|t| t.elapsed() >= pacing.spin()) {
-            park(window, slots, pacing.timeout);
-            let idle = !rung(window, slots);
-            pacing.parked(idle);
+        if !stopping && idle_since.is_some_and(|t| t.elapsed() >= PARK_AFTER) {
+            park(window, slots);
             served.parks += 1;
-            served.idle_wakeups += u64::from(idle);
+            served.idle_wakeups += u64::from(!rung(window, slots));
             idle_since = None;
         }
         batch.clear();
@@ -286,7 +223,6 @@ pub fn serve(window: &Window, latency: Duration, stop: &AtomicBool) -> Result<Se
             continue;
         }
         idle_since = None;
-        pacing.arrived(Instant::now());
         // The words as the batch's requests read them, before any of the batch executes.
         let before: Vec<Option<u64>> =
             batch.iter().map(|r| window.target(r.target).map(|w| w.load(Ordering::Acquire))).collect();
