@@ -646,49 +646,63 @@ impl<'a> SlabThread<'a> {
 
     /// Frees the block at `ptr`, locally if this thread owns its slab, remotely otherwise.
     ///
-    /// Inlined into the caller (docs/design.md §4.5, "Quick local free"): the full model's common
-    /// local free — not the slab's first or last free block, checked and stored in a few
-    /// registers — returns here without a call, a stack frame or a `Result` written through
-    /// memory; so does the full model's hand-over to a remote free of a block it located. Every
-    /// other free, and every free that any check refuses, goes to [`SlabThread::free_general`],
-    /// which checks again from the start (the quick path writes nothing before it is sure) and
-    /// says why.
+    /// Inlined into the caller (docs/design.md §4.5, "Quick local free"): the common local free
+    /// — not the slab's first or last free block, checked and stored in a few registers, plus
+    /// the free mark in the reduced models — returns here without a call, a stack frame or a
+    /// `Result` written through memory; so does the full model's hand-over to a remote free of
+    /// a block it located. Every other free, and every free that any check refuses, goes to the
+    /// general path ([`SlabThread::free_general_in`]), which locates the block again from the
+    /// start (the quick path writes nothing before it is sure) and says why.
     #[inline(always)]
     pub(crate) fn free(&self, ptr: *const u8) -> Result<(), FreeError> {
-        // The reduced models' local frees carry marks and may read memory (§4.3): theirs is the
-        // general path, at the cost of this one test of the model (`batching` is exactly the
-        // reduced models; a field of ours, so no load of the heap's).
+        // The reduced models' quick free also marks the block (§4.1) and hands every free that
+        // is not a plain local one to the general path, which may read memory (§4.3): one copy
+        // of the quick path per model, chosen by one test of the model (`batching` is exactly
+        // the reduced models; a field of ours, so no load of the heap's).
         if self.batching {
-            return self.free_general(ptr);
+            return self.free_marked(ptr);
         }
+        self.free_quick_any::<false>(ptr)
+    }
+
+    /// The reduced models' [`SlabThread::free`]: out of line, so that the full model's inlined
+    /// copy keeps its registers (with both copies inlined, its local free went from 92.5 to
+    /// 111.5 instructions, `script/icount.sh`).
+    #[inline(never)]
+    fn free_marked(&self, ptr: *const u8) -> Result<(), FreeError> {
+        self.free_quick_any::<true>(ptr)
+    }
+
+    /// [`SlabThread::free`] in one model (`MARK`: the reduced models): the quick free of a
+    /// pointer in either bracket's data.
+    #[inline(always)]
+    fn free_quick_any<const MARK: bool>(&self, ptr: *const u8) -> Result<(), FreeError> {
         if let Some(rel) = self.quick[Bracket::Small as usize].rel(ptr) {
-            return self.free_quick(Bracket::Small, ptr, rel);
+            return if MARK {
+                self.free_quick_marked(Bracket::Small, ptr, rel)
+            } else {
+                self.free_quick_full(Bracket::Small, ptr, rel)
+            };
         }
         if let Some(rel) = self.quick[Bracket::Large as usize].rel(ptr) {
-            return self.free_quick(Bracket::Large, ptr, rel);
+            return if MARK {
+                self.free_quick_marked(Bracket::Large, ptr, rel)
+            } else {
+                self.free_quick_full(Bracket::Large, ptr, rel)
+            };
         }
         // Outside both brackets' data: foreign, or a huge block (the caller's next try).
         Err(FreeError::ForeignPointer)
     }
 
-    /// [`SlabThread::free`] of any pointer, in any model: locates the block and frees it
-    /// locally or remotely, or says why it cannot.
-    #[inline(never)]
-    fn free_general(&self, ptr: *const u8) -> Result<(), FreeError> {
-        // One call per constant bracket, so each copy of the fast path folds its geometry.
-        match self.bracket_of(ptr)? {
-            (Bracket::Small, offset, rel) => self.free_in(Bracket::Small, ptr, offset, rel),
-            (Bracket::Large, offset, rel) => self.free_in(Bracket::Large, ptr, offset, rel),
-        }
-    }
-
-    /// Full model: the quick local free of the block at `ptr` (`rel` into bracket `b`'s data), or its hand-over to the remote path, or the general path for
+    /// Full model: the quick local free of the block at `ptr` (`rel` into bracket `b`'s data),
+    /// or its hand-over to the remote path, or the general path for
     /// anything else. Checks what [`SlabThread::locate_in`] and the local free check — a
     /// known slab, a sized one, the start of a block below the slab's count, a class in range,
     /// our own slab, the block's mark (a mailbox or a counted free), the cached word's bit, the
     /// bitset's bit — and stores only once all have passed.
     #[inline(always)]
-    fn free_quick(&self, b: Bracket, ptr: *const u8, rel: usize) -> Result<(), FreeError> {
+    fn free_quick_full(&self, b: Bracket, ptr: *const u8, rel: usize) -> Result<(), FreeError> {
         let mem = self.mem;
         let shift = b.slab_shift();
         let index = (rel >> shift) as u32;
@@ -757,8 +771,91 @@ impl<'a> SlabThread<'a> {
         Ok(())
     }
 
-    /// [`SlabThread::free_general`] of a pointer the quick path found in bracket `b`'s data
-    /// (one copy per bracket, each folding its geometry).
+    /// Limited and no-HWcc models (docs/design.md §4.5): the quick local free of the block at
+    /// `ptr` (`rel` into bracket `b`'s data), or the general path for anything else. The
+    /// checks of [`SlabThread::free_quick_full`] (the block's mark now also refuses a block
+    /// freed locally), then the block takes the slab's mark, written back unfenced
+    /// (`FreeMarks`), as in [`SlabThread::free_local_in`]. A block of another owner, and a free
+    /// into a slab with no free block (which may be Detached and claimed since, §4.3), take
+    /// the general path. Kept apart from the full model's, not one generic function: a generic
+    /// copy cost the full model's local free 23 instructions (92.5 → 115.5,
+    /// `script/icount.sh`).
+    #[inline(always)]
+    fn free_quick_marked(&self, b: Bracket, ptr: *const u8, rel: usize) -> Result<(), FreeError> {
+        let mem = self.mem;
+        let shift = b.slab_shift();
+        let index = (rel >> shift) as u32;
+        // A slab past the length we know of: the general path refreshes it.
+        let Some(slab) = mem.known_slab(b, index) else {
+            return self.free_general_in(b, ptr);
+        };
+        let d = mem.desc_quick(&self.quick[b as usize], b, slab);
+        let size = d.head.size.load(Ordering::Relaxed);
+        let class = d.head.class.load(Ordering::Relaxed);
+        let blocks = d.head.blocks.load(Ordering::Relaxed);
+        let in_slab = (rel & ((1 << shift) - 1)) as u64;
+        let block = ((in_slab * d.head.recip.load(Ordering::Relaxed)) >> 40) as u32;
+        // The checks of `locate_in`, folded: an unsized slab (size 0) makes `block * size`
+        // differ from a nonzero `in_slab`, and its first block is refused by `blocks` (0 when
+        // unsized) or, under corruption, by the general path's own checks.
+        if size == 0
+            || u64::from(block) * u64::from(size) != in_slab
+            || block >= blocks
+            || blocks as usize > 64 * b.bitset_words()
+            || class.wrapping_sub(1) as usize >= b.class_count()
+        {
+            return self.free_general_in(b, ptr);
+        }
+        // Another owner's block: the remote free, which locates it again from memory (our copy
+        // of the head line may be stale, §4.3), as the general path's `free_in` does.
+        if d.head.owner.load(Ordering::Relaxed) != self.me() {
+            return self.free_remote(ptr);
+        }
+        // SAFETY: the checks above found `ptr` to be the start of a block (at least 8 bytes,
+        // 8-aligned) of a sized slab inside the mapping.
+        let word = unsafe { &*(ptr as *const AtomicU64) };
+        let mark = d.head.mark.load(Ordering::Relaxed);
+        // Freed before (a mailbox, a counted free or a local one, each marked): the general
+        // path reports it.
+        if Link::freed(word.load(Ordering::Relaxed), mark) {
+            return self.free_general_in(b, ptr);
+        }
+        let (w, bit) = (block / 64, 1u64 << (block % 64));
+        let cur = &self.rec.lists(b).current[class as usize - 1];
+        // The cached word's identity without its sequence number: slab link and word, one
+        // comparison.
+        let id = cur.id.load(Ordering::Relaxed) & CurrentId::IDENTITY;
+        if id == CurrentId::identity(slab.link(), w) {
+            // One store to the persistent cache, also the free's log record (as allocating).
+            let bits = cur.bits.load(Ordering::Relaxed);
+            if bits & bit != 0 {
+                return self.free_general_in(b, ptr);
+            }
+            cur.bits.store(bits | bit, Ordering::Relaxed);
+            self.mark_freed::<true>(word, mark);
+            return Ok(());
+        }
+        let before = d.head.free.load(Ordering::Relaxed);
+        // A free that moves the slab between lists (T6, T7) is logged: the general path's. In
+        // the reduced models it also takes a full slab that is not our current one (our copy
+        // may predate a claim, §4.3): `before == 0` covers that.
+        if d.bits[w as usize].load(Ordering::Relaxed) & bit != 0 || before == 0 || before + 1 == blocks {
+            return self.free_general_in(b, ptr);
+        }
+        #[cfg(feature = "validate")]
+        if self.validate(b, slab, d, blocks).is_err() {
+            return self.free_general_in(b, ptr);
+        }
+        d.put(block);
+        // After the bit, as the general path marks (a crash in between leaves a free block
+        // unmarked, never an allocated one marked).
+        self.mark_freed::<true>(word, mark);
+        Ok(())
+    }
+
+    /// The general free of a pointer the quick path found in bracket `b`'s data: locates the
+    /// block and frees it locally or remotely, or says why it cannot (one copy per bracket,
+    /// each folding its geometry).
     #[inline(always)]
     fn free_general_in(&self, b: Bracket, ptr: *const u8) -> Result<(), FreeError> {
         match b {
@@ -767,7 +864,7 @@ impl<'a> SlabThread<'a> {
         }
     }
 
-    /// [`SlabThread::free_general`] of a small-bracket pointer.
+    /// [`SlabThread::free_general_in`] of a small-bracket pointer.
     #[cold]
     #[inline(never)]
     fn free_general_small(&self, ptr: *const u8) -> Result<(), FreeError> {
@@ -775,7 +872,7 @@ impl<'a> SlabThread<'a> {
         self.free_in(Bracket::Small, ptr, offset, rel)
     }
 
-    /// [`SlabThread::free_general`] of a large-bracket pointer.
+    /// [`SlabThread::free_general_in`] of a large-bracket pointer.
     #[cold]
     #[inline(never)]
     fn free_general_large(&self, ptr: *const u8) -> Result<(), FreeError> {
