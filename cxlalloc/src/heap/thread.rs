@@ -604,7 +604,7 @@ mod tests {
         let mem = a.heap.mem();
         let waiting = Bracket::ALL
             .iter()
-            .any(|&br| mem.mailbox(br, a.ops.slot).is_some_and(|h| crate::protocol::mailbox::has_blocks(h)));
+            .any(|&br| mem.mailbox(br, a.ops.slot).is_some_and(crate::protocol::mailbox::has_blocks));
         assert!(waiting, "the remote frees went to the owner's mailbox");
     }
 
