@@ -1566,6 +1566,12 @@ impl<'a> SlabThread<'a> {
         ThreadRecord::bump(&self.rec.counters.remote_frees);
         // Relaxed: this thread's own bookkeeping.
         self.batch_used[i].store(self.rec.counters.remote_frees.load(Ordering::Relaxed), Ordering::Relaxed);
+        // A batch holding every block of its slab can hold no more: applied now (it claims the
+        // slab, T8), not left to take an entry until another slab evicts it, and that eviction
+        // flush another slab's partial batch early (docs/design.md §15.1).
+        if count == at.blocks {
+            self.flush_entry(i);
+        }
         Ok(())
     }
 
