@@ -97,7 +97,7 @@ mod not_loom {
         /// The software mCAS device (what `cxlalloc-mcasd` runs).
         pub mod device {
             pub use crate::mcas::device::{
-                calibrate, serve, CalibrationError, DeviceError, Served, PAPER_CXL_READ_EXTRA, PAPER_MCAS_LATENCY,
+                calibrate, serve, stop, CalibrationError, DeviceError, Served, PAPER_CXL_READ_EXTRA, PAPER_MCAS_LATENCY,
             };
         }
 

@@ -526,3 +526,36 @@ fn a_remote_free_of_a_block_in_its_owners_cached_word_is_a_double_free() {
     drop(other);
     assert_clean(&heap);
 }
+
+// The limited model in one process: every free block carries its slab's mark (docs/design.md
+// §4.1), which is what a non-owner's free checks, so the reduced models' quick local free
+// (§4.5) must write it.
+
+#[test]
+fn a_remote_free_of_a_block_freed_into_the_cached_word_is_refused_in_the_limited_model() {
+    let heap = limited_heap();
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    let keep = owner.alloc(48).unwrap();
+    let p = owner.alloc(48).unwrap();
+    owner.free(p).unwrap();
+    assert_eq!(other.free(p), Err(FreeError::DoubleFree));
+    owner.free(keep).unwrap();
+    assert_clean(&heap);
+}
+
+#[test]
+fn a_remote_free_of_a_block_freed_into_the_bitset_is_refused_in_the_limited_model() {
+    let heap = limited_heap();
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    let blocks = blocks_past_the_cached_word(&owner);
+    // Neither the slab's first free block nor its last: the quick path's bitset store.
+    owner.free(blocks[10]).unwrap();
+    owner.free(blocks[11]).unwrap();
+    assert_eq!(other.free(blocks[10]), Err(FreeError::DoubleFree));
+    for &p in blocks.iter().filter(|&&p| p != blocks[10] && p != blocks[11]) {
+        owner.free(p).unwrap();
+    }
+    assert_clean(&heap);
+}

@@ -202,3 +202,26 @@ fn a_batch_of_remote_frees_left_by_a_killed_process_is_applied_by_recovery() {
     assert!(report.is_clean(), "{report}");
     assert_eq!(live(&heap), 0, "recovery applied the dead holder's batch");
 }
+
+/// docs/design.md §4.5: in the no-HWcc model (no mailboxes, remote frees counted in batches), a
+/// batch that holds every block of its slab is applied at once: the last free claims the slab
+/// (T8), rather than the batch waiting for another slab's free to evict it, or for a detach.
+#[test]
+fn a_batch_holding_every_block_of_its_slab_claims_it_at_once_without_hwcc() {
+    let name = HeapName::new("batch-whole");
+    let heap = Heap::create(name.as_str(), &config(Coherence::NoHwcc)).unwrap();
+    let device = Device::serve(name.as_str(), Duration::ZERO);
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    // 1 KiB blocks: one small slab holds 32; the 33rd allocation retires it (T4, Detached).
+    let blocks: Vec<_> = (0..33).map(|_| owner.alloc(1024).unwrap()).collect();
+    let claims = heap.stats().counters.claims;
+    for &p in &blocks[..32] {
+        other.free(p).unwrap();
+    }
+    assert_eq!(heap.stats().counters.claims, claims + 1, "the slab's last free claimed it");
+    owner.free(blocks[32]).unwrap();
+    drop((owner, other));
+    assert!(heap.check().is_clean(), "{}", heap.check());
+    drop(device);
+}

@@ -197,8 +197,8 @@ impl Device {
     }
 
     fn halt(&mut self) -> Result<Value, Error> {
-        // Relaxed: `serve` polls the flag; nothing else is published through it.
-        self.stop.store(true, cxlalloc::internal::sync::Ordering::Relaxed);
+        // Wakes the device if it is parked: it would see the flag only at its park's timeout.
+        device::stop(&self.window, &self.stop);
         let Some(thread) = self.thread.take() else { return Ok(Value::Null) };
         let served = thread.join().map_err(|_| "the mCAS device thread panicked")??;
         Ok(json!({
@@ -208,6 +208,9 @@ impl Device {
             "successes": served.successes,
             "conflicts": served.conflicts,
             "errors": served.errors,
+            "cpu_s": served.cpu.as_secs_f64(),
+            "parks": served.parks,
+            "idle_wakeups": served.idle_wakeups,
         }))
     }
 }

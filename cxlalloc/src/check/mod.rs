@@ -522,7 +522,8 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
 
 /// Walks every used slot's mailbox of the walker's bracket (docs/design.md §4.6): each entry must
 /// name a block of a sized slab below the length, carry that slab's link mark, not be free in
-/// the slab's bitset, and appear once. Counts the entries per slab into `waiting`. Bounded by
+/// the slab's bitset, and appear once; and a slot with no holder must hold none (they would be
+/// stranded). Counts the entries per slab into `waiting`. Bounded by
 /// the bracket's block count, so a cycle is a problem, never a hang.
 fn walk_mailboxes(w: &mut Walker<'_>, waiting: &mut [u32]) {
     let (mem, b) = (w.mem, w.b);
@@ -530,10 +531,14 @@ fn walk_mailboxes(w: &mut Walker<'_>, waiting: &mut [u32]) {
     let limit = u64::from(w.len) * 64 * b.bitset_words() as u64;
     for slot in mem.used_slots() {
         let Some(head) = mem.mailbox(b, slot) else { continue };
+        let held = || Holder::unpack(mem.lease(slot).holder.load(Ordering::Acquire)).is_some();
+        // Read before and after the walk: a slot let go during it closed its mailbox first.
+        let held_before = held();
         let mut payload = Tagged::unpack(head.load(Ordering::Acquire)).payload;
         if payload == mailbox::CLOSED {
             continue;
         }
+        let mut entries = 0u32;
         let mut steps = 0u64;
         while payload != mailbox::EMPTY {
             steps += 1;
@@ -570,7 +575,15 @@ fn walk_mailboxes(w: &mut Walker<'_>, waiting: &mut [u32]) {
                 break;
             };
             waiting[id.slab as usize] += 1;
+            entries += 1;
             payload = link.next;
+        }
+        // A holder closes its mailboxes before it lets the slot go, and a new holder opens them
+        // (docs/design.md §4.6); a dead holder's are harvested by its adopter. Blocks waiting
+        // in the mailbox of a slot nobody holds are stranded: freed by the application, never
+        // harvested, and their slabs can never drain. Not live, and not reusable either.
+        if entries > 0 && !held_before && !held() {
+            w.problem(None, format!("slot {slot} has no holder but {entries} blocks wait in its mailbox (stranded)"));
         }
     }
 }

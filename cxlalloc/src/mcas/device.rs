@@ -30,6 +30,8 @@ pub(crate) const PARK_AFTER: Duration = Duration::from_micros(20);
 
 /// Longest park: a client that never wakes the device (one written before the parked word,
 /// such as `fpga/cosim/test_client.c`) is answered at most this late, and `stop` is seen.
+/// (Backing it off while idle, with a spin after sparse requests cut to a few µs, was tried
+/// and measured worse: docs/design.md §15.1, "The software device's spin".)
 pub(crate) const PARK_TIMEOUT: Duration = Duration::from_millis(1);
 
 /// Longest park while a kernel other than the device's own holds a host number in the window
@@ -40,6 +42,14 @@ pub(crate) const PARK_TIMEOUT: Duration = Duration::from_millis(1);
 /// would keep it [`PARK_TIMEOUT`]; the cost is one futex timeout per period on the serving
 /// host while it is idle, far from the CPU a spinning device would take.
 pub(crate) const BRIEF_PARK_TIMEOUT: Duration = Duration::from_micros(50);
+
+/// Tells the device serving `window` to stop (sets `stop`, the flag given to [`serve`]) and
+/// wakes it if it is parked, so it answers what is pending and returns at once.
+pub fn stop(window: &Window, stop: &AtomicBool) {
+    // Relaxed: `serve` polls the flag; nothing else is published through it.
+    stop.store(true, Ordering::Relaxed);
+    window.wake_server();
+}
 
 /// The paper's measured mCAS latency at one thread (p50), for calibrated runs.
 pub const PAPER_MCAS_LATENCY: Duration = Duration::from_nanos(2300);
@@ -84,7 +94,7 @@ pub fn calibrate(target: Duration) -> Result<Duration, CalibrationError> {
             }
             Ok(best)
         })();
-        stop.store(true, Ordering::Relaxed);
+        self::stop(&window, &stop);
         let _ = server.join();
         measured
     })?;
@@ -115,6 +125,13 @@ pub struct Served {
     pub conflicts: u64,
     /// Of which refused with an error code.
     pub errors: u64,
+    /// CPU time (user + system) of the serving thread: what the stand-in takes from the
+    /// requesters' cores, which a hardware device does not.
+    pub cpu: Duration,
+    /// Times the device parked (slept on the parked word).
+    pub parks: u64,
+    /// Of which ended by their timeout with nothing to answer (idle wake-ups).
+    pub idle_wakeups: u64,
     /// Parks of up to 1 ms: no other kernel held a host number.
     pub long_parks: u64,
     /// Parks of up to 50 µs (`BRIEF_PARK_TIMEOUT`): another kernel's clients could not have woken a
@@ -130,6 +147,15 @@ pub(crate) fn park_timeout(window: &Window, kernel: u64) -> Duration {
     } else {
         PARK_TIMEOUT
     }
+}
+
+/// CPU time the calling thread has used, user and system; zero where the kernel will not say.
+fn thread_cpu() -> Duration {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let tv = |t: nix::sys::time::TimeVal| {
+        Duration::from_secs(t.tv_sec().max(0) as u64) + Duration::from_micros(t.tv_usec().max(0) as u64)
+    };
+    getrusage(UsageWho::RUSAGE_THREAD).map_or(Duration::ZERO, |u| tv(u.user_time()) + tv(u.system_time()))
 }
 
 /// Claims the window for this process; `Err` if a live process serves it.
@@ -158,6 +184,14 @@ struct Request {
     requester: u64,
 }
 
+/// Whether a doorbell has rung that the device has not answered yet.
+fn rung(window: &Window, slots: u32) -> bool {
+    (0..slots).any(|slot| {
+        window.spwr(slot, spwr::SEQ).load(Ordering::Relaxed)
+            != window.sprd(slot, sprd::DONE_SEQ).load(Ordering::Relaxed)
+    })
+}
+
 /// Sleeps on the window's parked word unless a doorbell rings meanwhile; at most `timeout`
 /// ([`park_timeout`]).
 fn park(window: &Window, slots: u32, timeout: Duration) {
@@ -166,11 +200,7 @@ fn park(window: &Window, slots: u32, timeout: Duration) {
     // SeqCst: pairs with the client's fence between its doorbell and its look at the parked
     // word (`Window::wake_server`): either we see its doorbell below, or it sees 1 and wakes us.
     crate::sync::fence(Ordering::SeqCst);
-    let rung = (0..slots).any(|slot| {
-        window.spwr(slot, spwr::SEQ).load(Ordering::Relaxed)
-            != window.sprd(slot, sprd::DONE_SEQ).load(Ordering::Relaxed)
-    });
-    if !rung {
+    if !rung(window, slots) {
         crate::mcas::window::futex_wait(parked, 1, timeout);
     }
     // Relaxed: the flag only says whether a doorbell must wake us; the next scan reads the
@@ -183,6 +213,7 @@ fn park(window: &Window, slots: u32, timeout: Duration) {
 pub fn serve(window: &Window, latency: Duration, stop: &AtomicBool) -> Result<Served, DeviceError> {
     let me = claim(window)?;
     let kernel = crate::identity::kernel();
+    let cpu = thread_cpu();
     let slots = window.geometry().slots;
     let mut served = Served::default();
     let mut idle_since: Option<Instant> = None;
@@ -198,6 +229,8 @@ pub fn serve(window: &Window, latency: Duration, stop: &AtomicBool) -> Result<Se
                 served.brief_parks += 1;
             }
             park(window, slots, timeout);
+            served.parks += 1;
+            served.idle_wakeups += u64::from(!rung(window, slots));
             idle_since = None;
         }
         batch.clear();
@@ -261,6 +294,7 @@ pub fn serve(window: &Window, latency: Duration, stop: &AtomicBool) -> Result<Se
         }
     }
     let _ = window.server().compare_exchange(me, 0, Ordering::AcqRel, Ordering::Relaxed);
+    served.cpu = thread_cpu().saturating_sub(cpu);
     Ok(served)
 }
 

@@ -740,7 +740,102 @@ impl<'a> SlabThread<'a> {
     #[cold]
     #[inline(never)]
     fn free_slow(&self, ptr: *const u8, outside: impl FnOnce() -> Result<(), FreeError>) -> Result<(), FreeError> {
+        // The reduced models' quick local free lives here, behind the full model's cold entry,
+        // so that the full model's inlined copy keeps its registers (docs/design.md §4.5).
+        if self.batching {
+            if let Some(rel) = self.quick[Bracket::Small as usize].rel(ptr) {
+                return self.free_quick_marked(Bracket::Small, ptr, rel);
+            }
+            if let Some(rel) = self.quick[Bracket::Large as usize].rel(ptr) {
+                return self.free_quick_marked(Bracket::Large, ptr, rel);
+            }
+        }
         self.free_general(ptr, outside)
+    }
+
+    /// Limited and no-HWcc models (docs/design.md §4.5): the quick local free of the block at
+    /// `ptr` (`rel` into bracket `b`'s data), or the general path for anything else. The
+    /// checks of [`SlabThread::free_quick_in`] (the block's mark now also refuses a block
+    /// freed locally), then the block takes the slab's mark, written back unfenced
+    /// (`FreeMarks`), as in the general local free. A block of another owner, and a free into a
+    /// slab with no free block (which may be Detached and claimed since, §4.3), take the
+    /// general path.
+    #[inline(always)]
+    fn free_quick_marked(&self, b: Bracket, ptr: *const u8, rel: usize) -> Result<(), FreeError> {
+        let mem = self.mem;
+        let shift = b.slab_shift();
+        let index = (rel >> shift) as u32;
+        // A slab past the length we know of: the general path refreshes it.
+        let Some(slab) = mem.known_slab(b, index) else {
+            return self.free_general_in(b, ptr);
+        };
+        let d = mem.desc_quick(&self.quick[b as usize], b, slab);
+        let size = d.head.size.load(Ordering::Relaxed);
+        let class = d.head.class.load(Ordering::Relaxed);
+        let blocks = d.head.blocks.load(Ordering::Relaxed);
+        let in_slab = (rel & ((1 << shift) - 1)) as u64;
+        let block = ((in_slab * d.head.recip.load(Ordering::Relaxed)) >> 40) as u32;
+        // The checks of `locate_in`, folded as in the full model's quick free.
+        if size == 0
+            || u64::from(block) * u64::from(size) != in_slab
+            || block >= blocks
+            || blocks as usize > 64 * b.bitset_words()
+            || class.wrapping_sub(1) as usize >= b.class_count()
+        {
+            return self.free_general_in(b, ptr);
+        }
+        // Another owner's block: the remote free, which locates it again from memory (our copy
+        // of the head line may be stale, §4.3).
+        if d.head.owner.load(Ordering::Relaxed) != self.me() {
+            return self.free_remote(ptr);
+        }
+        // SAFETY: the checks above found `ptr` to be the start of a block (at least 8 bytes,
+        // 8-aligned) of a sized slab inside the mapping.
+        let word = unsafe { &*(ptr as *const AtomicU64) };
+        let mark = d.head.mark.load(Ordering::Relaxed);
+        // Freed before (a mailbox, a counted free or a local one, each marked): the general
+        // path reports it.
+        if Link::freed(word.load(Ordering::Relaxed), mark) {
+            return self.free_general_in(b, ptr);
+        }
+        let (w, bit) = (block / 64, 1u64 << (block % 64));
+        let cur = &self.rec.lists(b).current[class as usize - 1];
+        if CurrentId::names(cur.id.load(Ordering::Relaxed), slab.link(), w) {
+            // One store to the persistent cache, also the free's log record (as allocating).
+            let bits = cur.bits.load(Ordering::Relaxed);
+            if bits & bit != 0 {
+                return self.free_general_in(b, ptr);
+            }
+            cur.bits.store(bits | bit, Ordering::Relaxed);
+            self.mark_freed::<true>(word, mark);
+            return Ok(());
+        }
+        let before = d.head.free.load(Ordering::Relaxed);
+        // A free that moves the slab between lists (T6, T7) is logged: the general path's. In
+        // the reduced models it also takes a full slab that is not our current one (our copy
+        // may predate a claim, §4.3): `before == 0` covers that.
+        if d.bits[w as usize & (b.bitset_words() - 1)].load(Ordering::Relaxed) & bit != 0
+            || before == 0
+            || before + 1 == blocks
+        {
+            return self.free_general_in(b, ptr);
+        }
+        #[cfg(feature = "validate")]
+        if self.validate(b, slab, d, blocks).is_err() {
+            return self.free_general_in(b, ptr);
+        }
+        d.put(block);
+        // After the bit, as the general path marks (a crash in between leaves a free block
+        // unmarked, never an allocated one marked).
+        self.mark_freed::<true>(word, mark);
+        Ok(())
+    }
+
+    /// The general free of a pointer the quick path found in bracket `b`'s data.
+    #[inline(always)]
+    fn free_general_in(&self, b: Bracket, ptr: *const u8) -> Result<(), FreeError> {
+        let (_, offset, rel) = self.bracket_of(ptr)?;
+        self.free_in(b, ptr, offset, rel)
     }
 
     /// [`SlabThread::free_or`] of a slab block: a pointer outside both brackets' slab data is
@@ -1541,6 +1636,12 @@ impl<'a> SlabThread<'a> {
         ThreadRecord::bump(&self.rec.counters.remote_frees);
         // Relaxed: this thread's own bookkeeping.
         self.batch_used[i].store(self.rec.counters.remote_frees.load(Ordering::Relaxed), Ordering::Relaxed);
+        // A batch holding every block of its slab can hold no more: applied now (it claims the
+        // slab, T8), not left to take an entry until another slab evicts it, and that eviction
+        // flush another slab's partial batch early (docs/design.md §15.1).
+        if count == at.blocks {
+            self.flush_entry(i);
+        }
         Ok(())
     }
 
