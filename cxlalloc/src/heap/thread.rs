@@ -634,6 +634,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "forgets a handle on purpose (a detach that skips the close): miri reports it as a leak")]
     fn the_checker_reports_blocks_stranded_in_a_released_slots_mailbox() {
         let heap = heap();
         let a = heap.attach().expect("attach");
