@@ -526,7 +526,12 @@ impl HugeThread<'_> {
                 // must not outlive our hold of the slot, after which a thread of another
                 // process may discard the block and reuse its range. While we hold the slot
                 // nobody can, so the unmap cannot hit another block's mapping.
-                Some(HugeState::Freed | HugeState::Reclaiming | HugeState::Releasing) if self.view.named_objects() => {
+                // Unless an entry of ours still names the block: then no process can reclaim or
+                // release it, and our next reclaim (or the drop of that entry) deals with the
+                // mapping; unmapping it now would make the reuse map and populate it again.
+                Some(HugeState::Freed | HugeState::Reclaiming | HugeState::Releasing)
+                    if self.view.named_objects() && !self.view.holds(HazardKey::new(b.offset, b.generation)) =>
+                {
                     let _ = self.view.unmap(b.offset, b.size as usize);
                 }
                 _ => {}
@@ -557,7 +562,17 @@ impl HugeThread<'_> {
         if !hazard::begin_reclaim(&d.status, freed, reclaiming) {
             return false;
         }
-        if hazard_anywhere(self.mem(), self.view, HazardKey::new(b.offset, b.generation)) {
+        let key = HazardKey::new(b.offset, b.generation);
+        // This process's own entries on the block (its allocation's, left by a freer beside
+        // us, §7.6) go only now, under Reclaiming, and keep their mapping for the cache: no
+        // releaser can take the block while it is Reclaiming, so the object cannot be removed
+        // between our retract and our scan; and a block freed after this operation's drop of
+        // stale entries (`maintain`) is still reclaimed now, not found hazarded by our own
+        // entry and unmapped (docs/design.md §7.6).
+        if self.view.named_objects() && self.view.holds(key) {
+            self.view.drop_stale_into(&|k| k != key, &|_| true, &mut |_| {});
+        }
+        if hazard_anywhere(self.mem(), self.view, key) {
             d.status.store(freed, Ordering::Relaxed);
             return false;
         }
@@ -693,14 +708,27 @@ fn free_memory() -> Option<u64> {
 pub(crate) fn drop_stale_mappings(mem: &HeapMem, view: &HugeView, owner: Option<u32>) -> Vec<HazardKey> {
     let mut keys = Vec::new();
     let keep = |k: HazardKey| view.named_objects() && owner.is_some() && view.owner_of(k.offset) == owner;
+    // The owner's own freed blocks: their entries stay for its reclaim, which retracts them
+    // under Reclaiming (`HugeThread::try_reclaim`). Retracted here, a block freed by another
+    // process could be released by that freer (its scan finding no hazard) between this drop
+    // and the reclaim, and the owner would make a new object.
+    let reclaimable = |k: HazardKey| {
+        view.find(k.offset).is_some_and(|b| {
+            HazardKey::new(b.offset, b.generation) == k
+                && matches!(b.state, Some(HugeState::Freed | HugeState::Reclaiming | HugeState::Releasing))
+        })
+    };
     let leave = |k: HazardKey| {
         owner.is_some()
             && view.named_objects()
             && view.holder != 0
             && view.owner_of(k.offset).is_some_and(|o| {
+                if Some(o) == owner {
+                    return reclaimable(k);
+                }
                 // Relaxed: a policy read, as at the free that left the entry (`HugeThread::free`);
                 // leaving an entry is always safe.
-                Some(o) != owner && mem.lease(o).holder.load(Ordering::Relaxed) == view.holder
+                mem.lease(o).holder.load(Ordering::Relaxed) == view.holder
             })
     };
     view.drop_stale_into(&leave, &keep, &mut |k| keys.push(k));

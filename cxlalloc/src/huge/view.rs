@@ -488,6 +488,12 @@ impl HugeView {
         hazard::retract(self.set(e.set), e.index);
     }
 
+    /// Whether one of this instance's hazard sets names `key` (in any state): this process
+    /// still maps, or is mapping, that block.
+    pub(crate) fn holds(&self, key: HazardKey) -> bool {
+        self.my_sets().any(|s| hazard::contains(self.set(s), key.pack()))
+    }
+
     /// Retracts every Installed hazard this instance published for `key`, whose range the
     /// caller has just unmapped while the block was still live (its freer). Async-signal-safe.
     pub(crate) fn retract(&self, key: HazardKey) {
