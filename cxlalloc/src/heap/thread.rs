@@ -660,4 +660,129 @@ mod tests {
         let report = heap.check();
         assert!(report.is_clean(), "{report}");
     }
+
+    /// A named heap with a huge heap (cached objects need named objects), unlinked when the
+    /// guard drops.
+    struct NamedHeap {
+        name: String,
+        heap: Heap,
+    }
+
+    impl Drop for NamedHeap {
+        fn drop(&mut self) {
+            let _ = Heap::unlink(&self.name);
+        }
+    }
+
+    fn named_huge_heap(tag: &str) -> NamedHeap {
+        let name = format!("unit-{}-{tag}", std::process::id());
+        let _ = Heap::unlink(&name);
+        let config = Config { thread_slots: 4, huge_capacity: 16 << 30, ..Config::with_capacity(64 << 20) };
+        let heap = Heap::create(&name, &config).expect("create a named heap");
+        NamedHeap { name, heap }
+    }
+
+    const BLOCK: usize = 4 << 20;
+
+    /// The owner's `maintain`, first half: drops this process's stale huge entries.
+    fn drop_stale_as_owner(owner: &ThreadHandle) {
+        owner.with_huge(|h, _| crate::huge::ops::drop_stale_mappings(h.t.mem, h.view, Some(h.t.slot)));
+    }
+
+    fn state_of(heap: &Heap, off: u64) -> Option<crate::persist::huge::HugeState> {
+        heap.mem().huge().and_then(|v| v.find(off)).and_then(|b| b.state)
+    }
+
+    // xmalloc's shape, at its unlucky moment: the consumer (a thread of another slot of this
+    // process) frees the producer's block while the producer is inside `maintain`, after it
+    // dropped the stale entries and before it reclaims. The block must be cached then, with
+    // its mapping, not unmapped for the producer's own entry (docs/design.md §7.6).
+    #[test]
+    #[cfg_attr(miri, ignore = "maps heap files")]
+    fn a_block_freed_beside_its_owner_in_the_middle_of_its_maintain_is_cached_with_its_mapping() {
+        let named = named_huge_heap("beside-mid-maintain");
+        let heap = &named.heap;
+        let owner = heap.attach().expect("attach");
+        let freer = heap.attach().expect("attach");
+        let p = owner.alloc(BLOCK).expect("huge alloc");
+        let off = heap.offset_of(p.as_ptr()).expect("offset").raw();
+        // SAFETY: our block of BLOCK bytes.
+        unsafe { p.as_ptr().write_bytes(0xa5, BLOCK) };
+        drop_stale_as_owner(&owner);
+        freer.free(p).expect("free beside the owner");
+        owner.with_huge(|h, space| h.reclaim_freed(space));
+        assert_eq!(state_of(heap, off), Some(crate::persist::huge::HugeState::Cached), "reclaimed into the cache");
+        let view = heap.mem().huge().expect("huge view");
+        assert!(view.maps_object(off), "the mapping kept: the reuse maps and populates nothing");
+        let q = owner.alloc(BLOCK).expect("huge alloc");
+        assert_eq!(q, p, "the cached block is reused");
+        // SAFETY: our block of BLOCK bytes; a reused object holds its last bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(q.as_ptr(), BLOCK) };
+        assert!(bytes.iter().all(|&b| b == 0xa5), "the reused object is the same object");
+        owner.free(q).expect("free");
+    }
+
+    // A freer in another process releases a block (removes its object) when its hazard scan
+    // finds no mapping. The owner that still maps the block must not retract its entry before
+    // its own reclaim: between the two, the freer's scan would find nothing, remove the object
+    // and make the owner create a new one (xmalloc across processes).
+    #[test]
+    #[cfg_attr(miri, ignore = "maps heap files")]
+    fn a_block_freed_elsewhere_is_not_released_while_its_owner_maintains_under_its_mapping() {
+        let named = named_huge_heap("release-mid-maintain");
+        let heap = &named.heap;
+        let owner = heap.attach().expect("attach");
+        let p = owner.alloc(BLOCK).expect("huge alloc");
+        let off = heap.offset_of(p.as_ptr()).expect("offset").raw();
+        let view = heap.mem().huge().expect("huge view");
+        let b = view.find(off).expect("descriptor");
+        // The freer elsewhere marks the block Freed (its own mapping and entries gone)...
+        assert!(crate::huge::ops::mark_freed(view, &b));
+        // ...the owner drops its stale entries...
+        drop_stale_as_owner(&owner);
+        // ...and the freer scans the hazard sets.
+        assert!(!crate::huge::ops::release(heap.mem(), view, &b), "released under the owner's mapping");
+        assert_eq!(state_of(heap, off), Some(crate::persist::huge::HugeState::Freed));
+        owner.with_huge(|h, space| h.reclaim_freed(space));
+        assert_eq!(state_of(heap, off), Some(crate::persist::huge::HugeState::Cached), "the owner caches it");
+        assert!(view.maps_object(off), "with its mapping");
+        let q = owner.alloc(BLOCK).expect("huge alloc");
+        assert_eq!(q, p, "the cached block is reused");
+        owner.free(q).expect("free");
+    }
+
+    // The owner's maintain finds its block Releasing (a freer elsewhere is in its hazard scan).
+    // While an entry of the owner's process covers the block, the scan cannot succeed and the
+    // block comes back Freed: the owner keeps its mapping for the reclaim that follows, rather
+    // than unmap it and have the reuse map and populate it again.
+    #[test]
+    #[cfg_attr(miri, ignore = "maps heap files")]
+    fn a_block_being_released_elsewhere_keeps_the_mapping_its_owners_entry_covers() {
+        let named = named_huge_heap("releasing-kept");
+        let heap = &named.heap;
+        let owner = heap.attach().expect("attach");
+        let p = owner.alloc(BLOCK).expect("huge alloc");
+        let off = heap.offset_of(p.as_ptr()).expect("offset").raw();
+        let view = heap.mem().huge().expect("huge view");
+        let b = view.find(off).expect("descriptor");
+        assert!(crate::huge::ops::mark_freed(view, &b));
+        let d = view.descriptor(b.desc).expect("descriptor");
+        let (freed, releasing) = (
+            crate::persist::huge::HugeState::Freed.word(b.generation),
+            crate::persist::huge::HugeState::Releasing.word(b.generation),
+        );
+        // The freer's release begins...
+        assert!(crate::protocol::hazard::begin_reclaim(&d.status, freed, releasing));
+        // ...the owner does huge work meanwhile...
+        owner.with_huge(|h, space| h.maintain(space));
+        assert!(view.maps_object(off), "the owner's mapping kept under its entry");
+        // ...and the release finds the owner's entry.
+        assert!(!crate::huge::ops::finish_release(heap.mem(), view, &b), "released under the owner's mapping");
+        owner.with_huge(|h, space| h.maintain(space));
+        assert_eq!(state_of(heap, off), Some(crate::persist::huge::HugeState::Cached), "the owner caches it");
+        assert!(view.maps_object(off), "with its mapping");
+        let q = owner.alloc(BLOCK).expect("huge alloc");
+        assert_eq!(q, p, "the cached block is reused");
+        owner.free(q).expect("free");
+    }
 }

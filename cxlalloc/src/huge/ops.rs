@@ -514,6 +514,13 @@ impl HugeThread<'_> {
         if !dropped.is_empty() {
             release_dropped(self.t, self.view, &dropped);
         }
+        self.reclaim_freed(space);
+    }
+
+    /// `maintain`'s second half: trims the cache under memory pressure, reclaims the slot's
+    /// freed blocks (also those freed since the first half dropped stale entries: a thread
+    /// beside us frees at any time), takes back released ones and unclaims empty huge slots.
+    pub(crate) fn reclaim_freed(&self, space: &mut FreeRanges) {
         if space.must_trim(free_memory) {
             self.trim_cache(space, 0);
         }
