@@ -1242,6 +1242,98 @@ fn hazard_release_without_a_cas_is_caught() {
 }
 
 // ------------------------------------------------------------------------------------------------
+// (f1) The owner's own entry on a block freed elsewhere (docs/design.md §7.6)
+// ------------------------------------------------------------------------------------------------
+
+const CACHED: u64 = 5;
+
+/// The owner's part of a huge operation on its freed block: drop its process's entry on it and
+/// reclaim it into the cache (keeping its mapping), or leave it.
+type OwnerReclaim = fn(&HugeBlock, &Seen);
+
+/// The fixed order (`HugeThread::try_reclaim`): the owner's own entry is retracted only after
+/// its Freed → Reclaiming CAS, before its scan.
+fn owner_reclaim_under_reclaiming(b: &HugeBlock, seen: &Seen) {
+    use cxlalloc::internal::protocol::hazard;
+    if !hazard::begin_reclaim(&b.status, FREED, RECLAIMING) {
+        seen.mark("owner left it");
+        return;
+    }
+    // The entry names a block that is ours and Reclaiming: stale; its mapping is kept.
+    hazard::drop_stale(&b.set, &|k| k == KEY, &mut |_, _| {});
+    if hazard::contains(&b.set, KEY) {
+        b.status.store(FREED, Ordering::Relaxed);
+        seen.mark("owner blocked");
+    } else {
+        // SAFETY (model): Reclaiming is ours; the kept mapping shows the object.
+        let v = b.pages.with(|p| unsafe { *p });
+        assert_eq!(v, 7, "the owner cached a block whose object was removed");
+        b.status.store(CACHED, Ordering::Release);
+        seen.mark("owner cached");
+    }
+}
+
+/// The owner's process maps its block (its allocation's Installed entry); a freer in another
+/// process frees it (Live → Freed) and releases it if its scan finds no hazard, removing the
+/// object; the owner does huge work meanwhile with `owner`. A block the owner's process still
+/// maps must never be released: the owner would make a new object where it could have reused
+/// this one with its mapping.
+fn own_entry_model(seen: &Seen, owner: OwnerReclaim) {
+    use cxlalloc::internal::protocol::hazard;
+    let b = HugeBlock::live();
+    let i = hazard::publish(&b.set, KEY, 1).expect("an empty set");
+    hazard::confirm(&b.set, i);
+    let freer = {
+        let (b, seen) = (b.clone(), seen.clone());
+        thread::spawn(move || {
+            let _ = b.status.compare_exchange(LIVE, FREED, Ordering::Release, Ordering::Relaxed);
+            if !hazard::begin_reclaim(&b.status, FREED, RELEASING) {
+                seen.mark("the owner got it");
+            } else if hazard::contains(&b.set, KEY) {
+                let _ = b.status.compare_exchange(RELEASING, FREED, Ordering::Relaxed, Ordering::Relaxed);
+                seen.mark("release blocked by the owner's entry");
+            } else {
+                panic!("released under the owner's kept mapping");
+            }
+        })
+    };
+    owner(&b, seen);
+    freer.join().unwrap();
+}
+
+#[test]
+fn huge_owner_retracts_its_own_entry_only_under_reclaiming_while_a_freer_elsewhere_releases() {
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("huge_owner_retracts_its_own_entry_only_under_reclaiming_while_a_freer_elsewhere_releases", None, move || {
+        own_entry_model(&s, owner_reclaim_under_reclaiming)
+    });
+    seen.require(&["owner cached", "owner left it", "release blocked by the owner's entry", "the owner got it"]);
+}
+
+/// Negative control: the old order, the owner's drop of stale entries (its own included, the
+/// mapping kept) before its reclaim. The freer's scan can fall between the two and release the
+/// block under the owner's mapping.
+#[test]
+#[should_panic(expected = "released under the owner's kept mapping")]
+fn huge_owner_retracting_its_own_entry_before_reclaiming_is_caught() {
+    fn broken(b: &HugeBlock, seen: &Seen) {
+        use cxlalloc::internal::protocol::hazard;
+        hazard::drop_stale(&b.set, &|k| k == KEY && b.status.load(Ordering::Acquire) != LIVE, &mut |_, _| {});
+        if !hazard::begin_reclaim(&b.status, FREED, RECLAIMING) {
+            seen.mark("owner left it");
+        } else if hazard::contains(&b.set, KEY) {
+            b.status.store(FREED, Ordering::Relaxed);
+        } else {
+            b.status.store(CACHED, Ordering::Release);
+        }
+    }
+    check("huge_owner_retracting_its_own_entry_before_reclaiming_is_caught", None, || {
+        own_entry_model(&Seen::default(), broken)
+    });
+}
+
+// ------------------------------------------------------------------------------------------------
 // (f2) One process's huge mappings (docs/design.md §7.4): threads sharing an address space
 // ------------------------------------------------------------------------------------------------
 
