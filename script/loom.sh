@@ -18,6 +18,8 @@
 # the host-number claim models (docs/design.md §9.2) add 2 tests (1 model, 1 negative control), 0.5 s;
 # the huge-mapping eviction model (docs/design.md §7.4) adds 2 tests (1 model, 1 negative
 # control): 1792 executions at preemption bound 3, 0.24 s;
+# the huge owner's own-entry model (docs/design.md §7.6) adds 2 tests (1 model, 1 negative
+# control): 8 executions unbounded, < 0.1 s;
 # a cold build of loom and its dependencies adds ~40 s.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
