@@ -1307,9 +1307,11 @@ fn own_entry_model(seen: &Seen, owner: OwnerReclaim) {
 fn huge_owner_retracts_its_own_entry_only_under_reclaiming_while_a_freer_elsewhere_releases() {
     let seen = Seen::default();
     let s = seen.clone();
-    check("huge_owner_retracts_its_own_entry_only_under_reclaiming_while_a_freer_elsewhere_releases", None, move || {
-        own_entry_model(&s, owner_reclaim_under_reclaiming)
-    });
+    check(
+        "huge_owner_retracts_its_own_entry_only_under_reclaiming_while_a_freer_elsewhere_releases",
+        None,
+        move || own_entry_model(&s, owner_reclaim_under_reclaiming),
+    );
     seen.require(&["owner cached", "owner left it", "release blocked by the owner's entry", "the owner got it"]);
 }
 
