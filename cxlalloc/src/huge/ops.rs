@@ -703,9 +703,11 @@ fn free_memory() -> Option<u64> {
 /// Drops this process's mappings (and hazards) of huge blocks that are no longer live, so
 /// their owners can reclaim them ([`HugeView::drop_stale_into`]); returns the keys of the blocks it
 /// dropped. With `owner`, the calling thread's slot, which reclaims next: the entries of that
-/// slot's blocks are retracted but their ranges stay mapped, for the reclaim to cache with
-/// their pages (only that slot's thread may do this: it alone moves its blocks on, and unmaps
-/// a range before it leaves the cache or becomes free, docs/design.md §7.6). And the entries
+/// slot's freed blocks stay for the reclaim, which retracts them under Reclaiming and keeps
+/// their ranges mapped, to cache with their pages; the slot's other stale entries are
+/// retracted with their ranges left mapped (only that slot's thread may do this: it alone moves
+/// its blocks on, and unmaps a range before it leaves the cache or becomes free,
+/// docs/design.md §7.6). And the entries
 /// of blocks owned by the other slots this process holds stay as they are: those blocks were
 /// freed beside their owner (§7.6), whose next huge operation drops the entries and caches the
 /// blocks with their mappings; dropping them here would release the objects (the caller is not

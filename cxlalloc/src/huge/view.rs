@@ -529,8 +529,9 @@ impl HugeView {
         keep: &dyn Fn(HazardKey) -> bool,
         dropped: &mut dyn FnMut(HazardKey),
     ) -> usize {
+        // Staleness first: most entries name live blocks, and `leave` may look a block up too.
         let dead =
-            |word: u64| HazardKey::unpack(word).is_some_and(|key| !leave(key) && self.is_stale_touching(key, touch));
+            |word: u64| HazardKey::unpack(word).is_some_and(|key| self.is_stale_touching(key, touch) && !leave(key));
         let mut keys = [0u64; HAZARDS_PER_SET];
         let mut n = 0;
         for s in self.my_sets() {
