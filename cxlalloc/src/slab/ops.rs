@@ -65,6 +65,22 @@ enum Quick {
     General,
 }
 
+/// A block the quick frees located ([`SlabThread::locate_quick`]): the fields of [`Located`]
+/// that they use, kept in registers.
+#[derive(Clone, Copy)]
+struct QuickAt<'a> {
+    /// The block's slab.
+    slab: Slab,
+    /// The slab's descriptor (this process's copy).
+    desc: Descriptor<'a>,
+    /// The slab's class (in range).
+    class: u32,
+    /// Blocks per slab of the class.
+    blocks: u32,
+    /// Block index in the slab (below `blocks`).
+    block: u32,
+}
+
 /// One attached thread's view of the slab heaps.
 pub(crate) struct SlabThread<'a> {
     /// The mapped heap.
@@ -762,28 +778,9 @@ impl<'a> SlabThread<'a> {
     /// general path.
     #[inline(always)]
     fn free_quick_marked(&self, b: Bracket, ptr: *const u8, rel: usize) -> Result<(), FreeError> {
-        let mem = self.mem;
-        let shift = b.slab_shift();
-        let index = (rel >> shift) as u32;
-        // A slab past the length we know of: the general path refreshes it.
-        let Some(slab) = mem.known_slab(b, index) else {
+        let Some(QuickAt { slab, desc: d, class, blocks, block }) = self.locate_quick(b, rel) else {
             return self.free_general_in(b, ptr);
         };
-        let d = mem.desc_quick(&self.quick[b as usize], b, slab);
-        let size = d.head.size.load(Ordering::Relaxed);
-        let class = d.head.class.load(Ordering::Relaxed);
-        let blocks = d.head.blocks.load(Ordering::Relaxed);
-        let in_slab = (rel & ((1 << shift) - 1)) as u64;
-        let block = ((in_slab * d.head.recip.load(Ordering::Relaxed)) >> 40) as u32;
-        // The checks of `locate_in`, folded as in the full model's quick free.
-        if size == 0
-            || u64::from(block) * u64::from(size) != in_slab
-            || block >= blocks
-            || blocks as usize > 64 * b.bitset_words()
-            || class.wrapping_sub(1) as usize >= b.class_count()
-        {
-            return self.free_general_in(b, ptr);
-        }
         // Another owner's block: the remote free, which locates it again from memory (our copy
         // of the head line may be stale, §4.3).
         if d.head.owner.load(Ordering::Relaxed) != self.me() {
@@ -881,22 +878,23 @@ impl<'a> SlabThread<'a> {
         Quick::General
     }
 
-    /// [`SlabThread::free_quick`] of a pointer `rel` bytes into bracket `b`'s data.
+    /// The quick frees' locate (both models' copies, [`SlabThread::free_quick_in`] and
+    /// [`SlabThread::free_quick_marked`]): the block `rel` bytes into bracket `b`'s data, when
+    /// it lies in a slab below the length this process knows, the slab is sized, `rel` starts
+    /// a block below the slab's count, and the class is in range: the checks of
+    /// [`SlabThread::locate_in`], from the handle's copy of the geometry. `None` sends the free
+    /// to the general path, which locates it again and says why.
     #[inline(always)]
-    fn free_quick_in(&self, b: Bracket, ptr: *const u8, rel: usize) -> Quick {
-        let mem = self.mem;
+    fn locate_quick(&self, b: Bracket, rel: usize) -> Option<QuickAt<'a>> {
         let shift = b.slab_shift();
-        let index = (rel >> shift) as u32;
         // A slab past the length we know of: the general path refreshes it.
-        let Some(slab) = mem.known_slab(b, index) else {
-            return Quick::General;
-        };
-        let d = mem.desc_quick(&self.quick[b as usize], b, slab);
-        let size = d.head.size.load(Ordering::Relaxed);
-        let class = d.head.class.load(Ordering::Relaxed);
-        let blocks = d.head.blocks.load(Ordering::Relaxed);
+        let slab = self.mem.known_slab(b, (rel >> shift) as u32)?;
+        let desc = self.mem.desc_quick(&self.quick[b as usize], b, slab);
+        let size = desc.head.size.load(Ordering::Relaxed);
+        let class = desc.head.class.load(Ordering::Relaxed);
+        let blocks = desc.head.blocks.load(Ordering::Relaxed);
         let in_slab = (rel & ((1 << shift) - 1)) as u64;
-        let block = ((in_slab * d.head.recip.load(Ordering::Relaxed)) >> 40) as u32;
+        let block = ((in_slab * desc.head.recip.load(Ordering::Relaxed)) >> 40) as u32;
         // The checks of `locate_in`, folded: an unsized slab (size 0) makes `block * size`
         // differ from a nonzero `in_slab`, and its first block is refused by `blocks` (0 when
         // unsized) or, under corruption, by the general path's own checks.
@@ -906,8 +904,17 @@ impl<'a> SlabThread<'a> {
             || blocks as usize > 64 * b.bitset_words()
             || class.wrapping_sub(1) as usize >= b.class_count()
         {
-            return Quick::General;
+            return None;
         }
+        Some(QuickAt { slab, desc, class, blocks, block })
+    }
+
+    /// [`SlabThread::free_quick`] of a pointer `rel` bytes into bracket `b`'s data.
+    #[inline(always)]
+    fn free_quick_in(&self, b: Bracket, ptr: *const u8, rel: usize) -> Quick {
+        let Some(QuickAt { slab, desc: d, class, blocks, block }) = self.locate_quick(b, rel) else {
+            return Quick::General;
+        };
         let owner = d.head.owner.load(Ordering::Relaxed);
         if u64::from(owner) != self.local_owner {
             // Under full coherence the block just located is what a remote free would locate
