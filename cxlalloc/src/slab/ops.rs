@@ -131,7 +131,14 @@ pub(crate) struct SlabThread<'a> {
     /// Each bracket's data and descriptor array, copied from `mem` (fixed for the mapping's
     /// life): the quick free locates its block from these without first loading `mem`, one
     /// load off the chain that its checks wait on (docs/design.md §4.5).
+    ///
+    /// In the reduced models a copy that refuses every pointer ([`QuickGeometry::refusing`]):
+    /// the full model's inlined quick free then sends their frees to `free_slow` without
+    /// testing the model on every free of the full model.
     quick: [QuickGeometry; 2],
+    /// Each bracket's geometry as copied from `mem`, in every model: the reduced models' quick
+    /// free (`free_quick_marked`) finds its bracket through it.
+    geometry: [QuickGeometry; 2],
     /// When each batch entry was last used (this thread's remote-free count then): a free of a
     /// slab no entry names applies the least recently used one. Boxed (see `port`).
     batch_used: Box<[AtomicU64; RemoteBatch::ENTRIES]>,
@@ -215,7 +222,15 @@ impl<'a> SlabThread<'a> {
             marks_free: batching,
             line_granular: batching,
             local_owner: if batching { u64::MAX } else { u64::from(slot) + 1 },
-            quick: Bracket::ALL.map(|b| mem.quick_geometry(b)),
+            quick: Bracket::ALL.map(|b| {
+                let g = mem.quick_geometry(b);
+                if batching {
+                    g.refusing()
+                } else {
+                    g
+                }
+            }),
+            geometry: Bracket::ALL.map(|b| mem.quick_geometry(b)),
             batch_used,
             // Full until the first pop: a thread that has taken nothing from the global list is
             // not churning slabs through it.
@@ -759,10 +774,10 @@ impl<'a> SlabThread<'a> {
         // The reduced models' quick local free lives here, behind the full model's cold entry,
         // so that the full model's inlined copy keeps its registers (docs/design.md §4.5).
         if self.batching {
-            if let Some(rel) = self.quick[Bracket::Small as usize].rel(ptr) {
+            if let Some(rel) = self.geometry[Bracket::Small as usize].rel(ptr) {
                 return self.free_quick_marked(Bracket::Small, ptr, rel);
             }
-            if let Some(rel) = self.quick[Bracket::Large as usize].rel(ptr) {
+            if let Some(rel) = self.geometry[Bracket::Large as usize].rel(ptr) {
                 return self.free_quick_marked(Bracket::Large, ptr, rel);
             }
         }
@@ -863,11 +878,8 @@ impl<'a> SlabThread<'a> {
     #[inline(always)]
     fn free_quick(&self, ptr: *const u8) -> Quick {
         // The reduced models' local frees carry marks and may read memory (§4.3): theirs is the
-        // general path, at the cost of this one test of the model (`batching` is exactly the
-        // reduced models; a field of ours, so no load of the heap's).
-        if self.batching {
-            return Quick::General;
-        }
+        // general entry, which their copy of the geometry sends every pointer to (`refusing`),
+        // so this path tests no model flag.
         if let Some(rel) = self.quick[Bracket::Small as usize].rel(ptr) {
             return self.free_quick_in(Bracket::Small, ptr, rel);
         }
@@ -891,16 +903,20 @@ impl<'a> SlabThread<'a> {
         let slab = self.mem.known_slab(b, (rel >> shift) as u32)?;
         let desc = self.mem.desc_quick(&self.quick[b as usize], b, slab);
         let size = desc.head.size.load(Ordering::Relaxed);
-        let class = desc.head.class.load(Ordering::Relaxed);
-        let blocks = desc.head.blocks.load(Ordering::Relaxed);
         let in_slab = (rel & ((1 << shift) - 1)) as u64;
         let block = ((in_slab * desc.head.recip.load(Ordering::Relaxed)) >> 40) as u32;
-        // The checks of `locate_in`, folded: an unsized slab (size 0) makes `block * size`
-        // differ from a nonzero `in_slab`, and its first block is refused by `blocks` (0 when
-        // unsized) or, under corruption, by the general path's own checks.
-        if size == 0
-            || u64::from(block) * u64::from(size) != in_slab
-            || block >= blocks
+        if u64::from(block) * u64::from(size) != in_slab {
+            return None;
+        }
+        // Loaded after the interior check, not with `size`: fewer values live at once, so the
+        // caller's copy fits the caller-saved registers (docs/design.md §4.5).
+        let class = desc.head.class.load(Ordering::Relaxed);
+        let blocks = desc.head.blocks.load(Ordering::Relaxed);
+        // The rest of `locate_in`'s checks. No test of `size == 0` (the slab has no class): an
+        // unsized slab makes `block * size` differ from a nonzero `in_slab`, and its first block
+        // is refused by its class, zeroed with its size (`make_unsized`, and the claim) and
+        // checked here (tests/bad_input.rs, `a_pointer_into_an_empty_slab_is_not_allocated`).
+        if block >= blocks
             || blocks as usize > 64 * b.bitset_words()
             || class.wrapping_sub(1) as usize >= b.class_count()
         {
