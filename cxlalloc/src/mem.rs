@@ -150,6 +150,14 @@ impl QuickGeometry {
         let rel = (ptr as usize).wrapping_sub(self.start);
         (rel < self.size).then_some(rel)
     }
+
+    /// This geometry with no slab data: [`QuickGeometry::rel`] refuses every pointer, the
+    /// descriptor array stays. The reduced models' copy for the full model's quick free, which
+    /// then sends each of their frees to the general entry without a test of the model
+    /// (docs/design.md §4.5).
+    pub(crate) fn refusing(self) -> Self {
+        Self { size: 0, ..self }
+    }
 }
 
 /// Absolute addresses of one bracket's arrays in this process, precomputed for the fast paths.

@@ -65,6 +65,22 @@ enum Quick {
     General,
 }
 
+/// A block the quick frees located ([`SlabThread::locate_quick`]): the fields of [`Located`]
+/// that they use, kept in registers.
+#[derive(Clone, Copy)]
+struct QuickAt<'a> {
+    /// The block's slab.
+    slab: Slab,
+    /// The slab's descriptor (this process's copy).
+    desc: Descriptor<'a>,
+    /// The slab's class (in range).
+    class: u32,
+    /// Blocks per slab of the class.
+    blocks: u32,
+    /// Block index in the slab (below `blocks`).
+    block: u32,
+}
+
 /// One attached thread's view of the slab heaps.
 pub(crate) struct SlabThread<'a> {
     /// The mapped heap.
@@ -115,7 +131,14 @@ pub(crate) struct SlabThread<'a> {
     /// Each bracket's data and descriptor array, copied from `mem` (fixed for the mapping's
     /// life): the quick free locates its block from these without first loading `mem`, one
     /// load off the chain that its checks wait on (docs/design.md §4.5).
+    ///
+    /// In the reduced models a copy that refuses every pointer ([`QuickGeometry::refusing`]):
+    /// the full model's inlined quick free then sends their frees to `free_slow` without
+    /// testing the model on every free of the full model.
     quick: [QuickGeometry; 2],
+    /// Each bracket's geometry as copied from `mem`, in every model: the reduced models' quick
+    /// free (`free_quick_marked`) finds its bracket through it.
+    geometry: [QuickGeometry; 2],
     /// When each batch entry was last used (this thread's remote-free count then): a free of a
     /// slab no entry names applies the least recently used one. Boxed (see `port`).
     batch_used: Box<[AtomicU64; RemoteBatch::ENTRIES]>,
@@ -199,7 +222,15 @@ impl<'a> SlabThread<'a> {
             marks_free: batching,
             line_granular: batching,
             local_owner: if batching { u64::MAX } else { u64::from(slot) + 1 },
-            quick: Bracket::ALL.map(|b| mem.quick_geometry(b)),
+            quick: Bracket::ALL.map(|b| {
+                let g = mem.quick_geometry(b);
+                if batching {
+                    g.refusing()
+                } else {
+                    g
+                }
+            }),
+            geometry: Bracket::ALL.map(|b| mem.quick_geometry(b)),
             batch_used,
             // Full until the first pop: a thread that has taken nothing from the global list is
             // not churning slabs through it.
@@ -743,10 +774,10 @@ impl<'a> SlabThread<'a> {
         // The reduced models' quick local free lives here, behind the full model's cold entry,
         // so that the full model's inlined copy keeps its registers (docs/design.md §4.5).
         if self.batching {
-            if let Some(rel) = self.quick[Bracket::Small as usize].rel(ptr) {
+            if let Some(rel) = self.geometry[Bracket::Small as usize].rel(ptr) {
                 return self.free_quick_marked(Bracket::Small, ptr, rel);
             }
-            if let Some(rel) = self.quick[Bracket::Large as usize].rel(ptr) {
+            if let Some(rel) = self.geometry[Bracket::Large as usize].rel(ptr) {
                 return self.free_quick_marked(Bracket::Large, ptr, rel);
             }
         }
@@ -762,28 +793,9 @@ impl<'a> SlabThread<'a> {
     /// general path.
     #[inline(always)]
     fn free_quick_marked(&self, b: Bracket, ptr: *const u8, rel: usize) -> Result<(), FreeError> {
-        let mem = self.mem;
-        let shift = b.slab_shift();
-        let index = (rel >> shift) as u32;
-        // A slab past the length we know of: the general path refreshes it.
-        let Some(slab) = mem.known_slab(b, index) else {
+        let Some(QuickAt { slab, desc: d, class, blocks, block }) = self.locate_quick(b, rel) else {
             return self.free_general_in(b, ptr);
         };
-        let d = mem.desc_quick(&self.quick[b as usize], b, slab);
-        let size = d.head.size.load(Ordering::Relaxed);
-        let class = d.head.class.load(Ordering::Relaxed);
-        let blocks = d.head.blocks.load(Ordering::Relaxed);
-        let in_slab = (rel & ((1 << shift) - 1)) as u64;
-        let block = ((in_slab * d.head.recip.load(Ordering::Relaxed)) >> 40) as u32;
-        // The checks of `locate_in`, folded as in the full model's quick free.
-        if size == 0
-            || u64::from(block) * u64::from(size) != in_slab
-            || block >= blocks
-            || blocks as usize > 64 * b.bitset_words()
-            || class.wrapping_sub(1) as usize >= b.class_count()
-        {
-            return self.free_general_in(b, ptr);
-        }
         // Another owner's block: the remote free, which locates it again from memory (our copy
         // of the head line may be stale, §4.3).
         if d.head.owner.load(Ordering::Relaxed) != self.me() {
@@ -866,11 +878,8 @@ impl<'a> SlabThread<'a> {
     #[inline(always)]
     fn free_quick(&self, ptr: *const u8) -> Quick {
         // The reduced models' local frees carry marks and may read memory (§4.3): theirs is the
-        // general path, at the cost of this one test of the model (`batching` is exactly the
-        // reduced models; a field of ours, so no load of the heap's).
-        if self.batching {
-            return Quick::General;
-        }
+        // general entry, which their copy of the geometry sends every pointer to (`refusing`),
+        // so this path tests no model flag.
         if let Some(rel) = self.quick[Bracket::Small as usize].rel(ptr) {
             return self.free_quick_in(Bracket::Small, ptr, rel);
         }
@@ -881,33 +890,47 @@ impl<'a> SlabThread<'a> {
         Quick::General
     }
 
-    /// [`SlabThread::free_quick`] of a pointer `rel` bytes into bracket `b`'s data.
+    /// The quick frees' locate (both models' copies, [`SlabThread::free_quick_in`] and
+    /// [`SlabThread::free_quick_marked`]): the block `rel` bytes into bracket `b`'s data, when
+    /// it lies in a slab below the length this process knows, the slab is sized, `rel` starts
+    /// a block below the slab's count, and the class is in range: the checks of
+    /// [`SlabThread::locate_in`], from the handle's copy of the geometry. `None` sends the free
+    /// to the general path, which locates it again and says why.
     #[inline(always)]
-    fn free_quick_in(&self, b: Bracket, ptr: *const u8, rel: usize) -> Quick {
-        let mem = self.mem;
+    fn locate_quick(&self, b: Bracket, rel: usize) -> Option<QuickAt<'a>> {
         let shift = b.slab_shift();
-        let index = (rel >> shift) as u32;
         // A slab past the length we know of: the general path refreshes it.
-        let Some(slab) = mem.known_slab(b, index) else {
-            return Quick::General;
-        };
-        let d = mem.desc_quick(&self.quick[b as usize], b, slab);
-        let size = d.head.size.load(Ordering::Relaxed);
-        let class = d.head.class.load(Ordering::Relaxed);
-        let blocks = d.head.blocks.load(Ordering::Relaxed);
+        let slab = self.mem.known_slab(b, (rel >> shift) as u32)?;
+        let desc = self.mem.desc_quick(&self.quick[b as usize], b, slab);
+        let size = desc.head.size.load(Ordering::Relaxed);
         let in_slab = (rel & ((1 << shift) - 1)) as u64;
-        let block = ((in_slab * d.head.recip.load(Ordering::Relaxed)) >> 40) as u32;
-        // The checks of `locate_in`, folded: an unsized slab (size 0) makes `block * size`
-        // differ from a nonzero `in_slab`, and its first block is refused by `blocks` (0 when
-        // unsized) or, under corruption, by the general path's own checks.
-        if size == 0
-            || u64::from(block) * u64::from(size) != in_slab
-            || block >= blocks
+        let block = ((in_slab * desc.head.recip.load(Ordering::Relaxed)) >> 40) as u32;
+        if u64::from(block) * u64::from(size) != in_slab {
+            return None;
+        }
+        // Loaded after the interior check, not with `size`: fewer values live at once, so the
+        // caller's copy fits the caller-saved registers (docs/design.md §4.5).
+        let class = desc.head.class.load(Ordering::Relaxed);
+        let blocks = desc.head.blocks.load(Ordering::Relaxed);
+        // The rest of `locate_in`'s checks. No test of `size == 0` (the slab has no class): an
+        // unsized slab makes `block * size` differ from a nonzero `in_slab`, and its first block
+        // is refused by its class, zeroed with its size (`make_unsized`, and the claim) and
+        // checked here (tests/bad_input.rs, `a_pointer_into_an_empty_slab_is_not_allocated`).
+        if block >= blocks
             || blocks as usize > 64 * b.bitset_words()
             || class.wrapping_sub(1) as usize >= b.class_count()
         {
-            return Quick::General;
+            return None;
         }
+        Some(QuickAt { slab, desc, class, blocks, block })
+    }
+
+    /// [`SlabThread::free_quick`] of a pointer `rel` bytes into bracket `b`'s data.
+    #[inline(always)]
+    fn free_quick_in(&self, b: Bracket, ptr: *const u8, rel: usize) -> Quick {
+        let Some(QuickAt { slab, desc: d, class, blocks, block }) = self.locate_quick(b, rel) else {
+            return Quick::General;
+        };
         let owner = d.head.owner.load(Ordering::Relaxed);
         if u64::from(owner) != self.local_owner {
             // Under full coherence the block just located is what a remote free would locate
