@@ -26,7 +26,7 @@ use crate::persist::descriptor::Descriptor;
 use crate::persist::record::{Current, CurrentId, Harvest, RemoteBatch, ThreadRecord};
 use crate::persist::redo::{Op, Pending, Redo};
 use crate::protocol::mailbox::{self, BlockId, Link};
-use crate::protocol::{detectable, global_list, length, remote};
+use crate::protocol::{detectable, free_mark, global_list, length, remote};
 use crate::sync::{fence, AtomicU64, Ordering};
 use crate::word::{Tag, Tagged};
 
@@ -91,11 +91,6 @@ pub(crate) struct SlabThread<'a> {
     /// subtracted with one CAS (mCAS) per run ([`RemoteBatch`]) instead of one each, which also
     /// spares each free its log write-backs and its read of the slab's head from memory.
     batching: bool,
-    /// Limited and no-HWcc models: every free block carries its slab's mark in its first word
-    /// (written at sizing and at each local free, cleared when the block is handed out), so
-    /// that a remote freer, which cannot see the owner's bitset or cached word, still tells
-    /// a free block from an allocated one (docs/design.md §4.1, "Free mark").
-    marks_free: bool,
     /// Whether remote frees go to their owners' mailboxes (docs/design.md §4.6): in the full
     /// and limited models (the latter with the `MailboxLink` / `MailboxRead` write-back and
     /// invalidation). Without HWcc each push would be one mCAS (2.3 µs in the paper's device)
@@ -155,24 +150,6 @@ fn bad_block(b: Bracket, block: u32, blocks: u32) -> FreeError {
     }
 }
 
-/// Writes `new` (the full mark, or a mailbox link) into a block's first word unless the word
-/// says the block was freed already (`Err`): one CAS, so that of two concurrent frees of one
-/// block exactly one wins. Relaxed: detection only; what the free publishes is ordered by its
-/// counter or mailbox CAS.
-#[inline(always)]
-fn claim_block(word: &AtomicU64, new: u64, mark: u64) -> Result<(), ()> {
-    let mut old = word.load(Ordering::Relaxed);
-    loop {
-        if Link::freed(old, mark) {
-            return Err(());
-        }
-        match word.compare_exchange_weak(old, new, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => return Ok(()),
-            Err(seen) => old = seen,
-        }
-    }
-}
-
 /// The heap offset of the first block of bitset word `word` of `slab`.
 fn block0(mem: &HeapMem, b: Bracket, slab: Slab, word: u32, info: &ClassInfo) -> u64 {
     mem.data_offset(b, slab, word as usize * 64 * info.size as usize) as u64
@@ -196,7 +173,6 @@ impl<'a> SlabThread<'a> {
             port,
             batching,
             mailboxes: mem.coherence != crate::layout::Coherence::NoHwcc,
-            marks_free: batching,
             line_granular: batching,
             local_owner: if batching { u64::MAX } else { u64::from(slot) + 1 },
             quick: Bracket::ALL.map(|b| mem.quick_geometry(b)),
@@ -375,9 +351,9 @@ impl<'a> SlabThread<'a> {
         }
         let offset = cur.block0.load(Ordering::Relaxed) as usize + bits.trailing_zeros() as usize * info.size as usize;
         let block = self.mem.block(offset);
-        // The block's first word cleared, as in `alloc_with` (which says why).
+        // The block's free mark cleared, as in `alloc_with` (which says why).
         // SAFETY: `block` starts a block (at least 8 bytes, 8-aligned) of our current slab.
-        unsafe { &*(block.as_ptr() as *const AtomicU64) }.store(0, Ordering::Relaxed);
+        free_mark::clear(unsafe { &*(block.as_ptr() as *const AtomicU64) });
         cur.bits.store(rest, Ordering::Relaxed);
         Some(block)
     }
@@ -413,14 +389,12 @@ impl<'a> SlabThread<'a> {
         let offset = cur.block0.load(Ordering::Relaxed) as usize + bits.trailing_zeros() as usize * info.size as usize;
         announce(offset);
         let block = self.mem.block(offset);
-        // Reduced models: the slab's free mark leaves the block. Cleared before the bit is
-        // taken: a crash in between leaves a free block without its mark (a later double free
-        // of it goes undetected), never an allocated block with one (whose legitimate free
-        // would be refused). The full model's free blocks hold no mark (a harvest clears the
-        // link), so there the store is idle; it runs in every model because one store costs
-        // less than testing the model (script/icount.sh).
+        // The slab's free mark leaves the block (docs/design.md §4.1). Cleared before the bit
+        // is taken: a crash in between leaves a free block without its mark (recovery marks it
+        // again, §8.3), never an allocated block with one (whose legitimate free would be
+        // refused).
         // SAFETY: `block` starts a block (at least 8 bytes, 8-aligned) of our current slab.
-        unsafe { &*(block.as_ptr() as *const AtomicU64) }.store(0, Ordering::Relaxed);
+        free_mark::clear(unsafe { &*(block.as_ptr() as *const AtomicU64) });
         cur.bits.store(rest, Ordering::Relaxed);
         if rest == 0 {
             // We still hold the block just taken, which T4/T5 rely on.
@@ -503,11 +477,10 @@ impl<'a> SlabThread<'a> {
         d.head.generation.store(generation, Ordering::Relaxed);
         d.head.mark.store(new_mark(self.mem.header.secret, b, slab, generation), Ordering::Relaxed);
         d.fill(info.blocks);
-        if self.marks_free {
-            // Non-owners on other hosts read the marks from memory (fenced by the head line's
-            // persist below).
-            self.mark_all(b, slab, info, d.head.mark.load(Ordering::Relaxed));
-        }
+        // Every block is free: every block carries the mark (docs/design.md §4.1), which is what
+        // a remote free checks. Non-owners on other hosts read the marks from memory (fenced by
+        // the head line's persist below).
+        self.mark_all(b, slab, info, d.head.mark.load(Ordering::Relaxed));
         // Remote freers on other hosts locate blocks from the head line: it reaches memory
         // before the first block is handed out.
         self.persist(Site::Sized, d.head_line());
@@ -674,8 +647,8 @@ impl<'a> SlabThread<'a> {
     fn is_free_of(&self, at: &Located<'_>, owner: u32, coherent: bool) -> bool {
         // Without coherence another host's bitset and cached word reach memory only when its
         // slabs change hands, so they name blocks it has allocated since: they would refuse
-        // good frees. There every free block carries the slab's mark instead (`marks_free`),
-        // which the callers check.
+        // good frees. There the slab's free mark, which every free block carries, is all a
+        // non-owner checks.
         if !coherent && owner != self.me() && !self.mem.swcc.is_coherent() {
             return false;
         }
@@ -917,8 +890,9 @@ impl<'a> SlabThread<'a> {
         // SAFETY: the checks above found `ptr` to be the start of a block (at least 8 bytes,
         // 8-aligned) of a sized slab inside the mapping.
         let word = unsafe { &*(ptr as *const AtomicU64) };
-        // Freed before (a mailbox or a counted free): the general path reports it.
-        if Link::freed(word.load(Ordering::Relaxed), d.head.mark.load(Ordering::Relaxed)) {
+        // Not allocated (free, waiting in a mailbox, or counted): the general path reports it.
+        let mark = d.head.mark.load(Ordering::Relaxed);
+        if free_mark::is_marked(word.load(Ordering::Relaxed), mark) {
             return Quick::General;
         }
         let (w, bit) = (block / 64, 1u64 << (block % 64));
@@ -931,6 +905,8 @@ impl<'a> SlabThread<'a> {
                 return Quick::General;
             }
             cur.bits.store(bits | bit, Ordering::Relaxed);
+            // After the bit (docs/design.md §4.1): what a remote free of the block checks.
+            free_mark::set(word, mark);
             return Quick::Done;
         }
         let before = d.head.free.load(Ordering::Relaxed);
@@ -947,6 +923,7 @@ impl<'a> SlabThread<'a> {
             return Quick::General;
         }
         d.put_loaded(w, bits, old, bit, before);
+        free_mark::set(word, mark);
         Quick::Done
     }
 
@@ -1088,14 +1065,14 @@ impl<'a> SlabThread<'a> {
         Ok(())
     }
 
-    /// Limited and no-HWcc models: a block the owner just freed takes its slab's mark, after
-    /// its bit (a crash in between leaves the block free and unmarked: a later double free of
-    /// it goes undetected, but no legitimate free is refused) and before the slab can change
-    /// hands.
+    /// A block the owner just freed takes its slab's mark (docs/design.md §4.1), after its bit
+    /// (a crash in between leaves the block free and unmarked, which recovery marks again; no
+    /// legitimate free is ever refused) and before the slab can change hands. `MARK`: a
+    /// reduced model, where the mark's line is also written back.
     #[inline(always)]
     fn mark_freed<const MARK: bool>(&self, word: &AtomicU64, mark: u64) {
+        free_mark::set(word, mark);
         if MARK {
-            word.store(mark, Ordering::Relaxed);
             // A non-owner on another host reads the mark from memory. Unfenced: whatever tells
             // that host about the block (the application's hand-over, or a protocol step) fences
             // after it.
@@ -1103,7 +1080,7 @@ impl<'a> SlabThread<'a> {
         }
     }
 
-    /// T3 in the reduced models: writes `mark` into every block of `slab` and writes back
+    /// T3: writes `mark` into every block of `slab`; in the reduced models also writes back
     /// (keeping them, unfenced) the lines holding the marks: one a block, since every block
     /// there is a whole number of lines (docs/design.md §9.1, "Slab data"), so no other line of
     /// the slab is touched. One pass with one dispatch on the flush instructions (a slab of
@@ -1111,7 +1088,10 @@ impl<'a> SlabThread<'a> {
     /// ~60 instructions a block, script/icount.sh).
     fn mark_all(&self, b: Bracket, slab: Slab, info: &ClassInfo, mark: u64) {
         let size = info.size as usize;
-        debug_assert!(size % crate::coherence::flush::LINE == 0, "reduced-model classes are whole lines");
+        debug_assert!(
+            self.mem.swcc.is_coherent() || size % crate::coherence::flush::LINE == 0,
+            "reduced-model classes are whole lines"
+        );
         let first = self.mem.block(self.mem.data_offset(b, slab, 0)).as_ptr();
         // SAFETY: `slab` is sized to `info` and ours (T3, before any block is handed out): its
         // `blocks` blocks of `size` bytes (a multiple of 8) start at `first`, which is
@@ -1124,7 +1104,7 @@ impl<'a> SlabThread<'a> {
     /// Limited and no-HWcc models: before `slab` (with free blocks) can be taken by another
     /// host, writes its data lines back and evicts them (fenced).
     fn publish_data(&self, b: Bracket, slab: Slab) {
-        if self.marks_free {
+        if self.batching {
             let first = self.mem.block(self.mem.data_offset(b, slab, 0)).as_ptr() as *const u8;
             self.mem.swcc.publish(Site::SlabData, first, b.spec().slab_size());
         }
@@ -1221,11 +1201,19 @@ impl<'a> SlabThread<'a> {
         // owner that changes meanwhile is the race every push has anyway: a block pushed to a
         // slot that no longer owns its slab is counted at that slot's harvest.
         let owner = desc.head.owner.load(Ordering::Relaxed);
-        if self.is_free_of(&at, owner, true) {
-            return Err(FreeError::DoubleFree);
-        }
+        // No read of the owner's bitset or cached word before a push (docs/design.md §4.6, "The
+        // double-free check's lines"): every block its owner holds free carries the slab's
+        // mark (§4.1), so the push's claim of the block's word refuses it. Those lines are
+        // written by the owner at every allocation; reading them missed on each remote free
+        // of a producer/consumer pair (§15.1).
         if let Some(done) = self.try_mailbox_of(&at, owner, true) {
             return done;
+        }
+        // A counted free (no live owner, a detectable free, a block without a mailbox name):
+        // rare, and the one whose mistake would corrupt a counter (a slab claimed while its
+        // owner still allocates from it), so it also asks the owner's lines.
+        if self.is_free_of(&at, owner, true) {
+            return Err(FreeError::DoubleFree);
         }
         self.free_remote_counted(&at, true)
     }
@@ -1242,7 +1230,7 @@ impl<'a> SlabThread<'a> {
             self.rec.remote_block.store(at.block, Ordering::Relaxed);
         }
         self.log(Redo::new(Op::RemoteFree, b, at.slab.index(), version));
-        if claim_block(self.mark_word(at), mark, mark).is_err() {
+        if free_mark::claim(self.mark_word(at), mark, mark).is_err() {
             self.clear_log();
             return Err(FreeError::DoubleFree);
         }
@@ -1329,7 +1317,7 @@ impl<'a> SlabThread<'a> {
         }
         // Logged before the block is claimed: recovery finishes the free either way.
         self.log(Redo::new(Op::MailboxPush, at.bracket, at.slab.index(), version));
-        if claim_block(word, Link { next: mailbox::EMPTY }.pack(mark), mark).is_err() {
+        if free_mark::claim(word, Link { next: mailbox::EMPTY }.pack(mark), mark).is_err() {
             self.clear_log();
             return Err(FreeError::DoubleFree);
         }
@@ -1536,18 +1524,13 @@ impl<'a> SlabThread<'a> {
             if !(maybe_returned && self.is_free_in(&at, true)) {
                 // Neither a link nor returned: not a block of this chain.
                 Link::unpack(raw, mark)?;
-                self.return_block(&at);
+                self.return_block(&at, word, mark);
             }
             crash_point!(HarvestReturned);
-            // Full model: a free block must not look freed (allocation does not clear the
-            // word, so the next owner's free would be refused). Limited: a free block carries
-            // the plain mark, as after a local free, written back like a local free's
-            // (`Site::FreeMarks`: a non-owner on another host reads it from memory to refuse a
-            // second free); the fence at the end of the walk completes it.
-            let free_word = if self.marks_free { mark } else { 0 };
-            if word.load(Ordering::Relaxed) != free_word {
-                word.store(free_word, Ordering::Relaxed);
-                self.mem.swcc.persist_line_unfenced(Site::FreeMarks, line);
+            // A free block carries the plain mark (docs/design.md §4.1): `return_block` wrote
+            // it; a block a resumed harvest found returned may still hold its link.
+            if word.load(Ordering::Relaxed) != mark {
+                self.mark_returned(word, mark);
             }
         } else if raw != mark {
             Link::unpack(raw, mark)?;
@@ -1564,27 +1547,47 @@ impl<'a> SlabThread<'a> {
         Some(next)
     }
 
-    /// Puts the harvested block `at` of a slab this slot owns back as free: into the class's
-    /// cached word if it belongs to it, else into the bitset with the list moves of a local
-    /// free (T6/T7, logged as `LocalFree` when the slab moves).
-    fn return_block(&self, at: &Located<'_>) {
+    /// Puts the harvested block `at` (first word `word`) of a slab this slot owns back as free:
+    /// into the class's cached word if it belongs to it, else into the bitset with the list
+    /// moves of a local free (T6/T7, logged as `LocalFree` when the slab moves). The block takes
+    /// the slab's `mark` after its bit and before the slab can move (T7 may push it to the
+    /// global list, and a mark written after that could land on a block of its next sizing),
+    /// as a local free's does. A block already free (its word lost its mark to a stray write,
+    /// and a second free pushed it) is only marked again: never counted free twice.
+    fn return_block(&self, at: &Located<'_>, word: &AtomicU64, mark: u64) {
         let (b, d) = (at.bracket, at.desc);
         let (w, bit) = ((at.block / 64) as usize, 1u64 << (at.block % 64));
         let cur = &self.rec.lists(b).current[at.class as usize - 1];
         let id = cur.id();
         if id.slab == at.slab.link() && id.word == w as u32 {
             cur.bits.store(cur.bits.load(Ordering::Relaxed) | bit, Ordering::Relaxed);
+            self.mark_returned(word, mark);
+            return;
+        }
+        if d.bits[w].load(Ordering::Relaxed) & bit != 0 {
+            self.mark_returned(word, mark);
             return;
         }
         let before = d.head.free.load(Ordering::Relaxed);
         if before == 0 || before + 1 == at.blocks {
             self.log(Redo::new(Op::LocalFree, b, at.slab.index(), at.block));
             let free = d.put(at.block);
+            self.mark_returned(word, mark);
             self.after_local_free(b, at.class, at.slab, free == at.blocks);
             self.clear_log();
         } else {
             d.put(at.block);
+            self.mark_returned(word, mark);
         }
+    }
+
+    /// A harvested block's mark: as a local free's ([`SlabThread::mark_freed`]), written back in
+    /// the limited model (`Site::FreeMarks`: a non-owner on another host reads it from memory
+    /// to refuse a second free); the fence at the end of the walk completes it.
+    #[inline(always)]
+    fn mark_returned(&self, word: &AtomicU64, mark: u64) {
+        free_mark::set(word, mark);
+        self.mem.swcc.persist_line_unfenced(Site::FreeMarks, word as *const AtomicU64 as *const u8);
     }
 
     /// A remote free joining this slot's batch of its slab (limited and no-HWcc models). A full batch, or
@@ -1614,7 +1617,7 @@ impl<'a> SlabThread<'a> {
         self.set_batch(i, Some(RemoteBatch { bracket: at.bracket, slab: at.slab.index(), count }));
         crash_point!(RemoteBatched);
         let mark = at.desc.head.mark.load(Ordering::Relaxed);
-        if claim_block(self.mark_word(at), mark, mark).is_err() {
+        if free_mark::claim(self.mark_word(at), mark, mark).is_err() {
             self.set_batch(i, before);
             return Err(FreeError::DoubleFree);
         }
