@@ -31,6 +31,7 @@ pub const POINTS: &[&str] = &[
     "BeforeClear/TakeWord+",
     "Logged/LocalFree",
     "BeforeClear/LocalFree",
+    "LocalFreeBitSet",
     "Logged/Retire",
     "Logged/Retire+",
     "BeforeClear/Retire",

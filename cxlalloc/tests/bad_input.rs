@@ -559,3 +559,83 @@ fn a_remote_free_of_a_block_freed_into_the_bitset_is_refused_in_the_limited_mode
     }
     assert_clean(&heap);
 }
+
+// The full model: every free block carries its slab's free mark (docs/design.md §4.1), written
+// at sizing and at each local free, which is all a remote free checks before it pushes the
+// block on its owner's mailbox (§4.6): it reads none of the owner's lines.
+
+#[test]
+fn a_remote_free_of_a_block_freed_into_the_bitset_is_a_double_free() {
+    let heap = small_heap();
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    let blocks = blocks_past_the_cached_word(&owner);
+    // Neither the slab's first free block nor its last: the quick path's bitset store.
+    owner.free(blocks[10]).unwrap();
+    owner.free(blocks[11]).unwrap();
+    assert_eq!(other.free(blocks[10]), Err(FreeError::DoubleFree));
+    for &p in blocks.iter().filter(|&&p| p != blocks[10] && p != blocks[11]) {
+        owner.free(p).unwrap();
+    }
+    assert_clean(&heap);
+}
+
+#[test]
+fn a_remote_free_of_a_block_never_handed_out_is_a_double_free() {
+    let heap = small_heap();
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    // A fresh slab of 32-byte blocks: blocks 0..3 handed out, block 10 free in the cached word
+    // and block 130 free in the bitset, neither ever handed out (marked by the sizing).
+    let blocks: Vec<_> = (0..3).map(|_| owner.alloc(32).unwrap()).collect();
+    for i in [10, 130] {
+        let p = blocks[0].as_ptr().wrapping_add(i * 32);
+        assert_eq!(other.free(NonNull::new(p).unwrap()), Err(FreeError::DoubleFree), "block {i}");
+    }
+    for (i, &p) in blocks.iter().enumerate() {
+        assert_eq!(p.as_ptr(), blocks[0].as_ptr().wrapping_add(i * 32), "a fresh slab hands out blocks in order");
+        other.free(p).unwrap();
+    }
+    drop(owner);
+    drop(other);
+    assert_clean(&heap);
+}
+
+#[test]
+fn the_checker_reports_a_free_block_whose_mark_a_write_after_free_wiped() {
+    let heap = small_heap();
+    let t = heap.attach().unwrap();
+    let blocks = blocks_past_the_cached_word(&t);
+    t.free(blocks[10]).unwrap();
+    // SAFETY: the block lies in the heap's mapped slab data; writing it after its free is the
+    // application's bug this test plays.
+    unsafe { (blocks[10].as_ptr() as *mut u64).write(0) };
+    let r = heap.check();
+    assert!(r.problems.iter().any(|p| p.what.contains("without the free mark")), "{r}");
+}
+
+#[test]
+fn a_remote_free_of_a_free_block_that_lost_its_mark_is_not_counted_free_twice() {
+    let heap = small_heap();
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    let blocks = blocks_past_the_cached_word(&owner);
+    owner.free(blocks[10]).unwrap();
+    owner.free(blocks[11]).unwrap();
+    // A write after free wipes the mark: the second free cannot be told from a first one and
+    // goes to the owner's mailbox.
+    // SAFETY: as in the test above.
+    unsafe { (blocks[10].as_ptr() as *mut u64).write(0) };
+    other.free(blocks[10]).unwrap();
+    for &p in blocks.iter().filter(|&&p| ![blocks[10], blocks[11], blocks[12]].contains(&p)) {
+        owner.free(p).unwrap();
+    }
+    // The owner's harvest as it detaches (the slab still sized: block 12 is out) finds block 10
+    // free already and only marks it.
+    drop(owner);
+    other.free(blocks[12]).unwrap();
+    drop(other);
+    let r = heap.check();
+    assert!(r.is_clean(), "{r}");
+    assert_eq!(r.live_blocks(), 0, "{r}");
+}

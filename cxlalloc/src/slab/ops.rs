@@ -799,7 +799,8 @@ impl<'a> SlabThread<'a> {
         }
         d.put(block);
         // After the bit, as the general path marks (a crash in between leaves a free block
-        // unmarked, never an allocated one marked).
+        // unmarked, which recovery marks; never an allocated one marked).
+        crash_point!(LocalFreeBitSet);
         self.mark_freed::<true>(word, mark);
         Ok(())
     }
@@ -923,6 +924,8 @@ impl<'a> SlabThread<'a> {
             return Quick::General;
         }
         d.put_loaded(w, bits, old, bit, before);
+        // A crash here leaves the block free without its mark: recovery marks it (§8.3).
+        crash_point!(LocalFreeBitSet);
         free_mark::set(word, mark);
         Quick::Done
     }
@@ -1060,6 +1063,7 @@ impl<'a> SlabThread<'a> {
             self.clear_log();
         } else {
             d.put(at.block);
+            crash_point!(LocalFreeBitSet);
             self.mark_freed::<MARK>(word, mark);
         }
         Ok(())
