@@ -475,12 +475,22 @@ impl<'a> SlabThread<'a> {
         d.head.recip.store(info.recip, Ordering::Relaxed);
         let generation = d.head.generation.load(Ordering::Relaxed).wrapping_add(1);
         d.head.generation.store(generation, Ordering::Relaxed);
-        d.head.mark.store(new_mark(self.mem.header.secret, b, slab, generation), Ordering::Relaxed);
+        // Cleared first: a crash before the marks below are all written leaves a slab whose
+        // next sizing writes them again.
+        let marked = d.head.marked_class.load(Ordering::Relaxed) == class && self.mem.swcc.is_coherent();
+        d.head.marked_class.store(0, Ordering::Relaxed);
         d.fill(info.blocks);
         // Every block is free: every block carries the mark (docs/design.md §4.1), which is what
-        // a remote free checks. Non-owners on other hosts read the marks from memory (fenced by
-        // the head line's persist below).
-        self.mark_all(b, slab, info, d.head.mark.load(Ordering::Relaxed));
+        // a remote free checks. A slab that lost this very class with every block back (T7,
+        // reclaim) carries the mark at every block start already (full model): it keeps it,
+        // and the sizing writes no block (threadtest's slabs cycle so, T7 and T3 each round:
+        // writing 512 marks a cycle cost it ~4 % per CPU-second, §15.1). Otherwise a fresh mark,
+        // into every block; non-owners on other hosts read the marks from memory (fenced by the
+        // head line's persist below).
+        if !marked {
+            d.head.mark.store(new_mark(self.mem.header.secret, b, slab, generation), Ordering::Relaxed);
+            self.mark_all(b, slab, info, d.head.mark.load(Ordering::Relaxed));
+        }
         // Remote freers on other hosts locate blocks from the head line: it reaches memory
         // before the first block is handed out.
         self.persist(Site::Sized, d.head_line());
@@ -525,6 +535,8 @@ impl<'a> SlabThread<'a> {
                     self.log(Redo::new(Op::Reclaim, b, slab.index(), ci as u32 + 1));
                     self.unlink_sized(b, ci as u32 + 1, d);
                     self.make_unsized(b, slab, d);
+                    // Every block free (marked) or counted (the full mark).
+                    self.keep_marks(d, ci as u32 + 1);
                     self.clear_log();
                     found = true;
                 }
@@ -1145,6 +1157,8 @@ impl<'a> SlabThread<'a> {
                 self.unlink_sized(b, class, d);
             }
             self.make_unsized(b, slab, d);
+            // Every block free, so every block marked: a sizing for the same class keeps them.
+            self.keep_marks(d, class);
             self.trim_cache(b);
         } else {
             // T6: Detached → Local-sized. A local free was never counted remotely, so the slab
@@ -1971,6 +1985,8 @@ impl<'a> SlabThread<'a> {
             // The owner must be cleared before the slab is reachable by others (docs/design.md §14.3); the
             // push's Release CAS publishes it.
             d.head.owner.store(0, Ordering::Relaxed);
+            // Its pages may be given back (zeroed, the marks gone): its next sizing marks anew.
+            d.head.marked_class.store(0, Ordering::Relaxed);
             crash_point!(PushDisowned);
             // Another host may pop and size it: nothing of its data stays dirty here (before
             // its pages are given back, so that no write-back lands after).
@@ -1994,6 +2010,14 @@ impl<'a> SlabThread<'a> {
             );
             ThreadRecord::bump(&self.rec.counters.global_pushes);
             self.clear_log();
+        }
+    }
+
+    /// Full model: the unsized slab `d`, which just lost `class` with every block back, carries
+    /// its mark at every block start of that class (docs/design.md §4.1).
+    fn keep_marks(&self, d: Descriptor<'_>, class: u32) {
+        if self.mem.swcc.is_coherent() {
+            d.head.marked_class.store(class, Ordering::Relaxed);
         }
     }
 
