@@ -639,3 +639,57 @@ fn a_remote_free_of_a_free_block_that_lost_its_mark_is_not_counted_free_twice() 
     assert!(r.is_clean(), "{r}");
     assert_eq!(r.live_blocks(), 0, "{r}");
 }
+
+/// 1 KiB blocks: 32 to a small slab. Fills slab A and starts slab B, then frees all of A
+/// locally, which empties it (T7) onto the owner's unsized list.
+fn empty_one_slab_of_1k(t: &cxlalloc::ThreadHandle) -> Vec<NonNull<u8>> {
+    let blocks: Vec<_> = (0..40).map(|_| t.alloc(1024).unwrap()).collect();
+    for &p in &blocks[..32] {
+        t.free(p).unwrap();
+    }
+    blocks[32..].to_vec()
+}
+
+#[test]
+fn a_slab_sized_again_for_the_class_it_lost_still_refuses_frees_of_blocks_never_handed_out() {
+    let heap = small_heap();
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    let a0 = owner.alloc(1024).unwrap();
+    owner.free(a0).unwrap();
+    let mut live = empty_one_slab_of_1k(&owner);
+    // Slab B's last 24 blocks, then one more: the refill sizes A again for 1 KiB (it kept its
+    // marks) and hands out its block 0.
+    live.extend((0..25).map(|_| owner.alloc(1024).unwrap()));
+    let first = *live.last().unwrap();
+    let never = NonNull::new(first.as_ptr().wrapping_add(5 * 1024)).unwrap();
+    assert_eq!(other.free(never), Err(FreeError::DoubleFree));
+    for p in live {
+        other.free(p).unwrap();
+    }
+    drop(owner);
+    drop(other);
+    assert_clean(&heap);
+}
+
+#[test]
+fn a_slab_whose_pages_went_back_is_marked_again_when_sized_for_its_old_class() {
+    let heap = small_heap();
+    let owner = heap.attach().unwrap();
+    let live = empty_one_slab_of_1k(&owner);
+    // Detaching pushes the empty slab A to the global list and gives its pages back (zeroed).
+    drop(owner);
+    let next = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    // The pop takes A back and sizes it for 1 KiB again: its block 0 first.
+    let first = next.alloc(1024).unwrap();
+    let never = NonNull::new(first.as_ptr().wrapping_add(5 * 1024)).unwrap();
+    assert_eq!(other.free(never), Err(FreeError::DoubleFree));
+    other.free(first).unwrap();
+    for p in live {
+        other.free(p).unwrap();
+    }
+    drop(next);
+    drop(other);
+    assert_clean(&heap);
+}
