@@ -674,7 +674,10 @@ fn a_slab_sized_again_for_the_class_it_lost_still_refuses_frees_of_blocks_never_
 
 #[test]
 fn a_slab_whose_pages_went_back_is_marked_again_when_sized_for_its_old_class() {
-    let heap = small_heap();
+    // One slab a refill: A and B are the only slabs, so the pop below takes A. In files, whose
+    // pages a push gives back by a hole punch (docs/design.md §4.7).
+    let dir = TempHeapDir::new("marks");
+    let heap = Heap::create_at(&dir.0, &Config { small_batch: 1, ..Config::with_capacity(32 << 20) }).unwrap();
     let owner = heap.attach().unwrap();
     let live = empty_one_slab_of_1k(&owner);
     // Detaching pushes the empty slab A to the global list and gives its pages back (zeroed).
