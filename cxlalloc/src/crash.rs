@@ -31,7 +31,6 @@ pub const POINTS: &[&str] = &[
     "BeforeClear/TakeWord+",
     "Logged/LocalFree",
     "BeforeClear/LocalFree",
-    "LocalFreeBitSet",
     "Logged/Retire",
     "Logged/Retire+",
     "BeforeClear/Retire",

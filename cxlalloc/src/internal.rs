@@ -39,8 +39,7 @@ pub mod word {
 pub mod protocol {
     pub use crate::protocol::{
         cached_word, detectable, free_mark, global_list, hazard, host, host_number, lease, length, mailbox, registry,
-        remote,
-        HwWord,
+        remote, HwWord,
     };
 }
 

@@ -292,8 +292,8 @@ impl RecoveryReport {
         }
         let b = &self.rebuilt;
         steps.push(format!(
-            "rebuilt its slab lists: {} slabs owned, {} free counts corrected, {} caches dropped, {} free blocks marked again",
-            b.owned, b.recounted, b.caches_dropped, b.remarked
+            "rebuilt its slab lists: {} slabs owned, {} free counts corrected, {} caches dropped",
+            b.owned, b.recounted, b.caches_dropped
         ));
         if let Some((p, how)) = self.pending {
             let what = match p.kind {

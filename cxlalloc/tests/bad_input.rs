@@ -560,9 +560,9 @@ fn a_remote_free_of_a_block_freed_into_the_bitset_is_refused_in_the_limited_mode
     assert_clean(&heap);
 }
 
-// The full model: every free block carries its slab's free mark (docs/design.md §4.1), written
-// at sizing and at each local free, which is all a remote free checks before it pushes the
-// block on its owner's mailbox (§4.6): it reads none of the owner's lines.
+// The full model's remote free refuses a block its owner holds free by asking the owner's
+// bitset and cached word (docs/design.md §4.6, "The double-free check's lines"); any cheaper
+// check must keep refusing these (§15.1: free marks in the full model, measured and not kept).
 
 #[test]
 fn a_remote_free_of_a_block_freed_into_the_bitset_is_a_double_free() {
@@ -586,7 +586,7 @@ fn a_remote_free_of_a_block_never_handed_out_is_a_double_free() {
     let owner = heap.attach().unwrap();
     let other = heap.attach().unwrap();
     // A fresh slab of 32-byte blocks: blocks 0..3 handed out, block 10 free in the cached word
-    // and block 130 free in the bitset, neither ever handed out (marked by the sizing).
+    // and block 130 free in the bitset, neither ever handed out.
     let blocks: Vec<_> = (0..3).map(|_| owner.alloc(32).unwrap()).collect();
     for i in [10, 130] {
         let p = blocks[0].as_ptr().wrapping_add(i * 32);
@@ -597,102 +597,6 @@ fn a_remote_free_of_a_block_never_handed_out_is_a_double_free() {
         other.free(p).unwrap();
     }
     drop(owner);
-    drop(other);
-    assert_clean(&heap);
-}
-
-#[test]
-fn the_checker_reports_a_free_block_whose_mark_a_write_after_free_wiped() {
-    let heap = small_heap();
-    let t = heap.attach().unwrap();
-    let blocks = blocks_past_the_cached_word(&t);
-    t.free(blocks[10]).unwrap();
-    // SAFETY: the block lies in the heap's mapped slab data; writing it after its free is the
-    // application's bug this test plays.
-    unsafe { (blocks[10].as_ptr() as *mut u64).write(0) };
-    let r = heap.check();
-    assert!(r.problems.iter().any(|p| p.what.contains("without the free mark")), "{r}");
-}
-
-#[test]
-fn a_remote_free_of_a_free_block_that_lost_its_mark_is_not_counted_free_twice() {
-    let heap = small_heap();
-    let owner = heap.attach().unwrap();
-    let other = heap.attach().unwrap();
-    let blocks = blocks_past_the_cached_word(&owner);
-    owner.free(blocks[10]).unwrap();
-    owner.free(blocks[11]).unwrap();
-    // A write after free wipes the mark: the second free cannot be told from a first one and
-    // goes to the owner's mailbox.
-    // SAFETY: as in the test above.
-    unsafe { (blocks[10].as_ptr() as *mut u64).write(0) };
-    other.free(blocks[10]).unwrap();
-    for &p in blocks.iter().filter(|&&p| ![blocks[10], blocks[11], blocks[12]].contains(&p)) {
-        owner.free(p).unwrap();
-    }
-    // The owner's harvest as it detaches (the slab still sized: block 12 is out) finds block 10
-    // free already and only marks it.
-    drop(owner);
-    other.free(blocks[12]).unwrap();
-    drop(other);
-    let r = heap.check();
-    assert!(r.is_clean(), "{r}");
-    assert_eq!(r.live_blocks(), 0, "{r}");
-}
-
-/// 1 KiB blocks: 32 to a small slab. Fills slab A and starts slab B, then frees all of A
-/// locally, which empties it (T7) onto the owner's unsized list.
-fn empty_one_slab_of_1k(t: &cxlalloc::ThreadHandle) -> Vec<NonNull<u8>> {
-    let blocks: Vec<_> = (0..40).map(|_| t.alloc(1024).unwrap()).collect();
-    for &p in &blocks[..32] {
-        t.free(p).unwrap();
-    }
-    blocks[32..].to_vec()
-}
-
-#[test]
-fn a_slab_sized_again_for_the_class_it_lost_still_refuses_frees_of_blocks_never_handed_out() {
-    let heap = small_heap();
-    let owner = heap.attach().unwrap();
-    let other = heap.attach().unwrap();
-    let a0 = owner.alloc(1024).unwrap();
-    owner.free(a0).unwrap();
-    let mut live = empty_one_slab_of_1k(&owner);
-    // Slab B's last 24 blocks, then one more: the refill sizes A again for 1 KiB (it kept its
-    // marks) and hands out its block 0.
-    live.extend((0..25).map(|_| owner.alloc(1024).unwrap()));
-    let first = *live.last().unwrap();
-    let never = NonNull::new(first.as_ptr().wrapping_add(5 * 1024)).unwrap();
-    assert_eq!(other.free(never), Err(FreeError::DoubleFree));
-    for p in live {
-        other.free(p).unwrap();
-    }
-    drop(owner);
-    drop(other);
-    assert_clean(&heap);
-}
-
-#[test]
-fn a_slab_whose_pages_went_back_is_marked_again_when_sized_for_its_old_class() {
-    // One slab a refill: A and B are the only slabs, so the pop below takes A. In files, whose
-    // pages a push gives back by a hole punch (docs/design.md §4.7).
-    let dir = TempHeapDir::new("marks");
-    let heap = Heap::create_at(&dir.0, &Config { small_batch: 1, ..Config::with_capacity(32 << 20) }).unwrap();
-    let owner = heap.attach().unwrap();
-    let live = empty_one_slab_of_1k(&owner);
-    // Detaching pushes the empty slab A to the global list and gives its pages back (zeroed).
-    drop(owner);
-    let next = heap.attach().unwrap();
-    let other = heap.attach().unwrap();
-    // The pop takes A back and sizes it for 1 KiB again: its block 0 first.
-    let first = next.alloc(1024).unwrap();
-    let never = NonNull::new(first.as_ptr().wrapping_add(5 * 1024)).unwrap();
-    assert_eq!(other.free(never), Err(FreeError::DoubleFree));
-    other.free(first).unwrap();
-    for p in live {
-        other.free(p).unwrap();
-    }
-    drop(next);
     drop(other);
     assert_clean(&heap);
 }

@@ -2299,7 +2299,8 @@ fn host_number_free_by_load_then_store_is_caught() {
 }
 
 // ------------------------------------------------------------------------------------------------
-// (l) Free marks (§4.1): a free tells a free block from an allocated one by the block's own word
+// (l) Free marks (§4.1, the reduced models): a free tells a free block from an allocated one by
+// the block's own word
 // ------------------------------------------------------------------------------------------------
 
 /// The slab's free mark in the models below (bit 62 and bit 31 set, as `new_mark` draws it).
@@ -2441,9 +2442,9 @@ fn free_marks_claim_by_load_then_store_is_caught() {
     });
 }
 
-/// Negative control: a local free that sets the bit but writes no mark (the full model before
-/// free marks, with the owner-line check gone). A remote free after it takes a block the owner
-/// holds free.
+/// Negative control: a local free that sets the bit but writes no mark (what the reduced models'
+/// local free must not do: their remote freers cannot ask the owner's bitset). A remote free
+/// after it takes a block the owner holds free.
 #[test]
 #[should_panic(expected = "free-mark violation")]
 fn free_marks_local_free_without_the_mark_is_caught() {

@@ -12,9 +12,7 @@ use std::fmt;
 
 use crate::class::{Bracket, LARGE_CLASSES, SMALL_CLASSES};
 use crate::mem::{HeapMem, Slab};
-use crate::persist::descriptor::Descriptor;
 use crate::persist::redo::{Pending, Redo};
-use crate::protocol::free_mark;
 use crate::protocol::mailbox::{self, BlockId, Link};
 use crate::slab::ops::remote_count;
 use crate::sync::Ordering;
@@ -329,15 +327,9 @@ pub(crate) fn check(mem: &HeapMem) -> Report {
         let (record, len) = mem.record_bytes(slot);
         mem.swcc.refresh(crate::coherence::Site::Scan, record, len);
     }
-    // Slots whose holder died: recovery has yet to finish their last step, and may have a free
-    // block's mark to write again (docs/design.md §8.3).
-    let mut dead = vec![false; mem.layout.slots as usize];
     for slot in mem.used_slots() {
         let holder = Holder::unpack(mem.lease(slot).holder.load(Ordering::Acquire));
         report.leased_slots += u32::from(holder.is_some());
-        if let Some(d) = dead.get_mut(slot as usize) {
-            *d = holder.is_some_and(|h| !mem.holder_alive(h));
-        }
         let rec = mem.record(slot);
         let word = rec.redo.load(Ordering::Acquire);
         let pending = rec.pending.word.load(Ordering::Acquire);
@@ -352,14 +344,14 @@ pub(crate) fn check(mem: &HeapMem) -> Report {
         }
     }
     for b in Bracket::ALL {
-        let census = check_bracket(mem, b, &dead, &mut report.problems);
+        let census = check_bracket(mem, b, &mut report.problems);
         report.brackets.push(census);
     }
     report.huge = huge::check(mem, &mut report.huge_problems);
     report
 }
 
-fn check_bracket(mem: &HeapMem, b: Bracket, dead: &[bool], problems: &mut Vec<Problem>) -> BracketCensus {
+fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> BracketCensus {
     let spec = b.spec();
     let len = Tagged::unpack(mem.globals(b).length.load(Ordering::Acquire)).payload;
     let capacity = mem.layout.bracket(b).capacity;
@@ -449,11 +441,6 @@ fn check_bracket(mem: &HeapMem, b: Bracket, dead: &[bool], problems: &mut Vec<Pr
                     let expected = mem.data_offset(b, slab, word as usize * 64 * info.size as usize) as u64;
                     if cur.block0.load(Ordering::Relaxed) != expected {
                         w.problem(Some(slab.index()), "cached word's block offset is wrong".into());
-                    } else if !dead.get(slot as usize).copied().unwrap_or(false) {
-                        let unmarked = unmarked_blocks(mem, b, slab, d, word, bits);
-                        if unmarked != 0 {
-                            w.problem(Some(slab.index()), format!("{unmarked} cached free blocks without the free mark"));
-                        }
                     }
                 }
                 _ => w.problem(Some(slab.index()), format!("cached word {word} or class {class} out of range")),
@@ -502,15 +489,6 @@ fn check_bracket(mem: &HeapMem, b: Bracket, dead: &[bool], problems: &mut Vec<Pr
         if !d.summary_consistent() {
             w.problem(Some(index), "summary word disagrees with bitset".into());
         }
-        let owner_dead = owner.checked_sub(1).is_some_and(|s| dead.get(s as usize).copied().unwrap_or(false));
-        if !owner_dead {
-            let unmarked: u32 = (0..d.bits.len() as u32)
-                .map(|word| unmarked_blocks(mem, b, slab, d, word, d.bits[word as usize].load(Ordering::Relaxed)))
-                .sum();
-            if unmarked != 0 {
-                w.problem(Some(index), format!("{unmarked} free blocks without the free mark"));
-            }
-        }
         let counter = remote_count(mem, b, slab);
         if counter > info.blocks {
             w.problem(Some(index), format!("remote counter {counter} above block count {}", info.blocks));
@@ -547,32 +525,6 @@ fn check_bracket(mem: &HeapMem, b: Bracket, dead: &[bool], problems: &mut Vec<Pr
 /// the slab's bitset, and appear once; and a slot with no holder must hold none (they would be
 /// stranded). Counts the entries per slab into `waiting`. Bounded by
 /// the bracket's block count, so a cycle is a problem, never a hang.
-/// How many of the free blocks `bits` of bitset word `word` of the sized slab `slab` do not
-/// carry its free mark (docs/design.md §4.1: every free block does, in every model). Full model
-/// only: without coherence a host's marks reach memory only when written back, and this reads
-/// memory; there it answers 0.
-fn unmarked_blocks(mem: &HeapMem, b: Bracket, slab: Slab, d: Descriptor<'_>, word: u32, bits: u64) -> u32 {
-    if !mem.swcc.is_coherent() {
-        return 0;
-    }
-    let (size, blocks) = (d.head.size.load(Ordering::Relaxed) as usize, d.head.blocks.load(Ordering::Relaxed));
-    let mark = d.head.mark.load(Ordering::Relaxed);
-    let mut rest = bits;
-    let mut unmarked = 0;
-    while rest != 0 {
-        let block = word * 64 + rest.trailing_zeros();
-        rest &= rest - 1;
-        if block >= blocks {
-            continue;
-        }
-        let offset = mem.data_offset(b, slab, block as usize * size) as u64;
-        if mem.word_at(offset).is_some_and(|x| !free_mark::is_marked(x.load(Ordering::Relaxed), mark)) {
-            unmarked += 1;
-        }
-    }
-    unmarked
-}
-
 fn walk_mailboxes(w: &mut Walker<'_>, waiting: &mut [u32]) {
     let (mem, b) = (w.mem, w.b);
     let mut seen = std::collections::HashSet::new();

@@ -35,10 +35,9 @@ pub(crate) struct DescriptorHead {
     pub summary: AtomicU64,
     /// Value a remote free writes into a block's first word, drawn when the slab is sized: a
     /// block freed remotely is never reallocated within its slab's sizing, so finding the mark
-    /// there means the block was already freed. Every free block carries it too (written at
-    /// sizing and by local frees, cleared at allocation), so that a remote freer tells a free
-    /// block from an allocated one without reading the owner's bitset or cached word
-    /// (docs/design.md §4.1).
+    /// there means the block was already freed. In the limited and no-HWcc models every free
+    /// block carries it (written at sizing and by local frees, cleared at allocation), since
+    /// a remote freer cannot see the owner's bitset (docs/design.md §4.1).
     pub mark: AtomicU64,
     /// Block size of the class, copied here when the slab is sized so that a free finds the
     /// block geometry on the line it already reads (0 while unsized).
@@ -47,14 +46,7 @@ pub(crate) struct DescriptorHead {
     pub blocks: AtomicU32,
     /// `ceil(2^40 / size)`: in-slab offset → block index by one multiplication.
     pub recip: AtomicU64,
-    /// Full model, unsized slabs only: the class whose every block start carries `mark` (all
-    /// blocks came back to the owner, freed or counted, when the slab lost that class: T7 or
-    /// reclaim), so that sizing the slab again for that class keeps `mark` and writes no
-    /// block (docs/design.md §4.1); 0 = unknown (a fresh or popped slab, whose pages may have
-    /// been given back). Owner only; cleared before anything else at sizing and when the slab
-    /// leaves its owner.
-    pub marked_class: AtomicU32,
-    _pad: [u8; 4],
+    _pad: [u8; 8],
 }
 
 const _: () = assert!(std::mem::size_of::<DescriptorHead>() == 64);

@@ -1,27 +1,29 @@
 //! The free mark in a block's first word (docs/design.md §4.1, "Free mark"): how a thread that
-//! does not own a block's slab tells a free block from an allocated one without reading any
-//! line its owner writes.
+//! does not own a block's slab tells a block already freed from an allocated one.
 //!
-//! Invariant, in every coherence model: a block of a sized slab carries its slab's current
-//! mark (or, waiting in a mailbox, the mark's high half, [`crate::protocol::mailbox::Link`])
-//! in its first word exactly when it is not allocated — free in its owner's bitset or cached
-//! word, counted, or waiting — except for the one block of a step a crash cut between its bit
-//! and its mark, which recovery marks again (docs/design.md §8.3). Who writes it:
+//! In every model a block freed remotely carries its slab's `mark` (counted) or the mark's high
+//! half (waiting in a mailbox, [`crate::protocol::mailbox::Link`]), taken by one CAS
+//! ([`claim`]) that fails if the word is marked already: of two frees of one block exactly one
+//! wins. In the limited and no-HWcc models, where a remote freer cannot read the owner's bitset
+//! or cached word, every block its owner holds free carries the mark too:
 //!
 //! - the sizing (T3) writes the mark into every block, before the first is handed out;
 //! - the owner's local free and the harvest of a mailbox write it ([`set`]) *after* the
 //!   block's bit, and before the slab can change hands;
-//! - the allocation clears it ([`clear`]) *before* the bit is taken, so that a crash in
-//!   between leaves a free block unmarked, never an allocated block marked (whose legitimate
-//!   free would be refused);
-//! - a remote free takes it with one CAS ([`claim`]) that fails if the word is marked already:
-//!   of two frees of one block, exactly one wins, and a free of a block its owner holds free
-//!   is refused.
+//! - the allocation clears it ([`clear`]) *before* the bit is taken (in every model), so that
+//!   a crash in between leaves a free block unmarked (a later double free of it goes
+//!   unnoticed), never an allocated block marked (whose legitimate free would be refused).
+//!
+//! The full model keeps free blocks unmarked and asks the owner's lines instead (a mark written
+//! at every local free, and by the sizing into every block, cost threadtest 3–6 % of its
+//! operations per CPU-second: docs/design.md §15.1).
 //!
 //! The stores are `Relaxed`: a block changes hands between threads only through a
 //! synchronizing step of the application (the hand-over of a pointer) or of the allocator
 //! (a mailbox or counter CAS, a list CAS), each of which orders the mark's store before the
-//! other thread's [`claim`].
+//! other thread's [`claim`]. Only frees ordered one after the other are told apart: the
+//! owner's local free is no read-modify-write (docs/design.md §4.5), so an owner's free racing
+//! a remote free of the same block is an application error neither sees.
 
 use crate::sync::{AtomicU64, Ordering};
 
@@ -45,8 +47,8 @@ pub fn clear(word: &AtomicU64) {
     word.store(0, Ordering::Relaxed);
 }
 
-/// A free by the slab's owner (or its harvest): the block takes the slab's `mark`, after its
-/// bit and before the slab can change hands.
+/// Limited and no-HWcc models: a free by the slab's owner (or its harvest): the block takes the
+/// slab's `mark`, after its bit and before the slab can change hands.
 #[inline(always)]
 pub fn set(word: &AtomicU64, mark: u64) {
     // Relaxed: whatever next shows the block to another thread (the application's hand-over, a

@@ -63,11 +63,10 @@ impl std::fmt::Display for RecoveryReport {
         }
         write!(
             f,
-            "; {} slabs owned, {} recounted, {} caches dropped, {} free blocks marked again, {} hazard sets cleared; {:?}",
+            "; {} slabs owned, {} recounted, {} caches dropped, {} hazard sets cleared; {:?}",
             self.rebuilt.owned,
             self.rebuilt.recounted,
             self.rebuilt.caches_dropped,
-            self.rebuilt.remarked,
             self.hazard_sets_cleared,
             self.duration
         )

@@ -9,8 +9,7 @@ use crate::class::Bracket;
 use crate::mem::Slab;
 use crate::persist::descriptor::Descriptor;
 use crate::persist::redo::{Op, Redo};
-use crate::coherence::Site;
-use crate::protocol::{detectable, free_mark, remote};
+use crate::protocol::{detectable, remote};
 use crate::slab::ops::SlabThread;
 use crate::sync::{AtomicU64, Ordering};
 use crate::word::Tagged;
@@ -35,9 +34,6 @@ pub struct Rebuilt {
     pub recounted: u32,
     /// Current-slab caches emptied because they named a slab the slot does not own.
     pub caches_dropped: u32,
-    /// Free blocks given their slab's free mark again: a local free or an allocation cut by
-    /// the crash between its bit and its mark (docs/design.md §4.1).
-    pub remarked: u32,
 }
 
 impl SlabThread<'_> {
@@ -290,57 +286,12 @@ impl SlabThread<'_> {
                 d.head.class.store(0, Ordering::Relaxed);
                 d.head.size.store(0, Ordering::Relaxed);
                 self.push_unsized(b, slab, d);
+            } else if !current && d.head.free.load(Ordering::Relaxed) > 0 {
+                self.link_sized(b, class, slab, d);
             } else {
-                for w in 0..d.bits.len() as u32 {
-                    out.remarked += self.remark_free(b, slab, d, w, d.bits[w as usize].load(Ordering::Relaxed));
-                }
-                if !current && d.head.free.load(Ordering::Relaxed) > 0 {
-                    self.link_sized(b, class, slab, d);
-                } else {
-                    d.head.prev.store(0, Ordering::Relaxed);
-                    d.head.next.store(0, Ordering::Relaxed);
-                }
+                d.head.prev.store(0, Ordering::Relaxed);
+                d.head.next.store(0, Ordering::Relaxed);
             }
         }
-        for cur in lists.current {
-            let id = cur.id();
-            if let Ok(Some(slab)) = self.mem.link(b, id.slab) {
-                out.remarked += self.remark_free(b, slab, self.mem.desc(b, slab), id.word, cur.bits.load(Ordering::Relaxed));
-            }
-        }
-        // The marks' write-backs (reduced models) are complete before the slot is used again.
-        self.mem.swcc.fence();
-    }
-
-    /// Writes the free mark (docs/design.md §4.1) into each free block of `bits` (bitset word
-    /// `w` of the sized slab `slab`, ours) that lacks it: the block of a local free or an
-    /// allocation that a crash cut between its bit and its mark. Returns how many it marked.
-    /// One CAS each, from the unmarked word seen: a concurrent remote free of such a block (a
-    /// double free) that took its word first keeps it, and our harvest finds the block free
-    /// already and only marks it.
-    fn remark_free(&self, b: Bracket, slab: Slab, d: Descriptor<'_>, w: u32, bits: u64) -> u32 {
-        let (size, blocks) = (d.head.size.load(Ordering::Relaxed) as usize, d.head.blocks.load(Ordering::Relaxed));
-        let mark = d.head.mark.load(Ordering::Relaxed);
-        let mut rest = bits;
-        let mut marked = 0;
-        while rest != 0 {
-            let block = w * 64 + rest.trailing_zeros();
-            rest &= rest - 1;
-            if block >= blocks || size == 0 {
-                continue;
-            }
-            let Some(word) = self.mem.word_at(self.mem.data_offset(b, slab, block as usize * size) as u64) else {
-                continue;
-            };
-            let old = word.load(Ordering::Relaxed);
-            if free_mark::is_marked(old, mark) {
-                continue;
-            }
-            if word.compare_exchange(old, mark, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
-                self.mem.swcc.persist_line_unfenced(Site::FreeMarks, (word as *const AtomicU64).cast());
-                marked += 1;
-            }
-        }
-        marked
     }
 }

@@ -91,6 +91,11 @@ pub(crate) struct SlabThread<'a> {
     /// subtracted with one CAS (mCAS) per run ([`RemoteBatch`]) instead of one each, which also
     /// spares each free its log write-backs and its read of the slab's head from memory.
     batching: bool,
+    /// Limited and no-HWcc models: every free block carries its slab's mark in its first word
+    /// (written at sizing and at each local free, cleared when the block is handed out), so
+    /// that a remote freer, which cannot see the owner's bitset or cached word, still tells
+    /// a free block from an allocated one (docs/design.md §4.1, "Free mark").
+    marks_free: bool,
     /// Whether remote frees go to their owners' mailboxes (docs/design.md §4.6): in the full
     /// and limited models (the latter with the `MailboxLink` / `MailboxRead` write-back and
     /// invalidation). Without HWcc each push would be one mCAS (2.3 µs in the paper's device)
@@ -173,6 +178,7 @@ impl<'a> SlabThread<'a> {
             port,
             batching,
             mailboxes: mem.coherence != crate::layout::Coherence::NoHwcc,
+            marks_free: batching,
             line_granular: batching,
             local_owner: if batching { u64::MAX } else { u64::from(slot) + 1 },
             quick: Bracket::ALL.map(|b| mem.quick_geometry(b)),
@@ -351,7 +357,7 @@ impl<'a> SlabThread<'a> {
         }
         let offset = cur.block0.load(Ordering::Relaxed) as usize + bits.trailing_zeros() as usize * info.size as usize;
         let block = self.mem.block(offset);
-        // The block's free mark cleared, as in `alloc_with` (which says why).
+        // The block's first word cleared, as in `alloc_with` (which says why).
         // SAFETY: `block` starts a block (at least 8 bytes, 8-aligned) of our current slab.
         free_mark::clear(unsafe { &*(block.as_ptr() as *const AtomicU64) });
         cur.bits.store(rest, Ordering::Relaxed);
@@ -389,10 +395,12 @@ impl<'a> SlabThread<'a> {
         let offset = cur.block0.load(Ordering::Relaxed) as usize + bits.trailing_zeros() as usize * info.size as usize;
         announce(offset);
         let block = self.mem.block(offset);
-        // The slab's free mark leaves the block (docs/design.md §4.1). Cleared before the bit
-        // is taken: a crash in between leaves a free block without its mark (recovery marks it
-        // again, §8.3), never an allocated block with one (whose legitimate free would be
-        // refused).
+        // Reduced models: the slab's free mark leaves the block. Cleared before the bit is
+        // taken: a crash in between leaves a free block without its mark (a later double free
+        // of it goes undetected), never an allocated block with one (whose legitimate free
+        // would be refused). The full model's free blocks hold no mark (a harvest clears the
+        // link), so there the store is idle; it runs in every model because one store costs
+        // less than testing the model (script/icount.sh).
         // SAFETY: `block` starts a block (at least 8 bytes, 8-aligned) of our current slab.
         free_mark::clear(unsafe { &*(block.as_ptr() as *const AtomicU64) });
         cur.bits.store(rest, Ordering::Relaxed);
@@ -475,20 +483,11 @@ impl<'a> SlabThread<'a> {
         d.head.recip.store(info.recip, Ordering::Relaxed);
         let generation = d.head.generation.load(Ordering::Relaxed).wrapping_add(1);
         d.head.generation.store(generation, Ordering::Relaxed);
-        // Cleared first: a crash before the marks below are all written leaves a slab whose
-        // next sizing writes them again.
-        let marked = d.head.marked_class.load(Ordering::Relaxed) == class && self.mem.swcc.is_coherent();
-        d.head.marked_class.store(0, Ordering::Relaxed);
+        d.head.mark.store(new_mark(self.mem.header.secret, b, slab, generation), Ordering::Relaxed);
         d.fill(info.blocks);
-        // Every block is free: every block carries the mark (docs/design.md §4.1), which is what
-        // a remote free checks. A slab that lost this very class with every block back (T7,
-        // reclaim) carries the mark at every block start already (full model): it keeps it,
-        // and the sizing writes no block (threadtest's slabs cycle so, T7 and T3 each round:
-        // writing 512 marks a cycle cost it ~4 % per CPU-second, §15.1). Otherwise a fresh mark,
-        // into every block; non-owners on other hosts read the marks from memory (fenced by the
-        // head line's persist below).
-        if !marked {
-            d.head.mark.store(new_mark(self.mem.header.secret, b, slab, generation), Ordering::Relaxed);
+        if self.marks_free {
+            // Non-owners on other hosts read the marks from memory (fenced by the head line's
+            // persist below).
             self.mark_all(b, slab, info, d.head.mark.load(Ordering::Relaxed));
         }
         // Remote freers on other hosts locate blocks from the head line: it reaches memory
@@ -535,8 +534,6 @@ impl<'a> SlabThread<'a> {
                     self.log(Redo::new(Op::Reclaim, b, slab.index(), ci as u32 + 1));
                     self.unlink_sized(b, ci as u32 + 1, d);
                     self.make_unsized(b, slab, d);
-                    // Every block free (marked) or counted (the full mark).
-                    self.keep_marks(d, ci as u32 + 1);
                     self.clear_log();
                     found = true;
                 }
@@ -659,8 +656,8 @@ impl<'a> SlabThread<'a> {
     fn is_free_of(&self, at: &Located<'_>, owner: u32, coherent: bool) -> bool {
         // Without coherence another host's bitset and cached word reach memory only when its
         // slabs change hands, so they name blocks it has allocated since: they would refuse
-        // good frees. There the slab's free mark, which every free block carries, is all a
-        // non-owner checks.
+        // good frees. There every free block carries the slab's mark instead (`marks_free`),
+        // which the callers check.
         if !coherent && owner != self.me() && !self.mem.swcc.is_coherent() {
             return false;
         }
@@ -811,8 +808,7 @@ impl<'a> SlabThread<'a> {
         }
         d.put(block);
         // After the bit, as the general path marks (a crash in between leaves a free block
-        // unmarked, which recovery marks; never an allocated one marked).
-        crash_point!(LocalFreeBitSet);
+        // unmarked, never an allocated one marked).
         self.mark_freed::<true>(word, mark);
         Ok(())
     }
@@ -903,9 +899,8 @@ impl<'a> SlabThread<'a> {
         // SAFETY: the checks above found `ptr` to be the start of a block (at least 8 bytes,
         // 8-aligned) of a sized slab inside the mapping.
         let word = unsafe { &*(ptr as *const AtomicU64) };
-        // Not allocated (free, waiting in a mailbox, or counted): the general path reports it.
-        let mark = d.head.mark.load(Ordering::Relaxed);
-        if free_mark::is_marked(word.load(Ordering::Relaxed), mark) {
+        // Freed before (a mailbox or a counted free): the general path reports it.
+        if Link::freed(word.load(Ordering::Relaxed), d.head.mark.load(Ordering::Relaxed)) {
             return Quick::General;
         }
         let (w, bit) = (block / 64, 1u64 << (block % 64));
@@ -918,8 +913,6 @@ impl<'a> SlabThread<'a> {
                 return Quick::General;
             }
             cur.bits.store(bits | bit, Ordering::Relaxed);
-            // After the bit (docs/design.md §4.1): what a remote free of the block checks.
-            free_mark::set(word, mark);
             return Quick::Done;
         }
         let before = d.head.free.load(Ordering::Relaxed);
@@ -936,9 +929,6 @@ impl<'a> SlabThread<'a> {
             return Quick::General;
         }
         d.put_loaded(w, bits, old, bit, before);
-        // A crash here leaves the block free without its mark: recovery marks it (§8.3).
-        crash_point!(LocalFreeBitSet);
-        free_mark::set(word, mark);
         Quick::Done
     }
 
@@ -1075,20 +1065,19 @@ impl<'a> SlabThread<'a> {
             self.clear_log();
         } else {
             d.put(at.block);
-            crash_point!(LocalFreeBitSet);
             self.mark_freed::<MARK>(word, mark);
         }
         Ok(())
     }
 
-    /// A block the owner just freed takes its slab's mark (docs/design.md §4.1), after its bit
-    /// (a crash in between leaves the block free and unmarked, which recovery marks again; no
-    /// legitimate free is ever refused) and before the slab can change hands. `MARK`: a
-    /// reduced model, where the mark's line is also written back.
+    /// Limited and no-HWcc models: a block the owner just freed takes its slab's mark, after
+    /// its bit (a crash in between leaves the block free and unmarked: a later double free of
+    /// it goes undetected, but no legitimate free is refused) and before the slab can change
+    /// hands.
     #[inline(always)]
     fn mark_freed<const MARK: bool>(&self, word: &AtomicU64, mark: u64) {
-        free_mark::set(word, mark);
         if MARK {
+            free_mark::set(word, mark);
             // A non-owner on another host reads the mark from memory. Unfenced: whatever tells
             // that host about the block (the application's hand-over, or a protocol step) fences
             // after it.
@@ -1096,7 +1085,7 @@ impl<'a> SlabThread<'a> {
         }
     }
 
-    /// T3: writes `mark` into every block of `slab`; in the reduced models also writes back
+    /// T3 in the reduced models: writes `mark` into every block of `slab` and writes back
     /// (keeping them, unfenced) the lines holding the marks: one a block, since every block
     /// there is a whole number of lines (docs/design.md §9.1, "Slab data"), so no other line of
     /// the slab is touched. One pass with one dispatch on the flush instructions (a slab of
@@ -1104,10 +1093,7 @@ impl<'a> SlabThread<'a> {
     /// ~60 instructions a block, script/icount.sh).
     fn mark_all(&self, b: Bracket, slab: Slab, info: &ClassInfo, mark: u64) {
         let size = info.size as usize;
-        debug_assert!(
-            self.mem.swcc.is_coherent() || size % crate::coherence::flush::LINE == 0,
-            "reduced-model classes are whole lines"
-        );
+        debug_assert!(size % crate::coherence::flush::LINE == 0, "reduced-model classes are whole lines");
         let first = self.mem.block(self.mem.data_offset(b, slab, 0)).as_ptr();
         // SAFETY: `slab` is sized to `info` and ours (T3, before any block is handed out): its
         // `blocks` blocks of `size` bytes (a multiple of 8) start at `first`, which is
@@ -1120,7 +1106,7 @@ impl<'a> SlabThread<'a> {
     /// Limited and no-HWcc models: before `slab` (with free blocks) can be taken by another
     /// host, writes its data lines back and evicts them (fenced).
     fn publish_data(&self, b: Bracket, slab: Slab) {
-        if self.batching {
+        if self.marks_free {
             let first = self.mem.block(self.mem.data_offset(b, slab, 0)).as_ptr() as *const u8;
             self.mem.swcc.publish(Site::SlabData, first, b.spec().slab_size());
         }
@@ -1157,8 +1143,6 @@ impl<'a> SlabThread<'a> {
                 self.unlink_sized(b, class, d);
             }
             self.make_unsized(b, slab, d);
-            // Every block free, so every block marked: a sizing for the same class keeps them.
-            self.keep_marks(d, class);
             self.trim_cache(b);
         } else {
             // T6: Detached → Local-sized. A local free was never counted remotely, so the slab
@@ -1219,19 +1203,11 @@ impl<'a> SlabThread<'a> {
         // owner that changes meanwhile is the race every push has anyway: a block pushed to a
         // slot that no longer owns its slab is counted at that slot's harvest.
         let owner = desc.head.owner.load(Ordering::Relaxed);
-        // No read of the owner's bitset or cached word before a push (docs/design.md §4.6, "The
-        // double-free check's lines"): every block its owner holds free carries the slab's
-        // mark (§4.1), so the push's claim of the block's word refuses it. Those lines are
-        // written by the owner at every allocation; reading them missed on each remote free
-        // of a producer/consumer pair (§15.1).
-        if let Some(done) = self.try_mailbox_of(&at, owner, true) {
-            return done;
-        }
-        // A counted free (no live owner, a detectable free, a block without a mailbox name):
-        // rare, and the one whose mistake would corrupt a counter (a slab claimed while its
-        // owner still allocates from it), so it also asks the owner's lines.
         if self.is_free_of(&at, owner, true) {
             return Err(FreeError::DoubleFree);
+        }
+        if let Some(done) = self.try_mailbox_of(&at, owner, true) {
+            return done;
         }
         self.free_remote_counted(&at, true)
     }
@@ -1537,18 +1513,19 @@ impl<'a> SlabThread<'a> {
             None => self.rec.harvest_next.load(Ordering::Relaxed),
         };
         if owner == self.me() {
+            let free_word = if self.marks_free { mark } else { 0 };
             // Only the first block of a resumed harvest can have been returned already: every
             // other one was in the chain a moment ago, so neither free nor allocated.
             if !(maybe_returned && self.is_free_in(&at, true)) {
                 // Neither a link nor returned: not a block of this chain.
                 Link::unpack(raw, mark)?;
-                self.return_block(&at, word, mark);
+                self.return_block(&at, word, free_word);
             }
             crash_point!(HarvestReturned);
-            // A free block carries the plain mark (docs/design.md §4.1): `return_block` wrote
-            // it; a block a resumed harvest found returned may still hold its link.
-            if word.load(Ordering::Relaxed) != mark {
-                self.mark_returned(word, mark);
+            // `return_block` wrote the free word; a block a resumed harvest found returned may
+            // still hold its link.
+            if word.load(Ordering::Relaxed) != free_word {
+                self.clear_returned(word, free_word);
             }
         } else if raw != mark {
             Link::unpack(raw, mark)?;
@@ -1567,44 +1544,48 @@ impl<'a> SlabThread<'a> {
 
     /// Puts the harvested block `at` (first word `word`) of a slab this slot owns back as free:
     /// into the class's cached word if it belongs to it, else into the bitset with the list
-    /// moves of a local free (T6/T7, logged as `LocalFree` when the slab moves). The block takes
-    /// the slab's `mark` after its bit and before the slab can move (T7 may push it to the
-    /// global list, and a mark written after that could land on a block of its next sizing),
-    /// as a local free's does. A block already free (its word lost its mark to a stray write,
-    /// and a second free pushed it) is only marked again: never counted free twice.
-    fn return_block(&self, at: &Located<'_>, word: &AtomicU64, mark: u64) {
+    /// moves of a local free (T6/T7, logged as `LocalFree` when the slab moves). The block's
+    /// word becomes `free_word` (its link cleared; the plain mark in the reduced models) after
+    /// its bit and *before* the slab can move: T7 may push the slab to the global list (T9),
+    /// and a store after that could land on a block of the slab's next sizing, handed out by
+    /// another thread meanwhile (as a local free marks before its list move). A block already
+    /// free (pushed by a double free that raced the owner's own free) is only given its word:
+    /// never counted free twice.
+    fn return_block(&self, at: &Located<'_>, word: &AtomicU64, free_word: u64) {
         let (b, d) = (at.bracket, at.desc);
         let (w, bit) = ((at.block / 64) as usize, 1u64 << (at.block % 64));
         let cur = &self.rec.lists(b).current[at.class as usize - 1];
         let id = cur.id();
         if id.slab == at.slab.link() && id.word == w as u32 {
             cur.bits.store(cur.bits.load(Ordering::Relaxed) | bit, Ordering::Relaxed);
-            self.mark_returned(word, mark);
+            self.clear_returned(word, free_word);
             return;
         }
         if d.bits[w].load(Ordering::Relaxed) & bit != 0 {
-            self.mark_returned(word, mark);
+            self.clear_returned(word, free_word);
             return;
         }
         let before = d.head.free.load(Ordering::Relaxed);
         if before == 0 || before + 1 == at.blocks {
             self.log(Redo::new(Op::LocalFree, b, at.slab.index(), at.block));
             let free = d.put(at.block);
-            self.mark_returned(word, mark);
+            self.clear_returned(word, free_word);
             self.after_local_free(b, at.class, at.slab, free == at.blocks);
             self.clear_log();
         } else {
             d.put(at.block);
-            self.mark_returned(word, mark);
+            self.clear_returned(word, free_word);
         }
     }
 
-    /// A harvested block's mark: as a local free's ([`SlabThread::mark_freed`]), written back in
-    /// the limited model (`Site::FreeMarks`: a non-owner on another host reads it from memory
-    /// to refuse a second free); the fence at the end of the walk completes it.
+    /// A harvested block's word becomes `free_word`: cleared in the full model (a free block
+    /// must not look freed there: its next owner's free would be refused); the plain mark in
+    /// the reduced models, written back like a local free's (`Site::FreeMarks`: a non-owner on
+    /// another host reads it from memory to refuse a second free), fenced at the end of the
+    /// walk.
     #[inline(always)]
-    fn mark_returned(&self, word: &AtomicU64, mark: u64) {
-        free_mark::set(word, mark);
+    fn clear_returned(&self, word: &AtomicU64, free_word: u64) {
+        word.store(free_word, Ordering::Relaxed);
         self.mem.swcc.persist_line_unfenced(Site::FreeMarks, word as *const AtomicU64 as *const u8);
     }
 
@@ -1985,8 +1966,6 @@ impl<'a> SlabThread<'a> {
             // The owner must be cleared before the slab is reachable by others (docs/design.md §14.3); the
             // push's Release CAS publishes it.
             d.head.owner.store(0, Ordering::Relaxed);
-            // Its pages may be given back (zeroed, the marks gone): its next sizing marks anew.
-            d.head.marked_class.store(0, Ordering::Relaxed);
             crash_point!(PushDisowned);
             // Another host may pop and size it: nothing of its data stays dirty here (before
             // its pages are given back, so that no write-back lands after).
@@ -2010,14 +1989,6 @@ impl<'a> SlabThread<'a> {
             );
             ThreadRecord::bump(&self.rec.counters.global_pushes);
             self.clear_log();
-        }
-    }
-
-    /// Full model: the unsized slab `d`, which just lost `class` with every block back, carries
-    /// its mark at every block start of that class (docs/design.md §4.1).
-    fn keep_marks(&self, d: Descriptor<'_>, class: u32) {
-        if self.mem.swcc.is_coherent() {
-            d.head.marked_class.store(class, Ordering::Relaxed);
         }
     }
 
