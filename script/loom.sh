@@ -18,6 +18,8 @@
 # the host-number claim models (docs/design.md §9.2) add 2 tests (1 model, 1 negative control), 0.5 s;
 # the huge-mapping eviction model (docs/design.md §7.4) adds 2 tests (1 model, 1 negative
 # control): 1792 executions at preemption bound 3, 0.24 s;
+# the free-mark models (docs/design.md §4.1) add 5 tests (2 models, 3 negative controls): 608
+# executions at preemption bound 3, 0.1 s;
 # a cold build of loom and its dependencies adds ~40 s.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -1,7 +1,7 @@
 //! `loom` models of the lock-free protocols in `cxlalloc::protocol` (docs/design.md §4, §5, §13).
 //!
 //! Every model drives the *real* protocol functions (`global_list`, `length`, `remote`, `lease`,
-//! `cached_word`, `hazard`, `detectable`, `registry`, `mailbox`, `host`, `host_number`), which `cxlalloc::sync` compiles against loom's atomics under `--cfg loom`. The
+//! `cached_word`, `hazard`, `detectable`, `registry`, `mailbox`, `host`, `host_number`, `free_mark`), which `cxlalloc::sync` compiles against loom's atomics under `--cfg loom`. The
 //! SWcc parts the protocols take as closures (list links, owner fields, bitset counts) are
 //! modelled here with loom atomics, or with `loom::cell::UnsafeCell` where the design says
 //! "written only by the owner": loom then also reports any access to that data which the
@@ -59,6 +59,11 @@
 //! | host_claim_without_checking_the_domain_is_caught (−) | 3 | 3 | fails     | <0.1 s |
 //! | host_number_two_operators_free_a_dead_kernels_claim_while_two_hosts_claim | 4 | 3 | 3,592 | 0.45 s |
 //! | host_number_free_by_load_then_store_is_caught (−) | 4 | 3   | fails      | <0.1 s |
+//! | free_marks_let_exactly_one_of_two_remote_frees_through | 3 | 3 | 362    | 0.04 s |
+//! | free_marks_refuse_remote_frees_after_the_owners_own_free | 3 | 3 | 246    | 0.03 s |
+//! | free_marks_claim_by_load_then_store_is_caught (−) | 3 | 3   | fails      | <0.1 s |
+//! | free_marks_local_free_without_the_mark_is_caught (−) | 3 | 3 | fails     | <0.1 s |
+//! | free_marks_clear_after_the_hand_over_is_caught (−) | 3 | 3  | fails      | <0.1 s |
 //!
 //! Costlier settings measured and not taken: global_list_three_threads unbounded > 600 s;
 //! length unbounded 5,295,890 executions / 199 s; remote_three_blocks unbounded 1,678,988 / 67 s;
