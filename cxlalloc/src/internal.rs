@@ -38,8 +38,8 @@ pub mod word {
 /// are given: safe with any argument.
 pub mod protocol {
     pub use crate::protocol::{
-        cached_word, detectable, global_list, hazard, host, host_number, lease, length, mailbox, registry, remote,
-        HwWord,
+        cached_word, detectable, free_mark, global_list, hazard, host, host_number, lease, length, mailbox, registry,
+        remote, HwWord,
     };
 }
 

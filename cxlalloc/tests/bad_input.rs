@@ -559,3 +559,44 @@ fn a_remote_free_of_a_block_freed_into_the_bitset_is_refused_in_the_limited_mode
     }
     assert_clean(&heap);
 }
+
+// The full model's remote free refuses a block its owner holds free by asking the owner's
+// bitset and cached word (docs/design.md §4.6, "The double-free check's lines"); any cheaper
+// check must keep refusing these (§15.1: free marks in the full model, measured and not kept).
+
+#[test]
+fn a_remote_free_of_a_block_freed_into_the_bitset_is_a_double_free() {
+    let heap = small_heap();
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    let blocks = blocks_past_the_cached_word(&owner);
+    // Neither the slab's first free block nor its last: the quick path's bitset store.
+    owner.free(blocks[10]).unwrap();
+    owner.free(blocks[11]).unwrap();
+    assert_eq!(other.free(blocks[10]), Err(FreeError::DoubleFree));
+    for &p in blocks.iter().filter(|&&p| p != blocks[10] && p != blocks[11]) {
+        owner.free(p).unwrap();
+    }
+    assert_clean(&heap);
+}
+
+#[test]
+fn a_remote_free_of_a_block_never_handed_out_is_a_double_free() {
+    let heap = small_heap();
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    // A fresh slab of 32-byte blocks: blocks 0..3 handed out, block 10 free in the cached word
+    // and block 130 free in the bitset, neither ever handed out.
+    let blocks: Vec<_> = (0..3).map(|_| owner.alloc(32).unwrap()).collect();
+    for i in [10, 130] {
+        let p = blocks[0].as_ptr().wrapping_add(i * 32);
+        assert_eq!(other.free(NonNull::new(p).unwrap()), Err(FreeError::DoubleFree), "block {i}");
+    }
+    for (i, &p) in blocks.iter().enumerate() {
+        assert_eq!(p.as_ptr(), blocks[0].as_ptr().wrapping_add(i * 32), "a fresh slab hands out blocks in order");
+        other.free(p).unwrap();
+    }
+    drop(owner);
+    drop(other);
+    assert_clean(&heap);
+}

@@ -1,7 +1,7 @@
 //! `loom` models of the lock-free protocols in `cxlalloc::protocol` (docs/design.md §4, §5, §13).
 //!
 //! Every model drives the *real* protocol functions (`global_list`, `length`, `remote`, `lease`,
-//! `cached_word`, `hazard`, `detectable`, `registry`, `mailbox`, `host`, `host_number`), which `cxlalloc::sync` compiles against loom's atomics under `--cfg loom`. The
+//! `cached_word`, `hazard`, `detectable`, `registry`, `mailbox`, `host`, `host_number`, `free_mark`), which `cxlalloc::sync` compiles against loom's atomics under `--cfg loom`. The
 //! SWcc parts the protocols take as closures (list links, owner fields, bitset counts) are
 //! modelled here with loom atomics, or with `loom::cell::UnsafeCell` where the design says
 //! "written only by the owner": loom then also reports any access to that data which the
@@ -61,6 +61,11 @@
 //! | host_claim_without_checking_the_domain_is_caught (−) | 3 | 3 | fails     | <0.1 s |
 //! | host_number_two_operators_free_a_dead_kernels_claim_while_two_hosts_claim | 4 | 3 | 3,592 | 0.45 s |
 //! | host_number_free_by_load_then_store_is_caught (−) | 4 | 3   | fails      | <0.1 s |
+//! | free_marks_let_exactly_one_of_two_remote_frees_through | 3 | 3 | 362    | 0.04 s |
+//! | free_marks_refuse_remote_frees_after_the_owners_own_free | 3 | 3 | 246    | 0.03 s |
+//! | free_marks_claim_by_load_then_store_is_caught (−) | 3 | 3   | fails      | <0.1 s |
+//! | free_marks_local_free_without_the_mark_is_caught (−) | 3 | 3 | fails     | <0.1 s |
+//! | free_marks_clear_after_the_hand_over_is_caught (−) | 3 | 3  | fails      | <0.1 s |
 //!
 //! Costlier settings measured and not taken: global_list_three_threads unbounded > 600 s;
 //! length unbounded 5,295,890 executions / 199 s; remote_three_blocks unbounded 1,678,988 / 67 s;
@@ -86,7 +91,7 @@ use std::time::Instant;
 
 use cxlalloc::internal::protocol::registry::Slot;
 use cxlalloc::internal::protocol::{
-    cached_word, detectable, global_list, host, host_number, lease, length, mailbox, remote,
+    cached_word, detectable, free_mark, global_list, host, host_number, lease, length, mailbox, remote,
 };
 use cxlalloc::internal::word::{Holder, HostWord, Tag, Tagged};
 use loom::cell::UnsafeCell;
@@ -2392,4 +2397,177 @@ fn host_number_free_by_load_then_store_is_caught() {
         }
     }
     check("host_number_free_by_load_then_store_is_caught", Some(3), || number_model(&Seen::default(), broken));
+}
+
+// ------------------------------------------------------------------------------------------------
+// (l) Free marks (§4.1, the reduced models): a free tells a free block from an allocated one by
+// the block's own word
+// ------------------------------------------------------------------------------------------------
+
+/// The slab's free mark in the models below (bit 62 and bit 31 set, as `new_mark` draws it).
+const MARK: u64 = 0x4bad_cafe_8000_0001;
+/// What a remote free writes when it claims the block (a mailbox link: the mark's high half).
+const LINK: u64 = MARK & !0xffff_ffff;
+
+/// The three steps of the protocol under test: the allocation's clear, the owner's local free
+/// (its bit, then the mark) and a remote free's claim. The real ones or broken ones.
+#[derive(Clone, Copy)]
+struct MarkOps {
+    /// Allocation: clears the mark and takes the bit; `hand_over` passes the block on.
+    alloc: fn(&AtomicU64, &UnsafeCell<bool>, &dyn Fn()),
+    /// The owner's local free: the bit, then the mark.
+    free_local: fn(&AtomicU64, &UnsafeCell<bool>),
+    /// A remote free: `true` when it took the block.
+    claim: fn(&AtomicU64) -> bool,
+}
+
+/// The owner's bitset bit, written by the owner only (loom reports any unordered access).
+fn set_bit(bit: &UnsafeCell<bool>, free: bool) {
+    // SAFETY: loom checks that every access to the cell is ordered by happens-before with every
+    // other one; only the owner (the model's main thread) touches it.
+    bit.with_mut(|b| unsafe { *b = free });
+}
+
+fn mark_alloc(word: &AtomicU64, bit: &UnsafeCell<bool>, hand_over: &dyn Fn()) {
+    free_mark::clear(word);
+    set_bit(bit, false);
+    hand_over();
+}
+
+fn mark_free_local(word: &AtomicU64, bit: &UnsafeCell<bool>) {
+    set_bit(bit, true);
+    free_mark::set(word, MARK);
+}
+
+fn mark_claim(word: &AtomicU64) -> bool {
+    free_mark::claim(word, LINK, MARK).is_ok()
+}
+
+const REAL_MARKS: MarkOps = MarkOps { alloc: mark_alloc, free_local: mark_free_local, claim: mark_claim };
+
+/// One block, free and marked as the sizing left it (`bit`: the owner's bitset bit, owner-only).
+/// The owner allocates it and hands the pointer (Release; the freers' Acquire) to two freers,
+/// which both free it if they were given it: an application's double free. Exactly one free takes the block: not
+/// zero (a legitimate free refused), not two (a double free let through). With `owner_frees`
+/// the owner first frees the block itself and hands the stale pointer over after that free:
+/// both remote frees must then be refused (a remote free that took a block its owner holds
+/// free would push it on the owner's mailbox while its bit is set). Only frees ordered after
+/// one another are promised detection: the owner's local free is not atomic with a remote
+/// claim (no read-modify-write on the local path, docs/design.md §4.5), in this design as in
+/// the one it replaces.
+fn marks_model(seen: &Seen, owner_frees: bool, ops: MarkOps) {
+    let block = Arc::new((
+        AtomicU64::new(MARK),
+        UnsafeCell::new(true),
+        AtomicU32::new(0),
+        AtomicU32::new(0),
+        AtomicU32::new(0),
+    ));
+    let freer = |name: &'static str| {
+        let (block, seen) = (block.clone(), seen.clone());
+        thread::spawn(move || {
+            let (word, _, handed, took, saw) = &*block;
+            // Acquire: the hand-over (the application passing the pointer on). A freer that
+            // has not been given the pointer yet frees nothing (a spin would make the model
+            // unbounded).
+            if handed.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            saw.fetch_add(1, Ordering::Relaxed);
+            if (ops.claim)(word) {
+                took.fetch_add(1, Ordering::Relaxed);
+                seen.mark(format!("{name} took it"));
+            } else {
+                seen.mark(format!("{name} refused"));
+            }
+        })
+    };
+    let (a, b) = (freer("freer a"), freer("freer b"));
+    let (word, bit, handed, took, saw) = &*block;
+    let hand_over = || handed.store(1, Ordering::Release);
+    if owner_frees {
+        (ops.alloc)(word, bit, &|| {});
+        // The owner's local free checks the mark first, as `free_local_in` does.
+        assert!(!free_mark::is_marked(word.load(Ordering::Relaxed), MARK), "free-mark violation: own block refused");
+        (ops.free_local)(word, bit);
+        took.fetch_add(1, Ordering::Relaxed);
+        hand_over();
+    } else {
+        (ops.alloc)(word, bit, &hand_over);
+    }
+    a.join().unwrap();
+    b.join().unwrap();
+    let (took, saw) = (took.load(Ordering::Relaxed), saw.load(Ordering::Relaxed));
+    if owner_frees || saw > 0 {
+        assert!(took != 0, "free-mark violation: every free of an allocated block was refused");
+        assert!(took == 1, "free-mark violation: {took} frees took the block");
+    } else {
+        seen.mark("nobody was handed the block");
+    }
+}
+
+#[test]
+fn free_marks_let_exactly_one_of_two_remote_frees_through() {
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("free_marks_let_exactly_one_of_two_remote_frees_through", Some(3), move || {
+        marks_model(&s, false, REAL_MARKS)
+    });
+    seen.require(&["freer a took it", "freer b took it", "freer a refused", "freer b refused"]);
+}
+
+#[test]
+fn free_marks_refuse_remote_frees_after_the_owners_own_free() {
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("free_marks_refuse_remote_frees_after_the_owners_own_free", Some(3), move || {
+        marks_model(&s, true, REAL_MARKS)
+    });
+    seen.require(&["freer a refused", "freer b refused"]);
+}
+
+/// Negative control: a claim by a load and a store. Two freers that both read the cleared word
+/// both take the block.
+#[test]
+#[should_panic(expected = "free-mark violation")]
+fn free_marks_claim_by_load_then_store_is_caught() {
+    fn broken(word: &AtomicU64) -> bool {
+        if free_mark::is_marked(word.load(Ordering::Relaxed), MARK) {
+            return false;
+        }
+        word.store(LINK, Ordering::Relaxed);
+        true
+    }
+    check("free_marks_claim_by_load_then_store_is_caught", Some(3), || {
+        marks_model(&Seen::default(), false, MarkOps { claim: broken, ..REAL_MARKS })
+    });
+}
+
+/// Negative control: a local free that sets the bit but writes no mark (what the reduced models'
+/// local free must not do: their remote freers cannot ask the owner's bitset). A remote free
+/// after it takes a block the owner holds free.
+#[test]
+#[should_panic(expected = "free-mark violation")]
+fn free_marks_local_free_without_the_mark_is_caught() {
+    fn broken(_: &AtomicU64, bit: &UnsafeCell<bool>) {
+        set_bit(bit, true);
+    }
+    check("free_marks_local_free_without_the_mark_is_caught", Some(3), || {
+        marks_model(&Seen::default(), true, MarkOps { free_local: broken, ..REAL_MARKS })
+    });
+}
+
+/// Negative control: an allocation that hands the block over before clearing its mark. A freer
+/// that reads the word first refuses a legitimate free.
+#[test]
+#[should_panic(expected = "free-mark violation")]
+fn free_marks_clear_after_the_hand_over_is_caught() {
+    fn broken(word: &AtomicU64, bit: &UnsafeCell<bool>, hand_over: &dyn Fn()) {
+        hand_over();
+        set_bit(bit, false);
+        free_mark::clear(word);
+    }
+    check("free_marks_clear_after_the_hand_over_is_caught", Some(3), || {
+        marks_model(&Seen::default(), false, MarkOps { alloc: broken, ..REAL_MARKS })
+    });
 }

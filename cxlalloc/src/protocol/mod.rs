@@ -6,6 +6,7 @@
 
 pub mod cached_word;
 pub mod detectable;
+pub mod free_mark;
 pub mod global_list;
 pub mod hazard;
 pub mod host;

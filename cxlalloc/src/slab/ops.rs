@@ -26,7 +26,7 @@ use crate::persist::descriptor::Descriptor;
 use crate::persist::record::{Current, CurrentId, Harvest, RemoteBatch, ThreadRecord};
 use crate::persist::redo::{Op, Pending, Redo};
 use crate::protocol::mailbox::{self, BlockId, Link};
-use crate::protocol::{detectable, global_list, length, remote};
+use crate::protocol::{detectable, free_mark, global_list, length, remote};
 use crate::sync::{fence, AtomicU64, Ordering};
 use crate::word::{Tag, Tagged};
 
@@ -175,24 +175,6 @@ fn bad_block(b: Bracket, block: u32, blocks: u32) -> FreeError {
         FreeError::NotAllocated
     } else {
         FreeError::Corrupt("descriptor class out of range")
-    }
-}
-
-/// Writes `new` (the full mark, or a mailbox link) into a block's first word unless the word
-/// says the block was freed already (`Err`): one CAS, so that of two concurrent frees of one
-/// block exactly one wins. Relaxed: detection only; what the free publishes is ordered by its
-/// counter or mailbox CAS.
-#[inline(always)]
-fn claim_block(word: &AtomicU64, new: u64, mark: u64) -> Result<(), ()> {
-    let mut old = word.load(Ordering::Relaxed);
-    loop {
-        if Link::freed(old, mark) {
-            return Err(());
-        }
-        match word.compare_exchange_weak(old, new, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => return Ok(()),
-            Err(seen) => old = seen,
-        }
     }
 }
 
@@ -408,7 +390,7 @@ impl<'a> SlabThread<'a> {
         let block = self.mem.block(offset);
         // The block's first word cleared, as in `alloc_with` (which says why).
         // SAFETY: `block` starts a block (at least 8 bytes, 8-aligned) of our current slab.
-        unsafe { &*(block.as_ptr() as *const AtomicU64) }.store(0, Ordering::Relaxed);
+        free_mark::clear(unsafe { &*(block.as_ptr() as *const AtomicU64) });
         cur.bits.store(rest, Ordering::Relaxed);
         Some(block)
     }
@@ -451,7 +433,7 @@ impl<'a> SlabThread<'a> {
         // link), so there the store is idle; it runs in every model because one store costs
         // less than testing the model (script/icount.sh).
         // SAFETY: `block` starts a block (at least 8 bytes, 8-aligned) of our current slab.
-        unsafe { &*(block.as_ptr() as *const AtomicU64) }.store(0, Ordering::Relaxed);
+        free_mark::clear(unsafe { &*(block.as_ptr() as *const AtomicU64) });
         cur.bits.store(rest, Ordering::Relaxed);
         if rest == 0 {
             // We still hold the block just taken, which T4/T5 rely on.
@@ -1118,7 +1100,7 @@ impl<'a> SlabThread<'a> {
     #[inline(always)]
     fn mark_freed<const MARK: bool>(&self, word: &AtomicU64, mark: u64) {
         if MARK {
-            word.store(mark, Ordering::Relaxed);
+            free_mark::set(word, mark);
             // A non-owner on another host reads the mark from memory. Unfenced: whatever tells
             // that host about the block (the application's hand-over, or a protocol step) fences
             // after it.
@@ -1265,7 +1247,7 @@ impl<'a> SlabThread<'a> {
             self.rec.remote_block.store(at.block, Ordering::Relaxed);
         }
         self.log(Redo::new(Op::RemoteFree, b, at.slab.index(), version));
-        if claim_block(self.mark_word(at), mark, mark).is_err() {
+        if free_mark::claim(self.mark_word(at), mark, mark).is_err() {
             self.clear_log();
             return Err(FreeError::DoubleFree);
         }
@@ -1352,7 +1334,7 @@ impl<'a> SlabThread<'a> {
         }
         // Logged before the block is claimed: recovery finishes the free either way.
         self.log(Redo::new(Op::MailboxPush, at.bracket, at.slab.index(), version));
-        if claim_block(word, Link { next: mailbox::EMPTY }.pack(mark), mark).is_err() {
+        if free_mark::claim(word, Link { next: mailbox::EMPTY }.pack(mark), mark).is_err() {
             self.clear_log();
             return Err(FreeError::DoubleFree);
         }
@@ -1554,23 +1536,19 @@ impl<'a> SlabThread<'a> {
             None => self.rec.harvest_next.load(Ordering::Relaxed),
         };
         if owner == self.me() {
+            let free_word = if self.marks_free { mark } else { 0 };
             // Only the first block of a resumed harvest can have been returned already: every
             // other one was in the chain a moment ago, so neither free nor allocated.
             if !(maybe_returned && self.is_free_in(&at, true)) {
                 // Neither a link nor returned: not a block of this chain.
                 Link::unpack(raw, mark)?;
-                self.return_block(&at);
+                self.return_block(&at, word, free_word);
             }
             crash_point!(HarvestReturned);
-            // Full model: a free block must not look freed (allocation does not clear the
-            // word, so the next owner's free would be refused). Limited: a free block carries
-            // the plain mark, as after a local free, written back like a local free's
-            // (`Site::FreeMarks`: a non-owner on another host reads it from memory to refuse a
-            // second free); the fence at the end of the walk completes it.
-            let free_word = if self.marks_free { mark } else { 0 };
+            // `return_block` wrote the free word; a block a resumed harvest found returned may
+            // still hold its link.
             if word.load(Ordering::Relaxed) != free_word {
-                word.store(free_word, Ordering::Relaxed);
-                self.mem.swcc.persist_line_unfenced(Site::FreeMarks, line);
+                self.clear_returned(word, free_word);
             }
         } else if raw != mark {
             Link::unpack(raw, mark)?;
@@ -1587,27 +1565,51 @@ impl<'a> SlabThread<'a> {
         Some(next)
     }
 
-    /// Puts the harvested block `at` of a slab this slot owns back as free: into the class's
-    /// cached word if it belongs to it, else into the bitset with the list moves of a local
-    /// free (T6/T7, logged as `LocalFree` when the slab moves).
-    fn return_block(&self, at: &Located<'_>) {
+    /// Puts the harvested block `at` (first word `word`) of a slab this slot owns back as free:
+    /// into the class's cached word if it belongs to it, else into the bitset with the list
+    /// moves of a local free (T6/T7, logged as `LocalFree` when the slab moves). The block's
+    /// word becomes `free_word` (its link cleared; the plain mark in the reduced models) after
+    /// its bit and *before* the slab can move: T7 may push the slab to the global list (T9),
+    /// and a store after that could land on a block of the slab's next sizing, handed out by
+    /// another thread meanwhile (as a local free marks before its list move). A block already
+    /// free (pushed by a double free that raced the owner's own free) is only given its word:
+    /// never counted free twice.
+    fn return_block(&self, at: &Located<'_>, word: &AtomicU64, free_word: u64) {
         let (b, d) = (at.bracket, at.desc);
         let (w, bit) = ((at.block / 64) as usize, 1u64 << (at.block % 64));
         let cur = &self.rec.lists(b).current[at.class as usize - 1];
         let id = cur.id();
         if id.slab == at.slab.link() && id.word == w as u32 {
             cur.bits.store(cur.bits.load(Ordering::Relaxed) | bit, Ordering::Relaxed);
+            self.clear_returned(word, free_word);
+            return;
+        }
+        if d.bits[w].load(Ordering::Relaxed) & bit != 0 {
+            self.clear_returned(word, free_word);
             return;
         }
         let before = d.head.free.load(Ordering::Relaxed);
         if before == 0 || before + 1 == at.blocks {
             self.log(Redo::new(Op::LocalFree, b, at.slab.index(), at.block));
             let free = d.put(at.block);
+            self.clear_returned(word, free_word);
             self.after_local_free(b, at.class, at.slab, free == at.blocks);
             self.clear_log();
         } else {
             d.put(at.block);
+            self.clear_returned(word, free_word);
         }
+    }
+
+    /// A harvested block's word becomes `free_word`: cleared in the full model (a free block
+    /// must not look freed there: its next owner's free would be refused); the plain mark in
+    /// the reduced models, written back like a local free's (`Site::FreeMarks`: a non-owner on
+    /// another host reads it from memory to refuse a second free), fenced at the end of the
+    /// walk.
+    #[inline(always)]
+    fn clear_returned(&self, word: &AtomicU64, free_word: u64) {
+        word.store(free_word, Ordering::Relaxed);
+        self.mem.swcc.persist_line_unfenced(Site::FreeMarks, word as *const AtomicU64 as *const u8);
     }
 
     /// A remote free joining this slot's batch of its slab (limited and no-HWcc models). A full batch, or
@@ -1637,7 +1639,7 @@ impl<'a> SlabThread<'a> {
         self.set_batch(i, Some(RemoteBatch { bracket: at.bracket, slab: at.slab.index(), count }));
         crash_point!(RemoteBatched);
         let mark = at.desc.head.mark.load(Ordering::Relaxed);
-        if claim_block(self.mark_word(at), mark, mark).is_err() {
+        if free_mark::claim(self.mark_word(at), mark, mark).is_err() {
             self.set_batch(i, before);
             return Err(FreeError::DoubleFree);
         }
