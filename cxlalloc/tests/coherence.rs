@@ -254,6 +254,13 @@ fn a_freer_pushes_the_slabs_it_claims_beyond_its_cache_in_chains_without_hwcc() 
     }
     let requests = device.stop();
     let after = heap.stats().counters;
+    // Judged once the handles are gone: a handle dropped while no device serves would wait
+    // for it forever.
+    let device = Device::serve(name.as_str(), Duration::ZERO);
+    owner.free(blocks[slabs * 32]).unwrap();
+    drop((owner, other));
+    assert!(heap.check().is_clean(), "{}", heap.check());
+    drop(device);
     let slabs = slabs as u64;
     assert_eq!(after.claims - before.claims, slabs, "every slab was claimed by its last free");
     let pushed = after.global_pushes - before.global_pushes;
@@ -263,11 +270,6 @@ fn a_freer_pushes_the_slabs_it_claims_beyond_its_cache_in_chains_without_hwcc() 
         requests <= slabs + pushed / 4,
         "{requests} mCAS for {slabs} claims and {pushed} slabs pushed: pushes are not chained"
     );
-    let device = Device::serve(name.as_str(), Duration::ZERO);
-    owner.free(blocks[slabs as usize * 32]).unwrap();
-    drop((owner, other));
-    assert!(heap.check().is_clean(), "{}", heap.check());
-    drop(device);
 }
 
 /// docs/design.md §4.3, "Chains": a refill that finds no slab in its cache pops a chain of
@@ -286,7 +288,6 @@ fn a_refill_pops_a_chain_of_slabs_from_the_global_list_without_hwcc() {
     }
     drop(first);
     let listed = heap.stats().counters.global_pushes;
-    assert!(listed >= 32, "{listed} slabs on the global list");
     device.stop();
     let device = Device::serve(name.as_str(), Duration::ZERO);
     let before = heap.stats().counters;
@@ -294,6 +295,15 @@ fn a_refill_pops_a_chain_of_slabs_from_the_global_list_without_hwcc() {
     let again = fill_slabs(&second, slabs);
     let requests = device.stop();
     let after = heap.stats().counters;
+    // Judged once the handle is gone (see the test above).
+    let device = Device::serve(name.as_str(), Duration::ZERO);
+    for &p in &again {
+        second.free(p).unwrap();
+    }
+    drop(second);
+    assert!(heap.check().is_clean(), "{}", heap.check());
+    drop(device);
+    assert!(listed >= 32, "{listed} slabs on the global list");
     let popped = after.global_pops - before.global_pops;
     assert!(popped >= slabs as u64, "the refills took {popped} slabs from the global list");
     assert_eq!(after.slabs_bumped, before.slabs_bumped, "the heap did not grow");
@@ -303,11 +313,4 @@ fn a_refill_pops_a_chain_of_slabs_from_the_global_list_without_hwcc() {
         requests <= sized + popped / 4,
         "{requests} mCAS for {sized} sizings and {popped} slabs popped: pops are not chained"
     );
-    let device = Device::serve(name.as_str(), Duration::ZERO);
-    for &p in &again {
-        second.free(p).unwrap();
-    }
-    drop(second);
-    assert!(heap.check().is_clean(), "{}", heap.check());
-    drop(device);
 }
