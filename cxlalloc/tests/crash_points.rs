@@ -26,6 +26,7 @@ const HUGE: usize = 250;
 const AFTER: usize = 260;
 const PLAIN: usize = 270; // PLAIN_BLOCKS blocks freed by plain (not detectable) remote frees
 const PLAIN_BLOCKS: usize = 8;
+const CHAIN: usize = 300; // 96 blocks of 1 KiB: 3 slabs of the freer's, emptied locally
 
 /// The heap of a run in `coherence`; the reduced models have no huge heap.
 fn config(coherence: Coherence) -> Config {
@@ -83,6 +84,11 @@ fn workload(heap: &Heap, table: &[AtomicU64]) -> Result<(), String> {
     try_free(&a, table, CLASS_1K..CLASS_1K + 4)?;
     // Slab 1: all remote; the last free claims it for b (T8).
     try_free(&b, table, CLASS_1K + 32..CLASS_1K + 64)?;
+    // b sizes three slabs (the one it claimed among them) and empties them by local frees
+    // (T7): three empty slabs overflow its cache, and the trim pushes what is beyond it (in
+    // the reduced models, whose cache is two, as one chain of two: docs/design.md §4.3).
+    try_alloc(&b, table, CHAIN..CHAIN + 96, 1024)?;
+    try_free(&b, table, CHAIN..CHAIN + 96)?;
     // Slab 2: one local free, 31 blocks stay out: abandoned partly used at detach.
     try_free(&a, table, CLASS_1K + 64..CLASS_1K + 65)?;
     // A 512-byte slab emptied by 1 local and 63 remote frees, which the next refill reclaims.
