@@ -29,7 +29,7 @@ use crate::sync::AtomicU64;
 pub enum Op {
     /// T1: extend the heap by a batch of slabs starting at `slab` (old length); arg = version.
     Bump = 1,
-    /// T2: pop the chain that starts at `slab` from the global list; arg = [`ChainArg`] (version
+    /// T2: pop the chain that starts at `slab` from the global list; arg = `ChainArg` (version
     /// and the chain's slab count).
     GlobalPop = 2,
     /// T3: give unsized `slab` the class in arg.
@@ -47,7 +47,7 @@ pub enum Op {
     /// T10/T8: decrement `slab`'s remote counter; arg = version, flag = this free claims it.
     RemoteFree = 7,
     /// T9: push the chain of the first slabs of the unsized list, starting at `slab`, to the
-    /// global list; arg = [`ChainArg`] (version and the chain's slab count).
+    /// global list; arg = `ChainArg` (version and the chain's slab count).
     GlobalPush = 8,
     /// A detaching owner disowns partly used `slab`, counting its free blocks off the remote
     /// counter in one CAS; arg = version, flag = that CAS claimed the slab back (it was empty).
