@@ -21,7 +21,7 @@ use crate::identity;
 use crate::layout::{Coherence, Config, Header, Layout, RegionId, HEADER_BYTES};
 use crate::mcas::{DeviceSpec, Window};
 use crate::persist::record::ThreadRecord;
-use crate::persist::redo::{Op, Pending, PendingKind, Redo};
+use crate::persist::redo::{ChainArg, Op, Pending, PendingKind, Redo};
 use crate::persist::shared::{HostEntry, MAX_HOSTS};
 use crate::recovery::{PendingOutcome, RecoveryReport, Resolution};
 use crate::sync::{AtomicU64, Ordering};
@@ -162,8 +162,14 @@ fn slab_op(r: Redo) -> Interrupted {
     let (b, s, a) = (r.bracket.name(), r.slab, r.arg);
     let (operation, recovery) = match (r.op, r.flag) {
         (Op::Bump, _) => (format!("extend the {b} heap by a batch of slabs from slab {s}"), DECIDE),
-        (Op::GlobalPop, _) => (format!("take {b} slab {s} off the global free list"), DECIDE),
-        (Op::GlobalPush, _) => (format!("return {b} slab {s} to the global free list"), DECIDE),
+        (Op::GlobalPop, _) => {
+            let n = ChainArg::unpack(a).slabs;
+            (format!("take {n} {b} slab(s) from slab {s} off the global free list"), DECIDE)
+        }
+        (Op::GlobalPush, _) => {
+            let n = ChainArg::unpack(a).slabs;
+            (format!("return {n} {b} slab(s) from slab {s} to the global free list"), DECIDE)
+        }
         (Op::Size, _) => (format!("give {b} slab {s} block class {a}"), UNDO),
         (Op::TakeWord, false) => (format!("move bitset word {a} of {b} slab {s} into the thread's cache"), FINISH),
         (Op::TakeWord, true) => {

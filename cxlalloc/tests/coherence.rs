@@ -225,3 +225,92 @@ fn a_batch_holding_every_block_of_its_slab_claims_it_at_once_without_hwcc() {
     assert!(heap.check().is_clean(), "{}", heap.check());
     drop(device);
 }
+
+/// 1 KiB blocks fill a small slab with 32; `slabs` full slabs (and one more block, which
+/// retires the last of them) allocated by `t`.
+fn fill_slabs(t: &cxlalloc::ThreadHandle, slabs: usize) -> Vec<std::ptr::NonNull<u8>> {
+    (0..slabs * 32 + 1).map(|_| t.alloc(1024).unwrap()).collect()
+}
+
+/// docs/design.md §4.3, "Chains": without HWcc every CAS on the global list is an mCAS, so a
+/// thread that claims slab after slab (its frees are all remote) pushes the slabs beyond its
+/// cache in chains, one mCAS per chain, not one per slab. Recovery off, so that no
+/// detectable-CAS help is sent: the device then answers exactly the subtractions and pushes.
+#[test]
+fn a_freer_pushes_the_slabs_it_claims_beyond_its_cache_in_chains_without_hwcc() {
+    let name = HeapName::new("chain-push");
+    let heap = Heap::create(name.as_str(), &Config { recovery: false, ..config(Coherence::NoHwcc) }).unwrap();
+    let slabs = 64;
+    let cache = heap.config().cache_local as u64;
+    let device = Device::serve(name.as_str(), Duration::ZERO);
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    let blocks = fill_slabs(&owner, slabs);
+    device.stop();
+    let device = Device::serve(name.as_str(), Duration::ZERO);
+    let before = heap.stats().counters;
+    for &p in &blocks[..slabs * 32] {
+        other.free(p).unwrap();
+    }
+    let requests = device.stop();
+    let after = heap.stats().counters;
+    // Judged once the handles are gone: a handle dropped while no device serves would wait
+    // for it forever.
+    let device = Device::serve(name.as_str(), Duration::ZERO);
+    owner.free(blocks[slabs * 32]).unwrap();
+    drop((owner, other));
+    assert!(heap.check().is_clean(), "{}", heap.check());
+    drop(device);
+    let slabs = slabs as u64;
+    assert_eq!(after.claims - before.claims, slabs, "every slab was claimed by its last free");
+    let pushed = after.global_pushes - before.global_pushes;
+    assert!(pushed >= slabs - cache, "the claimer kept at most its cache: {pushed} pushed");
+    // One subtraction per slab (a whole slab's batch claims it), then the pushes.
+    assert!(
+        requests <= slabs + pushed / 4,
+        "{requests} mCAS for {slabs} claims and {pushed} slabs pushed: pushes are not chained"
+    );
+}
+
+/// docs/design.md §4.3, "Chains": a refill that finds no slab in its cache pops a chain of
+/// slabs from the global list with one mCAS, filling its cache, instead of one mCAS per slab.
+#[test]
+fn a_refill_pops_a_chain_of_slabs_from_the_global_list_without_hwcc() {
+    let name = HeapName::new("chain-pop");
+    let heap = Heap::create(name.as_str(), &Config { recovery: false, ..config(Coherence::NoHwcc) }).unwrap();
+    let device = Device::serve(name.as_str(), Duration::ZERO);
+    let first = heap.attach().unwrap();
+    let second = heap.attach().unwrap();
+    // 40 slabs sized, emptied by local frees and given back: all but the cache go global.
+    let blocks = fill_slabs(&first, 40);
+    for &p in &blocks {
+        first.free(p).unwrap();
+    }
+    drop(first);
+    let listed = heap.stats().counters.global_pushes;
+    device.stop();
+    let device = Device::serve(name.as_str(), Duration::ZERO);
+    let before = heap.stats().counters;
+    let slabs = 16;
+    let again = fill_slabs(&second, slabs);
+    let requests = device.stop();
+    let after = heap.stats().counters;
+    // Judged once the handle is gone (see the test above).
+    let device = Device::serve(name.as_str(), Duration::ZERO);
+    for &p in &again {
+        second.free(p).unwrap();
+    }
+    drop(second);
+    assert!(heap.check().is_clean(), "{}", heap.check());
+    drop(device);
+    assert!(listed >= 32, "{listed} slabs on the global list");
+    let popped = after.global_pops - before.global_pops;
+    assert!(popped >= slabs as u64, "the refills took {popped} slabs from the global list");
+    assert_eq!(after.slabs_bumped, before.slabs_bumped, "the heap did not grow");
+    // One counter reset per sizing (each slab was last counted by another slot), then the pops.
+    let sized = slabs as u64 + 1;
+    assert!(
+        requests <= sized + popped / 4,
+        "{requests} mCAS for {sized} sizings and {popped} slabs popped: pops are not chained"
+    );
+}

@@ -26,6 +26,7 @@ const HUGE: usize = 250;
 const AFTER: usize = 260;
 const PLAIN: usize = 270; // PLAIN_BLOCKS blocks freed by plain (not detectable) remote frees
 const PLAIN_BLOCKS: usize = 8;
+const CHAIN: usize = 300; // 96 blocks of 1 KiB: 3 slabs of the freer's, emptied locally
 
 /// The heap of a run in `coherence`; the reduced models have no huge heap.
 fn config(coherence: Coherence) -> Config {
@@ -33,7 +34,9 @@ fn config(coherence: Coherence) -> Config {
         thread_slots: 8,
         small_batch: 1,
         large_batch: 1,
-        cache_local: 1,
+        // Two in the reduced models, so that their pops and pushes move chains of two slabs
+        // (docs/design.md §4.3, "Chains"); a chain is never longer than the cache.
+        cache_local: if coherence == Coherence::Full { 1 } else { 2 },
         huge_capacity: if coherence == Coherence::Full { 1 << 30 } else { 0 },
         coherence,
         ..Config::with_capacity(64 << 20)
@@ -43,9 +46,11 @@ fn config(coherence: Coherence) -> Config {
 /// The crash points the workload reaches in `coherence`: remote frees are batched only in the
 /// reduced models, which have no huge heap. Recovery's own points are armed separately.
 fn points(coherence: Coherence) -> impl Iterator<Item = &'static str> {
-    // The full model counts remote frees one by one; the limited model has no huge heap (its
-    // mailboxes are the full model's, with write-backs: docs/design.md §4.6).
-    let unreached: &[&str] = if coherence == Coherence::Full { &["RemoteBatch"] } else { &["Huge"] };
+    // The full model counts remote frees one by one and moves slabs to and from the global
+    // list one at a time; the limited model has no huge heap (its mailboxes are the full
+    // model's, with write-backs: docs/design.md §4.6).
+    let unreached: &[&str] =
+        if coherence == Coherence::Full { &["RemoteBatch", "PopChain", "PushChain"] } else { &["Huge"] };
     POINTS.iter().copied().filter(move |p| !p.starts_with("Recovery") && !unreached.iter().any(|u| p.starts_with(u)))
 }
 
@@ -79,6 +84,11 @@ fn workload(heap: &Heap, table: &[AtomicU64]) -> Result<(), String> {
     try_free(&a, table, CLASS_1K..CLASS_1K + 4)?;
     // Slab 1: all remote; the last free claims it for b (T8).
     try_free(&b, table, CLASS_1K + 32..CLASS_1K + 64)?;
+    // b sizes three slabs (the one it claimed among them) and empties them by local frees
+    // (T7): three empty slabs overflow its cache, and the trim pushes what is beyond it (in
+    // the reduced models, whose cache is two, as one chain of two: docs/design.md §4.3).
+    try_alloc(&b, table, CHAIN..CHAIN + 96, 1024)?;
+    try_free(&b, table, CHAIN..CHAIN + 96)?;
     // Slab 2: one local free, 31 blocks stay out: abandoned partly used at detach.
     try_free(&a, table, CLASS_1K + 64..CLASS_1K + 65)?;
     // A 512-byte slab emptied by 1 local and 63 remote frees, which the next refill reclaims.

@@ -21,6 +21,9 @@
 //! | global_list_pop_push_pop_aba                   | 2   | none  | 39         | 2 ms   |
 //! | global_list_three_threads                      | 3   | 5     | 797,970    | 34 s   |
 //! | global_list_untagged_head_aba_is_caught (−)    | 2   | none  | fails      | <0.1 s |
+//! | global_list_chain_pop_push_aba                 | 2   | none  | 15         | 1 ms   |
+//! | global_list_chains_two_threads                 | 2   | none  | 2,943      | 0.15 s |
+//! | global_list_untagged_head_chain_aba_is_caught (−) | 2 | none  | fails      | <0.1 s |
 //! | length_bump_truncates_and_fills                | 3   | 5     | 110,880    | 4.1 s  |
 //! | remote_two_blocks_owner_keeps_one              | 2   | none  | 24         | 1 ms   |
 //! | remote_two_blocks_both_remote                  | 3   | none  | 1,374      | 0.05 s |
@@ -235,6 +238,71 @@ impl List {
         popped
     }
 
+    /// T2 with a chain, as `SlabOps::global_pop` does it in the reduced models: pop up to `max`
+    /// slabs at once, then take ownership of each, following the chain's links.
+    fn pop_chain(&self, tags: &mut Tags, max: u32) -> Vec<u32> {
+        let tag = self.tag(tags);
+        let slabs = self.slabs();
+        let mut announced = Vec::new();
+        let popped = global_list::pop_chain(
+            &self.head,
+            tag,
+            max,
+            |link| {
+                if (1..=slabs).contains(&link) {
+                    Ok(self.next[link as usize - 1].load(Ordering::Relaxed))
+                } else {
+                    Err(link)
+                }
+            },
+            |link, count| announced.push((link, count)),
+            |_| {},
+        )
+        .unwrap_or_else(|link| panic!("global list reached corrupt link {link}"));
+        let Some((first, count)) = popped else {
+            self.seen.mark("pop empty");
+            return Vec::new();
+        };
+        assert!((1..=max).contains(&count), "chain of {count} slabs for at most {max}");
+        if announced.iter().filter(|&&(l, _)| l == first).count() > 1 {
+            self.seen.mark("aba retry");
+        }
+        if count > 1 {
+            self.seen.mark("chain popped");
+        }
+        let mut got = Vec::new();
+        let mut link = first;
+        for i in 0..count {
+            assert!((1..=slabs).contains(&link), "popped chain reached corrupt link {link}");
+            // Every pusher cleared `owner` before its Release CAS; our Acquire must see it.
+            let owner = self.owner[link as usize - 1].load(Ordering::Relaxed);
+            assert_eq!(owner, 0, "popped slab {link} still names owner {owner}");
+            self.owner[link as usize - 1].store(tags.slot + 1, Ordering::Relaxed);
+            got.push(link);
+            if i + 1 < count {
+                link = self.next[link as usize - 1].load(Ordering::Relaxed);
+            }
+        }
+        got
+    }
+
+    /// T9 with a chain, as `SlabOps::release_unsized` does it in the reduced models: link the
+    /// slabs, clear their owners, then push the chain with one CAS.
+    fn push_chain(&self, tags: &mut Tags, links: &[u32]) {
+        for (k, &link) in links.iter().enumerate() {
+            let i = link as usize - 1;
+            let owner = self.owner[i].load(Ordering::Relaxed);
+            assert_eq!(owner, tags.slot + 1, "slot {} pushes slab {link} owned by {owner}", tags.slot);
+            if let Some(&after) = links.get(k + 1) {
+                self.next[i].store(after, Ordering::Relaxed);
+            }
+            self.owner[i].store(0, Ordering::Relaxed);
+        }
+        let last = *links.last().expect("a chain of at least one slab") as usize - 1;
+        let tag = self.tag(tags);
+        global_list::push(&self.head, tag, links[0], |next| self.next[last].store(next, Ordering::Relaxed), |_| {});
+    }
+
     /// T9 as `SlabOps::release_unsized` does it: clear the owner, then push.
     fn push(&self, tags: &mut Tags, link: u32) {
         let i = link as usize - 1;
@@ -285,6 +353,11 @@ enum Step {
     /// Push back the slab this thread got `k` slabs ago (0 = most recent; slabs it held from
     /// the start count as got before everything else); nothing if it holds too few.
     Push(usize),
+    /// Pop a chain of up to this many slabs.
+    PopChain(u32),
+    /// Push the `n` slabs this thread got most recently as one chain; nothing if it holds
+    /// fewer.
+    PushChain(usize),
 }
 
 fn run_list_thread(list: &List, slot: u32, initially: Vec<u32>, script: &[Step]) -> (u32, Vec<u32>) {
@@ -297,6 +370,13 @@ fn run_list_thread(list: &List, slot: u32, initially: Vec<u32>, script: &[Step])
                 if held.len() > k {
                     let link = held.remove(held.len() - 1 - k);
                     list.push(&mut tags, link);
+                }
+            }
+            Step::PopChain(max) => held.extend(list.pop_chain(&mut tags, max)),
+            Step::PushChain(n) => {
+                if held.len() >= n && n > 0 {
+                    let chain = held.split_off(held.len() - n);
+                    list.push_chain(&mut tags, &chain);
                 }
             }
         }
@@ -361,6 +441,44 @@ fn global_list_three_threads() {
     let s = seen.clone();
     check("global_list_three_threads", Some(5), move || list_model(&s, 3, 2, &[2], true, SCRIPTS));
     seen.require(&["aba retry", "pop empty"]);
+}
+
+/// Chain ABA (docs/design.md §4.3, "Chains"): slot 0 loads head = 1 and walks `1 → 2 → 3`
+/// (new head 0); slot 1 pops the chain 1, 2 and pushes 1 back (head is 1 again, now `1 → 3`).
+/// With an untagged head slot 0's CAS would take 1, 2 and 3 while slot 1 holds 2; the tag
+/// makes it fail and walk again.
+const CHAIN_ABA: &[&[Step]] = &[&[Step::PopChain(3)], &[Step::PopChain(2), Step::Push(1)]];
+
+#[test]
+fn global_list_chain_pop_push_aba() {
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("global_list_chain_pop_push_aba", None, move || list_model(&s, 3, 3, &[], true, CHAIN_ABA));
+    seen.require(&["aba retry", "chain popped"]);
+}
+
+/// Negative control: the chain ABA scenario with an untagged head. The model must find the
+/// interleaving above, where slot 0's CAS succeeds on a list that changed under its walk: what
+/// it took is no longer the chain it read (its walk over it runs off the links, or reaches a
+/// slab another thread holds).
+#[test]
+#[should_panic(expected = "popped")]
+fn global_list_untagged_head_chain_aba_is_caught() {
+    check("global_list_untagged_head_chain_aba_is_caught", None, || {
+        list_model(&Seen::default(), 3, 3, &[], false, CHAIN_ABA)
+    });
+}
+
+/// Chains both ways: slot 0 pops a chain and pushes it back whole while slot 1 pops, pushes
+/// a chain of its own and pops a chain again; every slab ends listed once or held once.
+#[test]
+fn global_list_chains_two_threads() {
+    const SCRIPTS: &[&[Step]] =
+        &[&[Step::PopChain(2), Step::PushChain(2)], &[Step::Pop, Step::PushChain(2), Step::PopChain(3)]];
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("global_list_chains_two_threads", None, move || list_model(&s, 4, 3, &[1], true, SCRIPTS));
+    seen.require(&["chain popped"]);
 }
 
 // ------------------------------------------------------------------------------------------------

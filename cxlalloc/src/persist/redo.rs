@@ -8,7 +8,8 @@
 //! +---------------------+------------------+------+------+--------+
 //! ```
 //!
-//! `arg` is a detectable-CAS version (bump, pop, push, remote free), a class id (unsized →
+//! `arg` is a detectable-CAS version (bump, remote free), a version and a chain length (pop,
+//! push: [`ChainArg`]), a class id (unsized →
 //! sized, retire), a bitset word (take word) or a block index (local free). A zero word means
 //! "no operation in flight". The allocation fast path needs no record: popping a bit from the
 //! persistent current-slab word ([`crate::persist::record::Current`]) is one store that both
@@ -28,7 +29,8 @@ use crate::sync::AtomicU64;
 pub enum Op {
     /// T1: extend the heap by a batch of slabs starting at `slab` (old length); arg = version.
     Bump = 1,
-    /// T2: pop `slab` from the global list; arg = version.
+    /// T2: pop the chain that starts at `slab` from the global list; arg = `ChainArg` (version
+    /// and the chain's slab count).
     GlobalPop = 2,
     /// T3: give unsized `slab` the class in arg.
     Size = 3,
@@ -44,7 +46,8 @@ pub enum Op {
     Retire = 6,
     /// T10/T8: decrement `slab`'s remote counter; arg = version, flag = this free claims it.
     RemoteFree = 7,
-    /// T9: push `slab` from the unsized list to the global list; arg = version.
+    /// T9: push the chain of the first slabs of the unsized list, starting at `slab`, to the
+    /// global list; arg = `ChainArg` (version and the chain's slab count).
     GlobalPush = 8,
     /// A detaching owner disowns partly used `slab`, counting its free blocks off the remote
     /// counter in one CAS; arg = version, flag = that CAS claimed the slab back (it was empty).
@@ -96,6 +99,51 @@ impl Op {
             12 => Op::Harvest,
             _ => return None,
         })
+    }
+}
+
+/// The argument of [`Op::GlobalPop`] and [`Op::GlobalPush`]: the operation's detectable-CAS
+/// version and how many slabs its chain holds (docs/design.md §4.3, "Chains"). A chain of one
+/// slab packs to the bare version, the argument's form before chains.
+///
+/// ```text
+///  24          20 19                   0
+/// +--------------+----------------------+
+/// | slabs − 1    | version (20 b)       |
+/// +--------------+----------------------+
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ChainArg {
+    /// The operation's version.
+    pub(crate) version: u32,
+    /// Slabs in the chain, 1..=[`ChainArg::MAX_SLABS`].
+    pub(crate) slabs: u32,
+}
+
+const CHAIN_VERSION_BITS: u32 = 20;
+const CHAIN_VERSION_MASK: u32 = (1 << CHAIN_VERSION_BITS) - 1;
+
+impl ChainArg {
+    /// Longest chain one record names (the five bits above the version).
+    pub(crate) const MAX_SLABS: u32 = 1 << (ARG_BITS - CHAIN_VERSION_BITS);
+
+    /// The argument of a chain of `slabs` (1..=[`ChainArg::MAX_SLABS`]) under `version`.
+    #[inline]
+    pub(crate) fn new(version: u32, slabs: u32) -> Self {
+        debug_assert!((1..=Self::MAX_SLABS).contains(&slabs));
+        Self { version, slabs }
+    }
+
+    /// The `arg` field.
+    #[inline]
+    pub(crate) fn pack(self) -> u32 {
+        (self.version & CHAIN_VERSION_MASK) | (self.slabs.clamp(1, Self::MAX_SLABS) - 1) << CHAIN_VERSION_BITS
+    }
+
+    /// Decodes an `arg` field.
+    #[inline]
+    pub(crate) fn unpack(arg: u32) -> Self {
+        Self { version: arg & CHAIN_VERSION_MASK, slabs: (arg >> CHAIN_VERSION_BITS) % Self::MAX_SLABS + 1 }
     }
 }
 
@@ -243,6 +291,16 @@ impl Pending {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_chain_argument_round_trips_and_one_slab_is_the_bare_version() {
+        for (version, slabs) in [(1, 1), (0xf_ffff, 1), (77, 5), (0xf_ffff, ChainArg::MAX_SLABS)] {
+            let arg = ChainArg::new(version, slabs);
+            assert_eq!(ChainArg::unpack(arg.pack()), arg);
+            assert!(arg.pack() < 1 << ARG_BITS);
+        }
+        assert_eq!(ChainArg::new(4242, 1).pack(), 4242);
+    }
 
     #[test]
     fn every_op_round_trips() {

@@ -3,6 +3,16 @@
 //! Links live in the slabs' local descriptors (`next`, slab index + 1). ABA safety: every
 //! successful CAS stamps the head with the writer's `{slot, version}` tag, so a head that was
 //! popped and pushed back between a reader's load and CAS carries a different tag.
+//!
+//! Chains (docs/design.md §4.3, "Chains"): a push may carry several slabs already linked through
+//! their `next` fields (the pusher's unsized list), and a pop may take the top `n` slabs at
+//! once, so that a slab moved between threads costs a fraction of a CAS — an mCAS in the
+//! no-HWcc model. Pushing a chain is [`push`] with the chain's first link and a `set_next` that
+//! writes its last slab's link. Popping one is [`pop_chain`]: the links it walks are those of
+//! slabs on the list when the head was read, and a slab on the list is written by nobody (its
+//! owner is 0 and only a popper takes it), so if the tagged head is unchanged at the CAS the
+//! walk read the list as it stood (a walk that raced with a pop and a push fails the CAS on
+//! the tag and starts over).
 
 use crate::protocol::HwWord;
 use crate::sync::Ordering;
@@ -21,6 +31,49 @@ pub fn push(head: &(impl HwWord + ?Sized), tag: Tag, link: u32, mut set_next: im
         // Release: publishes the slab's `next` link and cleared owner to the popper's Acquire.
         match head.compare_exchange_weak(cur, Tagged::new(link, tag).pack(), Ordering::Release, Ordering::Relaxed) {
             Ok(_) => return,
+            Err(seen) => cur = seen,
+        }
+    }
+}
+
+/// Pops up to `max` (≥ 1) slabs from the top: `(first link, count)`, the slabs being `first`
+/// and the `count − 1` that follow it through their `next` links (unchanged by the pop), or
+/// `None` when the list is empty. `next_of` as for [`pop`]; a link that fails to read ends
+/// the walk there (the chain stops before it). `announce(first, count)` is called before each
+/// CAS attempt. `help` as for [`push`].
+pub fn pop_chain<E>(
+    head: &(impl HwWord + ?Sized),
+    tag: Tag,
+    max: u32,
+    mut next_of: impl FnMut(u32) -> Result<u32, E>,
+    mut announce: impl FnMut(u32, u32),
+    help: impl Fn(u64),
+) -> Result<Option<(u32, u32)>, E> {
+    // Acquire: pairs with the Release CAS of the push that installed this head (and, through
+    // the pushes before it, with the writes of every link below it).
+    let mut cur = head.load(Ordering::Acquire);
+    loop {
+        let top = Tagged::unpack(cur).payload;
+        if top == 0 {
+            return Ok(None);
+        }
+        // The first link must read (as for `pop`); deeper ones only lengthen the chain.
+        let mut next = next_of(top)?;
+        let mut count = 1;
+        while count < max && next != 0 {
+            match next_of(next) {
+                Ok(after) => {
+                    next = after;
+                    count += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        announce(top, count);
+        help(cur);
+        // AcqRel as for `pop`.
+        match head.compare_exchange_weak(cur, Tagged::new(next, tag).pack(), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Ok(Some((top, count))),
             Err(seen) => cur = seen,
         }
     }

@@ -8,7 +8,7 @@
 use crate::class::Bracket;
 use crate::mem::Slab;
 use crate::persist::descriptor::Descriptor;
-use crate::persist::redo::{Op, Redo};
+use crate::persist::redo::{ChainArg, Op, Redo};
 use crate::protocol::{detectable, remote};
 use crate::slab::ops::SlabThread;
 use crate::sync::{AtomicU64, Ordering};
@@ -63,6 +63,26 @@ impl SlabThread<'_> {
         d.head.size.store(0, Ordering::Relaxed);
     }
 
+    /// [`Self::own_empty`] for the chain of `slabs` slabs that starts at `first` (a pop's or a
+    /// push's, docs/design.md §4.3, "Chains"): neither operation changes the links between
+    /// the chain's slabs, only the last one's `next`, which the walk does not follow. A link
+    /// that does not name a slab ends the walk (a corrupt record; what it missed stays with
+    /// whoever holds it).
+    fn own_chain(&self, b: Bracket, first: Slab, slabs: u32) {
+        let mut slab = first;
+        for i in 0..slabs {
+            let d = self.mem.desc(b, slab);
+            let next = d.head.next.load(Ordering::Relaxed);
+            self.own_empty(d);
+            if i + 1 < slabs {
+                match self.mem.link(b, next) {
+                    Ok(Some(n)) => slab = n,
+                    _ => return,
+                }
+            }
+        }
+    }
+
     /// Finishes or undoes the logged operation `r`; the caller clears the record after.
     pub(crate) fn resolve(&self, r: Redo) -> Resolution {
         let b = r.bracket;
@@ -95,18 +115,20 @@ impl SlabThread<'_> {
                 Resolution::Completed
             }
             (Op::GlobalPop, _) => {
-                if !self.took_effect(&self.mem.globals(b).global_head, r.arg) {
+                let chain = ChainArg::unpack(r.arg);
+                if !self.took_effect(&self.mem.globals(b).global_head, chain.version) {
                     return Resolution::Undone;
                 }
-                self.own_empty(d);
+                self.own_chain(b, slab, chain.slabs);
                 Resolution::Completed
             }
             (Op::GlobalPush, _) => {
-                if self.took_effect(&self.mem.globals(b).global_head, r.arg) {
+                let chain = ChainArg::unpack(r.arg);
+                if self.took_effect(&self.mem.globals(b).global_head, chain.version) {
                     return Resolution::Completed;
                 }
                 // Still ours: nobody can reach a slab that is on no shared list.
-                self.own_empty(d);
+                self.own_chain(b, slab, chain.slabs);
                 Resolution::Undone
             }
             (Op::Size, _) => {

@@ -24,7 +24,7 @@ use crate::error::{AllocError, FreeError};
 use crate::mem::{HeapMem, QuickGeometry, Slab};
 use crate::persist::descriptor::Descriptor;
 use crate::persist::record::{Current, CurrentId, Harvest, RemoteBatch, ThreadRecord};
-use crate::persist::redo::{Op, Pending, Redo};
+use crate::persist::redo::{ChainArg, Op, Pending, Redo};
 use crate::protocol::mailbox::{self, BlockId, Link};
 use crate::protocol::{detectable, free_mark, global_list, length, remote};
 use crate::sync::{fence, AtomicU64, Ordering};
@@ -1781,13 +1781,27 @@ impl<'a> SlabThread<'a> {
         Ok(at.size as usize)
     }
 
-    /// T2: pops a slab from the global list onto this thread's unsized list.
+    /// Slabs one T2 pop or T9 push moves at most (docs/design.md §4.3, "Chains"): one in the
+    /// full model; in the reduced models a pop fills the unsized cache (`cache_local` slabs),
+    /// and a push takes the cache down to half, so that a slab passing between threads costs a
+    /// fraction of a CAS (an mCAS, 2.3 µs on the paper's device, without HWcc).
+    fn chain_max(&self) -> u32 {
+        if self.batching {
+            self.mem.header.cache_local.clamp(1, ChainArg::MAX_SLABS)
+        } else {
+            1
+        }
+    }
+
+    /// T2: pops a slab, or a chain of them ([`SlabThread::chain_max`]), from the global list onto
+    /// this thread's unsized list.
     fn global_pop(&self, b: Bracket) -> Result<bool, AllocError> {
         let version = self.next_version();
         let mem = self.mem;
-        let popped = global_list::pop(
+        let popped = global_list::pop_chain(
             &self.hw(&mem.globals(b).global_head),
             self.tag(version),
+            self.chain_max(),
             |link| match mem.link(b, link) {
                 Ok(Some(s)) => {
                     // docs/design.md §14.3: the pusher wrote `next` on another host; read it from memory.
@@ -1797,38 +1811,65 @@ impl<'a> SlabThread<'a> {
                 }
                 _ => Err(AllocError::Corrupt("global list link beyond heap length")),
             },
-            |link| self.log(Redo::new(Op::GlobalPop, b, link - 1, version)),
+            |link, slabs| self.log(Redo::new(Op::GlobalPop, b, link - 1, ChainArg::new(version, slabs).pack())),
             self.helper(self.tag(version)),
         )
         .inspect_err(|_| self.clear_log())?;
-        let Some(link) = popped else {
+        let Some((first, slabs)) = popped else {
             self.clear_log();
             return Ok(false);
         };
         crash_point!(GlobalPopped);
-        let slab = mem
-            .link(b, link)
-            .map_err(AllocError::Corrupt)
-            .and_then(|s| s.ok_or(AllocError::Corrupt("popped null")))
-            .inspect_err(|_| self.clear_log())?;
-        let d = mem.desc(b, slab);
-        // No invalidation of the descriptor here (there was one, `Site::Popped`; the mutation
-        // matrix of tests/noncoherent.rs showed it unobservable): the pop read the head line
-        // from memory (`Site::PopNext`), and its tagged CAS succeeding proves the slab was not
-        // popped and pushed again since. The rest (the bitset) is written whole by the sizing
-        // (T3) before anything reads it.
-        d.head.owner.store(self.me(), Ordering::Relaxed);
-        self.push_unsized(b, slab, d);
-        ThreadRecord::bump(&self.rec.counters.global_pops);
+        // The chain keeps its links while it joins the unsized list in front: its last slab's
+        // `next` (the global list's new head) becomes our old unsized head. Recovery finds the
+        // chain by walking `slabs` links from the first.
+        let lists = self.rec.lists(b);
+        let mut link = first;
+        for i in 0..slabs {
+            let slab = mem
+                .link(b, link)
+                .map_err(AllocError::Corrupt)
+                .and_then(|s| s.ok_or(AllocError::Corrupt("popped null")))
+                .inspect_err(|_| self.clear_log())?;
+            let d = mem.desc(b, slab);
+            // No invalidation of the descriptor here (there was one, `Site::Popped`; the
+            // mutation matrix of tests/noncoherent.rs showed it unobservable): the pop read
+            // the head line from memory (`Site::PopNext`), and its tagged CAS succeeding proves
+            // the slab was not popped and pushed again since. The rest (the bitset) is written
+            // whole by the sizing (T3) before anything reads it.
+            d.head.owner.store(self.me(), Ordering::Relaxed);
+            d.head.prev.store(0, Ordering::Relaxed);
+            if i + 1 == slabs {
+                d.head.next.store(lists.unsized_head.load(Ordering::Relaxed), Ordering::Relaxed);
+            } else {
+                link = d.head.next.load(Ordering::Relaxed);
+                #[cfg(feature = "crash-points")]
+                if i == 0 {
+                    crash_point!(PopChainOwned);
+                }
+            }
+        }
+        lists.unsized_head.store(first, Ordering::Relaxed);
+        lists.unsized_len.store(lists.unsized_len.load(Ordering::Relaxed) + slabs, Ordering::Relaxed);
+        let counter = &self.rec.counters.global_pops;
+        counter.store(counter.load(Ordering::Relaxed) + u64::from(slabs), Ordering::Relaxed);
         // A thread that takes slabs back is not shrinking: its next pushes keep their pages.
         self.warm_pushed.store(0, Ordering::Relaxed);
         self.clear_log();
-        if self.recommit && mem.recommit_slab(b, slab).is_err() {
-            // Its pages were given back at T9: reserved again here, so that a full device is an
-            // error now and not a SIGBUS at first touch. Back on the global list if it cannot be.
-            let len = self.rec.lists(b).unsized_len.load(Ordering::Relaxed);
-            self.release_unsized(b, len.saturating_sub(1), false);
-            return Err(AllocError::OutOfMemory(b));
+        if self.recommit {
+            // Their pages were given back at T9: reserved again here, so that a full device is
+            // an error now and not a SIGBUS at first touch. Back on the global list if they
+            // cannot be (the chain is the front of the unsized list).
+            let mut link = first;
+            for _ in 0..slabs {
+                let Ok(Some(slab)) = mem.link(b, link) else { break };
+                if mem.recommit_slab(b, slab).is_err() {
+                    let len = lists.unsized_len.load(Ordering::Relaxed);
+                    self.release_unsized(b, len.saturating_sub(slabs), false);
+                    return Err(AllocError::OutOfMemory(b));
+                }
+                link = mem.desc(b, slab).head.next.load(Ordering::Relaxed);
+            }
         }
         Ok(true)
     }
@@ -1946,9 +1987,16 @@ impl<'a> SlabThread<'a> {
         self.clear_log();
     }
 
-    /// T9: returns empty slabs beyond the cache limit to the global list.
+    /// T9: returns empty slabs beyond the cache limit to the global list. In the reduced models
+    /// an overflowing cache goes down to half the limit in one chain (docs/design.md §4.3,
+    /// "Chains"): a thread that claims slab after slab (a consumer whose frees are all remote)
+    /// pushes one chain per `cache_local / 2 + 1` slabs instead of one push each.
     fn trim_cache(&self, b: Bracket) {
-        self.release_unsized(b, self.mem.header.cache_local, false);
+        let limit = self.mem.header.cache_local;
+        if self.rec.lists(b).unsized_len.load(Ordering::Relaxed) > limit {
+            let keep = if self.batching { limit / 2 } else { limit };
+            self.release_unsized(b, keep, false);
+        }
     }
 
     /// T9 for every cached empty slab (a thread detaching).
@@ -1975,34 +2023,73 @@ impl<'a> SlabThread<'a> {
     }
 
     /// T9 for the slabs of `b`'s unsized list beyond `keep`; `draining`: the thread detaches.
+    /// The slabs go in chains of up to [`SlabThread::chain_max`], the front of the unsized list
+    /// taken as it is linked, one CAS each.
     fn release_unsized(&self, b: Bracket, keep: u32, draining: bool) {
         let lists = self.rec.lists(b);
-        while lists.unsized_len.load(Ordering::Relaxed) > keep {
-            let Ok(Some(slab)) = self.mem.link(b, lists.unsized_head.load(Ordering::Relaxed)) else {
+        loop {
+            let len = lists.unsized_len.load(Ordering::Relaxed);
+            if len <= keep {
+                return;
+            }
+            let Ok(Some(first)) = self.mem.link(b, lists.unsized_head.load(Ordering::Relaxed)) else {
                 return;
             };
-            let d = self.mem.desc(b, slab);
-            let version = self.next_version();
-            self.log(Redo::new(Op::GlobalPush, b, slab.index(), version));
-            lists.unsized_head.store(d.head.next.load(Ordering::Relaxed), Ordering::Relaxed);
-            lists.unsized_len.store(lists.unsized_len.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
-            // The owner must be cleared before the slab is reachable by others (docs/design.md §14.3); the
-            // push's Release CAS publishes it.
-            d.head.owner.store(0, Ordering::Relaxed);
-            crash_point!(PushDisowned);
-            // Another host may pop and size it: nothing of its data stays dirty here (before
-            // its pages are given back, so that no write-back lands after).
-            self.publish_data(b, slab);
-            if self.return_pages && !self.keep_pages(b, draining) {
-                // Empty and still ours: its pages go back before anyone can pop it (docs/design.md
-                // §4.7). A failure only keeps them.
-                let _ = self.mem.release_slab(b, slab);
+            // The chain: the front of the unsized list, as far as its links hold (a corrupt
+            // link ends it, so that the record never names more slabs than the walk took).
+            let mut slabs = 1;
+            let mut last = first;
+            while slabs < (len - keep).min(self.chain_max()) {
+                match self.mem.link(b, self.mem.desc(b, last).head.next.load(Ordering::Relaxed)) {
+                    Ok(Some(n)) => {
+                        last = n;
+                        slabs += 1;
+                    }
+                    _ => break,
+                }
             }
+            let version = self.next_version();
+            self.log(Redo::new(Op::GlobalPush, b, first.index(), ChainArg::new(version, slabs).pack()));
+            let rest = self.mem.desc(b, last).head.next.load(Ordering::Relaxed);
+            lists.unsized_head.store(rest, Ordering::Relaxed);
+            lists.unsized_len.store(len - slabs, Ordering::Relaxed);
+            // Each slab of the chain: disowned, its data and descriptor made visible, its pages
+            // perhaps given back; the last one's `next` is written by the push below.
+            let mut slab = first;
+            for i in 0..slabs {
+                let d = self.mem.desc(b, slab);
+                // The owner must be cleared before the slab is reachable by others (docs/design.md
+                // §14.3); the push's Release CAS publishes it.
+                d.head.owner.store(0, Ordering::Relaxed);
+                crash_point!(PushDisowned);
+                // Another host may pop and size it: nothing of its data stays dirty here (before
+                // its pages are given back, so that no write-back lands after).
+                self.publish_data(b, slab);
+                if self.return_pages && !self.keep_pages(b, draining) {
+                    // Empty and still ours: its pages go back before anyone can pop it
+                    // (docs/design.md §4.7). A failure only keeps them.
+                    let _ = self.mem.release_slab(b, slab);
+                }
+                if i + 1 < slabs {
+                    // Its `next` (the chain's link) reaches memory now: the push's write-back
+                    // covers only the last slab.
+                    self.publish(Site::GlobalPush, d.bytes());
+                    #[cfg(feature = "crash-points")]
+                    if i == 0 {
+                        crash_point!(PushChainDisowned);
+                    }
+                    match self.mem.link(b, d.head.next.load(Ordering::Relaxed)) {
+                        Ok(Some(n)) => slab = n,
+                        _ => break,
+                    }
+                }
+            }
+            let d = self.mem.desc(b, last);
             let tag = self.tag(version);
             global_list::push(
                 &self.hw(&self.mem.globals(b).global_head),
                 tag,
-                slab.link(),
+                first.link(),
                 // docs/design.md §14.3: `next` is written before the write-back that precedes publication.
                 |next| {
                     d.head.next.store(next, Ordering::Relaxed);
@@ -2010,7 +2097,8 @@ impl<'a> SlabThread<'a> {
                 },
                 self.helper(tag),
             );
-            ThreadRecord::bump(&self.rec.counters.global_pushes);
+            let counter = &self.rec.counters.global_pushes;
+            counter.store(counter.load(Ordering::Relaxed) + u64::from(slabs), Ordering::Relaxed);
             self.clear_log();
         }
     }
