@@ -65,6 +65,59 @@ enum Quick {
     General,
 }
 
+/// A free's answer as the out-of-line entries return it to the inlined quick free
+/// ([`SlabThread::free_or`]): the [`FreeError`] packed into two words, which come back in two
+/// registers where the 24-byte `Result<(), FreeError>` comes back through memory, so that the
+/// caller's copy of the quick free needs no stack slot for it (docs/design.md §4.5). `code` is 0
+/// for success, else the error's tag in its low [`FreeAnswer::TAG_BITS`] bits and, for
+/// [`FreeError::Corrupt`], the message's length above them; `msg` is the message's address.
+#[derive(Clone, Copy)]
+struct FreeAnswer {
+    code: usize,
+    msg: *const u8,
+}
+
+impl FreeAnswer {
+    const TAG_BITS: u32 = 3;
+    const TAG_MASK: usize = (1 << Self::TAG_BITS) - 1;
+    /// For a message too long to pack (none of this crate's; a `&'static str` longer than
+    /// `usize::MAX >> 3` bytes cannot exist in a 64-bit address space).
+    const LONG: &'static str = "heap metadata corrupt";
+
+    #[inline(always)]
+    fn of(r: Result<(), FreeError>) -> Self {
+        let (tag, msg) = match r {
+            Ok(()) => (0, ""),
+            Err(FreeError::ForeignPointer) => (1, ""),
+            Err(FreeError::InteriorPointer) => (2, ""),
+            Err(FreeError::NotAllocated) => (3, ""),
+            Err(FreeError::DoubleFree) => (4, ""),
+            Err(FreeError::ForeignProcess) => (5, ""),
+            Err(FreeError::Corrupt(m)) => (6, if m.len() <= usize::MAX >> Self::TAG_BITS { m } else { Self::LONG }),
+        };
+        Self { code: tag | msg.len() << Self::TAG_BITS, msg: msg.as_ptr() }
+    }
+
+    #[inline(always)]
+    fn result(self) -> Result<(), FreeError> {
+        Err(match self.code & Self::TAG_MASK {
+            0 => return Ok(()),
+            1 => FreeError::ForeignPointer,
+            2 => FreeError::InteriorPointer,
+            3 => FreeError::NotAllocated,
+            4 => FreeError::DoubleFree,
+            5 => FreeError::ForeignProcess,
+            _ => {
+                let len = self.code >> Self::TAG_BITS;
+                // SAFETY: `code` and `msg` were made by `FreeAnswer::of` from a `&'static str`
+                // of this length at this address (tag 6 is made nowhere else): the same bytes,
+                // valid UTF-8 for the life of the program.
+                FreeError::Corrupt(unsafe { std::str::from_utf8_unchecked(std::slice::from_raw_parts(self.msg, len)) })
+            }
+        })
+    }
+}
+
 /// A block the quick frees located ([`SlabThread::locate_quick`]): the fields of [`Located`]
 /// that they use, kept in registers.
 #[derive(Clone, Copy)]
@@ -732,12 +785,12 @@ impl<'a> SlabThread<'a> {
         match self.free_quick(ptr) {
             Quick::Done => Ok(()),
             Quick::Remote(Bracket::Small, slab, class, block) => {
-                self.free_remote_small(slab, class, block, self.offset_of(ptr))
+                self.free_remote_small(slab, class, block, self.offset_of(ptr)).result()
             }
             Quick::Remote(Bracket::Large, slab, class, block) => {
-                self.free_remote_large(slab, class, block, self.offset_of(ptr))
+                self.free_remote_large(slab, class, block, self.offset_of(ptr)).result()
             }
-            Quick::General => self.free_slow(ptr, outside),
+            Quick::General => self.free_slow(ptr, outside).result(),
         }
     }
 
@@ -752,18 +805,18 @@ impl<'a> SlabThread<'a> {
     /// the quick path refused (checked again from the start: the quick path wrote nothing).
     #[cold]
     #[inline(never)]
-    fn free_slow(&self, ptr: *const u8, outside: impl FnOnce() -> Result<(), FreeError>) -> Result<(), FreeError> {
+    fn free_slow(&self, ptr: *const u8, outside: impl FnOnce() -> Result<(), FreeError>) -> FreeAnswer {
         // The reduced models' quick local free lives here, behind the full model's cold entry,
         // so that the full model's inlined copy keeps its registers (docs/design.md §4.5).
         if self.batching {
             if let Some(rel) = self.geometry[Bracket::Small as usize].rel(ptr) {
-                return self.free_quick_marked(Bracket::Small, ptr, rel);
+                return FreeAnswer::of(self.free_quick_marked(Bracket::Small, ptr, rel));
             }
             if let Some(rel) = self.geometry[Bracket::Large as usize].rel(ptr) {
-                return self.free_quick_marked(Bracket::Large, ptr, rel);
+                return FreeAnswer::of(self.free_quick_marked(Bracket::Large, ptr, rel));
             }
         }
-        self.free_general(ptr, outside)
+        FreeAnswer::of(self.free_general(ptr, outside))
     }
 
     /// Limited and no-HWcc models (docs/design.md §4.5): the quick local free of the block at
@@ -983,8 +1036,8 @@ impl<'a> SlabThread<'a> {
             // again (no head line to read from memory, no batch to consult): hand it over.
             if self.mem.swcc.is_coherent() {
                 return match b {
-                    Bracket::Small => self.free_remote_small(at.slab, at.class, at.block, at.offset),
-                    Bracket::Large => self.free_remote_large(at.slab, at.class, at.block, at.offset),
+                    Bracket::Small => self.free_remote_small(at.slab, at.class, at.block, at.offset).result(),
+                    Bracket::Large => self.free_remote_large(at.slab, at.class, at.block, at.offset).result(),
                 };
             }
             if owner == self.me() {
@@ -1201,15 +1254,15 @@ impl<'a> SlabThread<'a> {
     /// [`SlabThread::free_remote_at`] of a small-bracket block.
     #[cold]
     #[inline(never)]
-    fn free_remote_small(&self, slab: Slab, class: u32, block: u32, offset: usize) -> Result<(), FreeError> {
-        self.free_remote_at(Bracket::Small, slab, class, block, offset)
+    fn free_remote_small(&self, slab: Slab, class: u32, block: u32, offset: usize) -> FreeAnswer {
+        FreeAnswer::of(self.free_remote_at(Bracket::Small, slab, class, block, offset))
     }
 
     /// [`SlabThread::free_remote_at`] of a large-bracket block.
     #[cold]
     #[inline(never)]
-    fn free_remote_large(&self, slab: Slab, class: u32, block: u32, offset: usize) -> Result<(), FreeError> {
-        self.free_remote_at(Bracket::Large, slab, class, block, offset)
+    fn free_remote_large(&self, slab: Slab, class: u32, block: u32, offset: usize) -> FreeAnswer {
+        FreeAnswer::of(self.free_remote_at(Bracket::Large, slab, class, block, offset))
     }
 
     /// [`SlabThread::free_remote`] in the full model, of a block the caller located: no head
@@ -2168,4 +2221,33 @@ impl<'a> SlabThread<'a> {
 /// The remote counter of `slab` (for statistics and the checker).
 pub(crate) fn remote_count(mem: &HeapMem, b: Bracket, slab: Slab) -> u32 {
     Tagged::unpack(mem.remote(b, slab).load(Ordering::Acquire)).payload
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FreeAnswer;
+    use crate::error::FreeError;
+
+    #[test]
+    fn a_free_answer_gives_back_the_result_it_was_made_from() {
+        let message = "descriptor class out of range";
+        let cases = [
+            Ok(()),
+            Err(FreeError::ForeignPointer),
+            Err(FreeError::InteriorPointer),
+            Err(FreeError::NotAllocated),
+            Err(FreeError::DoubleFree),
+            Err(FreeError::ForeignProcess),
+            Err(FreeError::Corrupt(message)),
+            Err(FreeError::Corrupt("")),
+        ];
+        for r in cases {
+            assert_eq!(FreeAnswer::of(r).result(), r);
+        }
+        // The message itself, not an equal copy: the same bytes come back.
+        let Err(FreeError::Corrupt(back)) = FreeAnswer::of(Err(FreeError::Corrupt(message))).result() else {
+            unreachable!("checked above")
+        };
+        assert_eq!(back.as_ptr(), message.as_ptr());
+    }
 }
