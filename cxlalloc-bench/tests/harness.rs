@@ -185,3 +185,41 @@ requests = 60000
         assert!(pss <= rss, "peak PSS {pss} B above peak RSS {rss} B ({} samples)", r.memory.samples);
     }
 }
+
+/// Every thread's record carries the CPU time of its own timed section: more than nothing for a
+/// thread that did work, and never more than the section's wall-clock (one thread runs on at
+/// most one core). On a shared machine this, not wall-clock or the process's rusage (which
+/// also counts untimed set-up and tear-down), is what compares two allocators (docs/design.md
+/// §12.4, §15.1).
+#[test]
+fn each_thread_records_the_cpu_time_of_its_timed_section() {
+    let s = Scratch::new("harness", "cpu");
+    let w = s.workload(
+        r#"
+[run]
+processes = [1, 2]
+threads = [2]
+allocators = ["cxlalloc", "mimalloc"]
+repeats = 1
+timeout_s = 120
+
+[[benchmark]]
+name = "ycsb"
+workload = ["load"]
+records = 20000
+"#,
+    );
+    let o = s.command(&w, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let records = read_records(&s.out()).unwrap();
+    assert_eq!(records.len(), 1 + 2 + 1, "{}", text(&o));
+    for r in records {
+        for t in &r.per_thread {
+            let cpu = t.cpu_user_s + t.cpu_system_s;
+            assert!(t.cpu_user_s >= 0.0 && t.cpu_system_s >= 0.0, "negative CPU time: {t:?}");
+            assert!(cpu > 0.0, "{} thread {}: no CPU time recorded ({t:?})", r.allocator, t.thread);
+            // getrusage has microsecond fields and a tick's granularity on some kernels.
+            assert!(cpu <= t.secs + 0.02, "{} thread {}: CPU {cpu} s above wall {} s", r.allocator, t.thread, t.secs);
+        }
+    }
+}

@@ -149,12 +149,50 @@ pub struct Phases<'a> {
     barrier: Barrier<'a>,
     started: Option<Instant>,
     secs: Option<f64>,
+    /// This thread's CPU time when its timer started, then what the timed section used.
+    cpu_started: ThreadCpu,
+    cpu: Option<ThreadCpu>,
     on_stop: &'a (dyn Fn() + Sync),
+}
+
+/// CPU time of one thread (`getrusage(RUSAGE_THREAD)`), in seconds: over a timed section it is
+/// the measure to compare on a shared machine, where wall-clock also counts the time a thread
+/// waited for a core, and where the process's rusage also counts untimed set-up and tear-down
+/// (docs/design.md §12.4).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ThreadCpu {
+    /// User time.
+    pub user_s: f64,
+    /// System time.
+    pub system_s: f64,
+}
+
+impl ThreadCpu {
+    /// The calling thread's CPU time so far (zero if the kernel refuses, which only costs the
+    /// measurement).
+    pub fn now() -> Self {
+        match nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_THREAD) {
+            Ok(u) => {
+                let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 * 1e-6;
+                Self { user_s: secs(u.user_time()), system_s: secs(u.system_time()) }
+            }
+            Err(_) => Self::default(),
+        }
+    }
+
+    /// What was used between `earlier` and `self`.
+    pub fn since(self, earlier: Self) -> Self {
+        Self { user_s: self.user_s - earlier.user_s, system_s: self.system_s - earlier.system_s }
+    }
 }
 
 impl std::fmt::Debug for Phases<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Phases").field("started", &self.started).field("secs", &self.secs).finish_non_exhaustive()
+        f.debug_struct("Phases")
+            .field("started", &self.started)
+            .field("secs", &self.secs)
+            .field("cpu", &self.cpu)
+            .finish_non_exhaustive()
     }
 }
 
@@ -162,7 +200,7 @@ impl<'a> Phases<'a> {
     /// Phases over `barrier`; `on_stop` runs on one thread right after the stop barrier (the
     /// worker's end-of-run memory measurement).
     pub fn new(barrier: Barrier<'a>, on_stop: &'a (dyn Fn() + Sync)) -> Self {
-        Self { barrier, started: None, secs: None, on_stop }
+        Self { barrier, started: None, secs: None, cpu_started: ThreadCpu::default(), cpu: None, on_stop }
     }
 
     /// Waits for every thread, then starts this thread's timer.
@@ -171,6 +209,7 @@ impl<'a> Phases<'a> {
             return Err("Phases::start called twice".into());
         }
         self.barrier.wait()?;
+        self.cpu_started = ThreadCpu::now();
         self.started = Some(Instant::now());
         Ok(())
     }
@@ -182,6 +221,7 @@ impl<'a> Phases<'a> {
             return Err("Phases::stop called twice".into());
         }
         self.secs = Some(started.elapsed().as_secs_f64());
+        self.cpu = Some(ThreadCpu::now().since(self.cpu_started));
         self.barrier.wait()?;
         (self.on_stop)();
         self.barrier.wait()
@@ -195,6 +235,11 @@ impl<'a> Phases<'a> {
     /// Seconds between start and stop, once both were called.
     pub fn secs(&self) -> Result<f64, Error> {
         self.secs.ok_or_else(|| "the benchmark never called Phases::start and Phases::stop".into())
+    }
+
+    /// CPU time this thread used between start and stop, once both were called.
+    pub fn cpu(&self) -> Result<ThreadCpu, Error> {
+        self.cpu.ok_or_else(|| "the benchmark never called Phases::start and Phases::stop".into())
     }
 
     /// The run's abort word: raised by [`Phases::abort`] (or by a benchmark wait that stalls);

@@ -696,7 +696,7 @@ fn records(job: &Job, crash: &Crash, ctl: &Control<'_>, killed: &Killed, s: &Sum
                 .clone()
                 .map(|l| {
                     let ops = ctl.ops(l) - killed.ops_at_start.get(l).copied().unwrap_or(0);
-                    ThreadTiming { thread: l, ops, secs }
+                    ThreadTiming { thread: l, ops, secs, cpu_user_s: 0.0, cpu_system_s: 0.0 }
                 })
                 .collect();
             let counts: Vec<(u64, u64, u64, u64)> = lanes.clone().map(|l| ctl.counts(l)).collect();

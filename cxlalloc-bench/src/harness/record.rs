@@ -133,6 +133,13 @@ pub struct ThreadTiming {
     pub ops: u64,
     /// Seconds between its start and stop barriers.
     pub secs: f64,
+    /// User CPU seconds of the thread over the same section (`getrusage(RUSAGE_THREAD)`; 0 in
+    /// records written before it was kept, and in crash runs).
+    #[serde(default)]
+    pub cpu_user_s: f64,
+    /// System CPU seconds of the thread over the same section.
+    #[serde(default)]
+    pub cpu_system_s: f64,
 }
 
 /// One process's PSS, in bytes, from `/proc/self/smaps` through the region table.

@@ -13,7 +13,7 @@ use super::job::{Job, CONTROL_FILE, HARNESS_WORDS};
 use super::record::{Memory, Pss, Record, Rusage, ThreadTiming};
 use crate::allocator::{self, Allocator, Handles};
 use crate::barrier::Barrier;
-use crate::bench::{self, Benchmark, Ctx, Params, Phases, Report, Shape};
+use crate::bench::{self, Benchmark, Ctx, Params, Phases, Report, Shape, ThreadCpu};
 use crate::memory::{self, MemorySplit};
 use crate::shm::SharedArea;
 use crate::Error;
@@ -80,7 +80,7 @@ impl<A: Allocator> bench::Visit for OnBenchmark<'_, A> {
             }
         };
         let handles = Handles::of(self.alloc);
-        let results: Vec<Result<(Report, f64), Error>> = std::thread::scope(|s| {
+        let results: Vec<Result<(Report, f64, ThreadCpu), Error>> = std::thread::scope(|s| {
             let sampling = s.spawn(|| sampler.run(&dirs, Duration::from_millis(job.sample_ms.max(1))));
             let threads: Vec<_> = (first..first + local)
                 .map(|thread| {
@@ -121,12 +121,12 @@ fn run_thread<A: Allocator, B: Benchmark>(
     ctx: &Ctx<'_, A>,
     barrier: Barrier<'_>,
     on_stop: &(dyn Fn() + Sync),
-) -> Result<(Report, f64), Error> {
+) -> Result<(Report, f64, ThreadCpu), Error> {
     pin(ctx.shape.thread);
     let mut phases = Phases::new(barrier, on_stop);
     let mut t = ctx.alloc.thread()?;
     let report = bench.thread(ctx, &mut t, &mut phases)?;
-    Ok((report, phases.secs()?))
+    Ok((report, phases.secs()?, phases.cpu()?))
 }
 
 /// Pins the calling thread to core `thread mod cores`; a failure only costs stability.
@@ -223,14 +223,27 @@ fn pss_of(s: &MemorySplit) -> Pss {
     }
 }
 
-fn record(job: &Job, process: usize, first: usize, reports: &[(Report, f64)], memory: Memory, stats: Value) -> Record {
+fn record(
+    job: &Job,
+    process: usize,
+    first: usize,
+    reports: &[(Report, f64, ThreadCpu)],
+    memory: Memory,
+    stats: Value,
+) -> Record {
     let per_thread: Vec<ThreadTiming> = reports
         .iter()
         .enumerate()
-        .map(|(i, (r, secs))| ThreadTiming { thread: first + i, ops: r.ops, secs: *secs })
+        .map(|(i, (r, secs, cpu))| ThreadTiming {
+            thread: first + i,
+            ops: r.ops,
+            secs: *secs,
+            cpu_user_s: cpu.user_s,
+            cpu_system_s: cpu.system_s,
+        })
         .collect();
     let mut extra = Map::new();
-    for (r, _) in reports {
+    for (r, _, _) in reports {
         for (k, v) in &r.extra {
             let sum = match (extra.get(k), v) {
                 (Some(Value::Number(a)), Value::Number(b)) => match (a.as_u64(), b.as_u64()) {
@@ -243,9 +256,9 @@ fn record(job: &Job, process: usize, first: usize, reports: &[(Report, f64)], me
         }
     }
     Record {
-        allocated: reports.iter().map(|(r, _)| r.allocated).sum(),
-        freed: reports.iter().map(|(r, _)| r.freed).sum(),
-        verified: reports.iter().map(|(r, _)| r.verified).sum(),
+        allocated: reports.iter().map(|(r, _, _)| r.allocated).sum(),
+        freed: reports.iter().map(|(r, _, _)| r.freed).sum(),
+        verified: reports.iter().map(|(r, _, _)| r.verified).sum(),
         extra,
         memory,
         rusage: rusage(),
