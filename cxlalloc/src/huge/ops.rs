@@ -281,6 +281,12 @@ impl HugeThread<'_> {
 
     /// Gives back the claim of every huge slot the free ranges cover wholly.
     pub(crate) fn release_empty_claims(&self, space: &mut FreeRanges) {
+        // The claim array is one word per GiB of huge span (1024 by default): reading it at
+        // every reclaim was 1.5 µs of a 40 µs 16 MiB threadtest round. A huge slot of ours can
+        // turn wholly free only when a range comes back to `space` (docs/design.md §7.6).
+        if !space.take_grown() {
+            return;
+        }
         for i in 0..self.view.slot_count() {
             let start = self.slot_start(i);
             let Some(c) = self.view.claim(i) else { continue };

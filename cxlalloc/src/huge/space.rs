@@ -72,6 +72,10 @@ pub(crate) struct FreeRanges {
     limit: u64,
     /// When the cache last asked the system for its free memory, and the answer.
     pressure: Pressure,
+    /// Whether a range came back ([`FreeRanges::insert`]) since the last
+    /// [`FreeRanges::take_grown`]: only then can a huge slot have become wholly free, so only
+    /// then is the claim array worth reading (docs/design.md §7.6).
+    grown: bool,
 }
 
 impl FreeRanges {
@@ -143,12 +147,20 @@ impl FreeRanges {
         Some(b)
     }
 
+    /// Whether a range came back since the last call (and forget it): a huge slot can turn
+    /// wholly free only when a range comes back, so a reuse from the cache, which returns
+    /// none, leaves nothing to unclaim (docs/design.md §7.6).
+    pub(crate) fn take_grown(&mut self) -> bool {
+        std::mem::take(&mut self.grown)
+    }
+
     /// Adds `[start, start + len)`, merging with its neighbours. The range must not overlap a
     /// free one (callers add only ranges they took out, or newly claimed slots).
     pub(crate) fn insert(&mut self, start: u64, len: u64) {
         if len == 0 {
             return;
         }
+        self.grown = true;
         let (mut start, mut len) = (start, len);
         if let Some((&s, &l)) = self.ranges.range(..start).next_back() {
             if s + l == start {
@@ -209,6 +221,21 @@ mod tests {
         f.insert(10, 10);
         assert_eq!(f.ranges.len(), 1);
         assert!(f.covers(0, 30));
+    }
+
+    #[test]
+    fn a_range_coming_back_is_the_only_thing_that_makes_a_claim_scan_due() {
+        let mut f = FreeRanges::new(1 << 30);
+        assert!(!f.take_grown(), "nothing free yet");
+        f.insert(0, 1 << 30);
+        assert!(f.take_grown(), "a range came back");
+        assert!(!f.take_grown(), "asked once");
+        // A cached block entering and leaving (threadtest's reuse round) returns no range.
+        f.cache_push(cached(0, 16 << 20));
+        assert_eq!(f.take_cached(16 << 20, 4096).map(|b| b.offset), Some(0));
+        assert!(!f.take_grown(), "a reuse from the cache frees no huge slot");
+        f.insert(1 << 30, 1 << 30);
+        assert!(f.take_grown(), "a second range came back");
     }
 
     #[test]
