@@ -848,4 +848,23 @@ mod tests {
         assert!(bytes.iter().all(|&b| b == 0xc3), "the reused object is the same object");
         owner.free(q).expect("free");
     }
+
+    // The fork check runs at every huge allocation and free (and fault): in the process that
+    // opened the heap it reads the id the fork handler keeps, with no system call.
+    #[test]
+    #[cfg_attr(miri, ignore = "maps heap files")]
+    fn the_fork_check_of_huge_calls_makes_no_getpid() {
+        let named = named_huge_heap("fork-check");
+        let heap = &named.heap;
+        let owner = heap.attach().expect("attach");
+        let view = heap.mem().huge().expect("huge view");
+        let calls = || crate::huge::view::GETPID_CALLS.with(|n| n.get());
+        let before = calls();
+        for _ in 0..8 {
+            assert!(view.in_own_process(), "the opener's own process");
+            let p = owner.alloc(BLOCK).expect("huge alloc");
+            owner.free(p).expect("free");
+        }
+        assert_eq!(calls() - before, 0, "the fork check called getpid");
+    }
 }

@@ -35,8 +35,7 @@ fn watch_forks() {
         // (async-signal-safe, as a child handler of a multithreaded process must be).
         let registered = unsafe { libc::pthread_atfork(None, None, Some(forked_child)) } == 0;
         if registered {
-            // SAFETY: getpid has no preconditions and cannot fail.
-            PID.store(unsafe { libc::getpid() } as u32, AtomicOrdering::Relaxed);
+            PID.store(getpid(), AtomicOrdering::Relaxed);
         }
     });
 }
@@ -44,8 +43,15 @@ fn watch_forks() {
 /// The `pthread_atfork` child handler: the child's own id, so that views of named heaps opened
 /// by the parent refuse huge calls in it (docs/design.md §7.5).
 extern "C" fn forked_child() {
+    PID.store(getpid(), AtomicOrdering::Relaxed);
+}
+
+/// The `getpid` system call (counted per thread in unit tests). Async-signal-safe.
+fn getpid() -> u32 {
+    #[cfg(test)]
+    GETPID_CALLS.with(|n| n.set(n.get() + 1));
     // SAFETY: getpid has no preconditions and cannot fail.
-    PID.store(unsafe { libc::getpid() } as u32, AtomicOrdering::Relaxed);
+    (unsafe { libc::getpid() }) as u32
 }
 
 /// The calling process's id without a system call: kept by the fork handler, so the fork
@@ -55,8 +61,7 @@ extern "C" fn forked_child() {
 /// inherited. Async-signal-safe.
 pub(crate) fn current_pid() -> u32 {
     match PID.load(AtomicOrdering::Relaxed) {
-        // SAFETY: getpid has no preconditions and cannot fail.
-        0 => (unsafe { libc::getpid() }) as u32,
+        0 => getpid(),
         pid => pid,
     }
 }
@@ -66,6 +71,8 @@ thread_local! {
     /// Calls of [`HugeView::maps_object`] (each a `mincore`) made by this thread: the unit
     /// tests of the reuse path count them.
     pub(crate) static RESIDENCY_ASKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// `getpid` calls made by this thread through [`getpid`].
+    pub(crate) static GETPID_CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// Longest descriptor list a walk follows: a cycle (a corrupt list, or a walk racing with the
