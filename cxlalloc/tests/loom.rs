@@ -42,6 +42,8 @@
 //! | hazard_release_without_a_cas_is_caught (−)     | 3   | none  | fails      | <0.1 s |
 //! | huge_owner_retracts_its_own_entry_only_under_reclaiming_while_a_freer_elsewhere_releases | 2 | none | 8 | <0.1 s |
 //! | huge_owner_retracting_its_own_entry_before_reclaiming_is_caught (−) | 2 | none | fails | <0.1 s |
+//! | huge_a_reuse_skips_its_mincore_only_when_no_thread_of_the_process_unmapped_since | 2 | none | 37 | <0.1 s |
+//! | huge_counting_an_unmap_after_the_retract_is_caught (−) | 2 | none | fails | <0.1 s |
 //! | mapping_two_threads_drop_a_stale_mapping_while_a_third_maps_its_range_anew | 4 | 3 | 37,173 | 3.7 s |
 //! | mapping_drop_without_a_claim_is_caught (−)     | 4   | 3     | fails      | ~8 s   |
 //! | mapping_judging_before_the_claim_is_caught (−) | 4   | 3     | fails      | ~8 s   |
