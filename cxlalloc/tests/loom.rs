@@ -1756,7 +1756,11 @@ fn kept_mapping_model(seen: &Seen, count: CountUnmap) {
         } else {
             let unmaps = r.root.load(Ordering::SeqCst);
             if unmaps == recorded {
-                assert_eq!(r.mapping.load(Ordering::SeqCst), OLD, "a reuse trusted a mapping another thread had unmapped");
+                assert_eq!(
+                    r.mapping.load(Ordering::SeqCst),
+                    OLD,
+                    "a reuse trusted a mapping another thread had unmapped"
+                );
                 seen.mark("reused without asking");
             } else {
                 if r.mapping.load(Ordering::SeqCst) != OLD {

@@ -16,8 +16,8 @@ use crate::persist::record::{HugeRecord, ThreadRecord};
 use crate::persist::shared::SharedHeader;
 use crate::protocol::{hazard, lease};
 use crate::sync::{fence, AtomicU64, Ordering};
-use std::sync::atomic::{AtomicU32, Ordering as AtomicOrdering};
 use crate::word::{HazardKey, HugeStatus, Tagged};
+use std::sync::atomic::{AtomicU32, Ordering as AtomicOrdering};
 
 /// Makes the descriptor at a heap offset readable in this process; false if it cannot.
 pub(crate) type Touch<'a> = &'a dyn Fn(u64) -> bool;
