@@ -20,6 +20,8 @@
 # control): 1792 executions at preemption bound 3, 0.24 s;
 # the huge owner's own-entry model (docs/design.md §7.6) adds 2 tests (1 model, 1 negative
 # control): 8 executions unbounded, < 0.1 s;
+# the huge kept-mapping model (docs/design.md §7.6) adds 2 tests (1 model, 1 negative
+# control): 37 executions unbounded, < 0.1 s;
 # the free-mark models (docs/design.md §4.1) add 5 tests (2 models, 3 negative controls): 608
 # executions at preemption bound 3, 0.1 s;
 # a cold build of loom and its dependencies adds ~40 s.

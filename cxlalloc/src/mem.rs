@@ -266,9 +266,10 @@ impl HeapMem {
             let chunks = layout.bracket(b).capacity.div_ceil(b.spec().chunk_slabs) as usize;
             (0..chunks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect()
         });
-        // One bit per hazard set this instance leased, then the eviction hand (HugeView::new).
+        // One bit per hazard set this instance leased, then the eviction hand and the unmap
+        // count (HugeView::new).
         let hazard_sets: Box<[AtomicU64]> =
-            (0..layout.hazard_sets.div_ceil(64) + 1).map(|_| AtomicU64::new(0)).collect();
+            (0..layout.hazard_sets.div_ceil(64) + 2).map(|_| AtomicU64::new(0)).collect();
         let huge = (layout.huge.size > 0).then(|| {
             let dir_fd = backing.huge_dir().unwrap_or(-1);
             let page = (header.page_size as usize).max(backing.map_align());

@@ -42,6 +42,8 @@
 //! | hazard_release_without_a_cas_is_caught (−)     | 3   | none  | fails      | <0.1 s |
 //! | huge_owner_retracts_its_own_entry_only_under_reclaiming_while_a_freer_elsewhere_releases | 2 | none | 8 | <0.1 s |
 //! | huge_owner_retracting_its_own_entry_before_reclaiming_is_caught (−) | 2 | none | fails | <0.1 s |
+//! | huge_a_reuse_skips_its_mincore_only_when_no_thread_of_the_process_unmapped_since | 2 | none | 37 | <0.1 s |
+//! | huge_counting_an_unmap_after_the_retract_is_caught (−) | 2 | none | fails | <0.1 s |
 //! | mapping_two_threads_drop_a_stale_mapping_while_a_third_maps_its_range_anew | 4 | 3 | 37,173 | 3.7 s |
 //! | mapping_drop_without_a_claim_is_caught (−)     | 4   | 3     | fails      | ~8 s   |
 //! | mapping_judging_before_the_claim_is_caught (−) | 4   | 3     | fails      | ~8 s   |
@@ -1702,6 +1704,96 @@ fn mapping_eviction_retracting_by_key_is_caught() {
         }
     }
     check("mapping_eviction_retracting_by_key_is_caught", Some(3), || eviction_model(&Seen::default(), broken));
+}
+
+/// How a thread of this process that drops a stale mapping counts its unmap
+/// (`HugeView::unmap`, docs/design.md §7.6): `(mapping, unmaps)`.
+type CountUnmap = fn(&AtomicU64, &AtomicU64, &[AtomicU64], usize);
+
+fn count_unmap_fixed(mapping: &AtomicU64, unmaps: &AtomicU64, set: &[AtomicU64], i: usize) {
+    // Unmap, count, then retract: whoever sees the retract sees the count.
+    mapping.store(0, Ordering::SeqCst);
+    unmaps.fetch_add(1, Ordering::SeqCst);
+    cxlalloc::internal::protocol::hazard::retract(set, i);
+}
+
+/// The owner's kept mapping (docs/design.md §7.6). The owner, a thread of this process, mapped
+/// its block `OLD` at allocation with the unmap count at 0, and has freed it; an entry of this
+/// process still names it (Installed). Another thread of the process drops that entry (claim,
+/// unmap, count, retract) while the owner reclaims the block into its cache (retracting the
+/// entry itself, mapping kept, if it claims it first) and reuses it: a
+/// reuse that finds the count unchanged skips its `mincore` and must find the object mapped;
+/// one that finds it changed asks (the model reads `mapping`) and maps it again if needed.
+fn kept_mapping_model(seen: &Seen, count: CountUnmap) {
+    use cxlalloc::internal::protocol::hazard;
+    let r = Arc::new(Range {
+        mapping: AtomicU64::new(OLD),
+        set: [AtomicU64::new(OLD), AtomicU64::new(1), AtomicU64::new(0), AtomicU64::new(0)],
+        old: AtomicU64::new(FREED),
+        new: AtomicU64::new(0),
+        root: AtomicU64::new(0),
+    });
+    // `root` stands for the unmap count here.
+    let dropper = {
+        let r = r.clone();
+        thread::spawn(move || {
+            if hazard::claim(&r.set, 0, OLD).is_some() {
+                count(&r.mapping, &r.root, &r.set, 0);
+            }
+        })
+    };
+    // The owner: reclaim when no hazard names the block (into the cache), then reuse it.
+    let recorded = 0;
+    if hazard::begin_reclaim(&r.old, FREED, RECLAIMING) {
+        // Under Reclaiming the owner retracts its process's entry itself, keeping the mapping
+        // (`HugeThread::try_reclaim`), unless the dropper claimed it first.
+        if hazard::claim(&r.set, 0, OLD).is_some() {
+            hazard::retract(&r.set, 0);
+        }
+        if hazard::contains(&r.set, OLD) {
+            r.old.store(FREED, Ordering::Relaxed);
+            seen.mark("reclaim blocked by the entry");
+        } else {
+            let unmaps = r.root.load(Ordering::SeqCst);
+            if unmaps == recorded {
+                assert_eq!(
+                    r.mapping.load(Ordering::SeqCst),
+                    OLD,
+                    "a reuse trusted a mapping another thread had unmapped"
+                );
+                seen.mark("reused without asking");
+            } else {
+                if r.mapping.load(Ordering::SeqCst) != OLD {
+                    r.mapping.store(OLD, Ordering::SeqCst);
+                }
+                seen.mark("reused after asking");
+            }
+        }
+    }
+    dropper.join().unwrap();
+}
+
+#[test]
+fn huge_a_reuse_skips_its_mincore_only_when_no_thread_of_the_process_unmapped_since() {
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("huge_a_reuse_skips_its_mincore_only_when_no_thread_of_the_process_unmapped_since", None, move || {
+        kept_mapping_model(&s, count_unmap_fixed)
+    });
+    seen.require(&["reclaim blocked by the entry", "reused without asking", "reused after asking"]);
+}
+
+/// Negative control: a dropper that counts its unmap after retracting the entry: the owner can
+/// see the entry gone, cache and reuse the block, and still read the old count.
+#[test]
+#[should_panic(expected = "a reuse trusted a mapping another thread had unmapped")]
+fn huge_counting_an_unmap_after_the_retract_is_caught() {
+    fn broken(mapping: &AtomicU64, unmaps: &AtomicU64, set: &[AtomicU64], i: usize) {
+        mapping.store(0, Ordering::SeqCst);
+        cxlalloc::internal::protocol::hazard::retract(set, i);
+        unmaps.fetch_add(1, Ordering::SeqCst);
+    }
+    check("huge_counting_an_unmap_after_the_retract_is_caught", None, || kept_mapping_model(&Seen::default(), broken));
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -785,4 +785,86 @@ mod tests {
         assert_eq!(q, p, "the cached block is reused");
         owner.free(q).expect("free");
     }
+
+    fn residency_asks() -> u64 {
+        crate::huge::view::RESIDENCY_ASKS.with(|n| n.get())
+    }
+
+    // threadtest's steady state: one thread frees its block and allocates the same size again,
+    // round after round. The block comes back from the cache with the mapping this thread made
+    // and nobody in the process unmapped: the reuse asks the kernel nothing (docs/design.md §7.6).
+    #[test]
+    #[cfg_attr(miri, ignore = "maps heap files")]
+    fn a_cached_block_that_no_thread_of_the_process_unmapped_is_reused_without_a_mincore() {
+        let named = named_huge_heap("reuse-no-mincore");
+        let heap = &named.heap;
+        let owner = heap.attach().expect("attach");
+        let p = owner.alloc(BLOCK).expect("huge alloc");
+        // SAFETY: our block of BLOCK bytes.
+        unsafe { p.as_ptr().write_bytes(0x5a, BLOCK) };
+        owner.free(p).expect("free");
+        let asked = residency_asks();
+        for round in 0..4u8 {
+            let q = owner.alloc(BLOCK).expect("huge alloc");
+            assert_eq!(q, p, "the cached block is reused");
+            // SAFETY: our block of BLOCK bytes; a reused object holds its last bytes.
+            let bytes = unsafe { std::slice::from_raw_parts_mut(q.as_ptr(), BLOCK) };
+            let last = if round == 0 { 0x5a } else { round - 1 };
+            assert!(bytes.iter().all(|&b| b == last), "round {round}: the reused object is the same object");
+            bytes.fill(round);
+            owner.free(q).expect("free");
+        }
+        assert_eq!(residency_asks() - asked, 0, "a reuse asked the kernel whether the kept mapping is there");
+    }
+
+    // Another thread of the process returned the cached block's range to PROT_NONE (a drop of a
+    // stale mapping, or an eviction, §7.4) after the owner mapped it: the owner cannot know
+    // which range went, so its reuse asks, and maps the object again before handing it out.
+    #[test]
+    #[cfg_attr(miri, ignore = "maps heap files")]
+    fn a_cached_block_whose_range_another_thread_unmapped_is_mapped_again_at_reuse() {
+        let named = named_huge_heap("reuse-after-unmap");
+        let heap = &named.heap;
+        let owner = heap.attach().expect("attach");
+        let p = owner.alloc(BLOCK).expect("huge alloc");
+        let off = heap.offset_of(p.as_ptr()).expect("offset").raw();
+        // SAFETY: our block of BLOCK bytes.
+        unsafe { p.as_ptr().write_bytes(0xc3, BLOCK) };
+        owner.free(p).expect("free");
+        assert_eq!(state_of(heap, off), Some(crate::persist::huge::HugeState::Cached), "cached");
+        std::thread::scope(|s| {
+            let other = s.spawn(|| heap.mem().huge().map(|v| v.unmap(off, BLOCK)));
+            assert_eq!(other.join().expect("the other thread"), Some(Ok(())), "unmapped");
+        });
+        let view = heap.mem().huge().expect("huge view");
+        assert!(!view.maps_object(off), "the other thread's unmap took the mapping");
+        let asked = residency_asks();
+        let q = owner.alloc(BLOCK).expect("huge alloc");
+        assert_eq!(q, p, "the cached block is reused");
+        assert_eq!(residency_asks() - asked, 1, "the reuse asked whether the mapping is still there");
+        assert!(view.maps_object(off), "the reuse mapped the object again before handing it out");
+        // SAFETY: our block of BLOCK bytes; a reused object holds its last bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(q.as_ptr(), BLOCK) };
+        assert!(bytes.iter().all(|&b| b == 0xc3), "the reused object is the same object");
+        owner.free(q).expect("free");
+    }
+
+    // The fork check runs at every huge allocation and free (and fault): in the process that
+    // opened the heap it reads the id the fork handler keeps, with no system call.
+    #[test]
+    #[cfg_attr(miri, ignore = "maps heap files")]
+    fn the_fork_check_of_huge_calls_makes_no_getpid() {
+        let named = named_huge_heap("fork-check");
+        let heap = &named.heap;
+        let owner = heap.attach().expect("attach");
+        let view = heap.mem().huge().expect("huge view");
+        let calls = || crate::huge::view::GETPID_CALLS.with(|n| n.get());
+        let before = calls();
+        for _ in 0..8 {
+            assert!(view.in_own_process(), "the opener's own process");
+            let p = owner.alloc(BLOCK).expect("huge alloc");
+            owner.free(p).expect("free");
+        }
+        assert_eq!(calls() - before, 0, "the fork check called getpid");
+    }
 }

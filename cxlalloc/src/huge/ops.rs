@@ -165,6 +165,8 @@ impl HugeThread<'_> {
                 space.take(len, place_align).ok_or(AllocError::HugeExhausted)?
             }
         };
+        // Read before the mapping is made: an unmap after it shows as a larger count.
+        let unmaps = self.view.unmap_count();
         let placed = match self.place(at, len, dest) {
             // Out of memory for a new object while the cache holds some: give them back, and
             // try once more.
@@ -174,10 +176,15 @@ impl HugeThread<'_> {
             }
             other => other,
         };
-        placed.map(|p| (p, Origin::New)).inspect_err(|_| {
-            space.insert(at, len);
-            self.release_empty_claims(space);
-        })
+        placed
+            .map(|(p, generation)| {
+                space.note_mapped(at, generation, unmaps);
+                (p, Origin::New)
+            })
+            .inspect_err(|_| {
+                space.insert(at, len);
+                self.release_empty_claims(space);
+            })
     }
 
     /// Allocates the cached block `c` again: a new generation in its descriptor (still on the
@@ -203,9 +210,15 @@ impl HugeThread<'_> {
         // slot dropped it meanwhile): never another object, for a range is unmapped here
         // before it leaves the cache or becomes free. Only the second needs a mapping call,
         // and then one `MADV_POPULATE_WRITE` enters the object's pages, which are all still
-        // there, instead of a fault per page (docs/design.md §7.6).
+        // there, instead of a fault per page (docs/design.md §7.6). Which of the two is known
+        // without asking the kernel when this thread mapped the block at its last allocation
+        // and no thread of the process has unmapped a huge range since: every unmap goes
+        // through `HugeView::unmap`, which counts it, and other processes cannot touch our
+        // mappings. The count is read before the check, so an unmap after it is seen next time.
+        let unmaps = view.unmap_count();
+        let kept = space.kept_mapping(&c, unmaps);
         let mapped = entry.and_then(|entry| {
-            if !view.maps_object(c.offset) {
+            if !kept && !view.maps_object(c.offset) {
                 view.map_named(c.offset, c.size as usize, c.object).map_err(AllocError::Backing)?;
                 let _ = view.populate(c.offset, c.size as usize);
             }
@@ -215,6 +228,7 @@ impl HugeThread<'_> {
             Ok(entry) => {
                 view.confirm(entry);
                 crash_point!(HugeBacked);
+                space.note_mapped(c.offset, generation, unmaps);
                 if dest != 0 {
                     self.t.announce(Pending::new(PendingKind::Alloc, 0), c.offset, dest, c.desc);
                 } else {
@@ -300,8 +314,8 @@ impl HugeThread<'_> {
 
     /// Fills and links a descriptor for `[at, at + len)`, then creates and maps the block.
     /// Announced as [`PendingKind::HugePlace`] from before the descriptor block is taken, so
-    /// that recovery can undo every step.
-    fn place(&self, at: u64, len: u64, dest: u64) -> Result<NonNull<u8>, AllocError> {
+    /// that recovery can undo every step. Returns the block and its allocation's generation.
+    fn place(&self, at: u64, len: u64, dest: u64) -> Result<(NonNull<u8>, u64), AllocError> {
         let view = self.view;
         let announce = |off: usize| {
             self.t.announce(Pending::new(PendingKind::HugePlace, 0), at, dest, (off - view.base) as u64);
@@ -368,7 +382,7 @@ impl HugeThread<'_> {
                 } else {
                     self.t.settle();
                 }
-                Ok(self.mem().block(at as usize))
+                Ok((self.mem().block(at as usize), generation))
             }
             Err(e) => {
                 let _ = view.unmap(at, len as usize);
@@ -616,6 +630,7 @@ impl HugeThread<'_> {
     /// Released): this process's mapping (which its freer, this thread, may have kept), its
     /// backing object (if still there), its descriptor, its range.
     fn take_back(&self, b: &HugeBlock, space: &mut FreeRanges) {
+        space.forget_mapped(b.offset);
         let _ = self.view.unmap(b.offset, b.size as usize);
         self.t.announce(Pending::new(PendingKind::HugeReclaim, b.generation), b.offset, 0, b.desc);
         crash_point!(HugeReclaimAnnounced);

@@ -76,6 +76,11 @@ pub(crate) struct FreeRanges {
     /// [`FreeRanges::take_grown`]: only then can a huge slot have become wholly free, so only
     /// then is the claim array worth reading (docs/design.md §7.6).
     grown: bool,
+    /// The slot's blocks this thread mapped at allocation, by offset: the generation of that
+    /// allocation and this process's unmap count ([`crate::huge::view::HugeView::unmap_count`])
+    /// read before the mapping was made or checked. A reuse whose count is unchanged skips its
+    /// `mincore` (docs/design.md §7.6).
+    mapped: BTreeMap<u64, (u64, u64)>,
 }
 
 impl FreeRanges {
@@ -145,6 +150,26 @@ impl FreeRanges {
         self.by_age.remove(&age);
         self.cached -= b.size;
         Some(b)
+    }
+
+    /// Records that this thread mapped (or found mapped) its block at `offset`, allocation
+    /// `generation`, with the process's unmap count `unmaps` read before.
+    pub(crate) fn note_mapped(&mut self, offset: u64, generation: u64, unmaps: u64) {
+        self.mapped.insert(offset, (generation, unmaps));
+    }
+
+    /// Whether block `b` (cached, its last allocation's generation) still maps its object in
+    /// this process for certain: this thread mapped it at that allocation and the process has
+    /// unmapped no huge range since (`unmaps` is the count now). "No" when not known, which
+    /// costs the caller a `mincore`. Forgets the record either way.
+    pub(crate) fn kept_mapping(&mut self, b: &HugeBlock, unmaps: u64) -> bool {
+        self.mapped.remove(&b.offset) == Some((b.generation, unmaps))
+    }
+
+    /// Forgets what [`FreeRanges::note_mapped`] recorded for the block at `offset` (its range
+    /// is being given back).
+    pub(crate) fn forget_mapped(&mut self, offset: u64) {
+        self.mapped.remove(&offset);
     }
 
     /// Whether a range came back since the last call (and forget it): a huge slot can turn

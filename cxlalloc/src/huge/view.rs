@@ -17,9 +17,63 @@ use crate::persist::shared::SharedHeader;
 use crate::protocol::{hazard, lease};
 use crate::sync::{fence, AtomicU64, Ordering};
 use crate::word::{HazardKey, HugeStatus, Tagged};
+use std::sync::atomic::{AtomicU32, Ordering as AtomicOrdering};
 
 /// Makes the descriptor at a heap offset readable in this process; false if it cannot.
 pub(crate) type Touch<'a> = &'a dyn Fn(u64) -> bool;
+
+/// This process's id as the fork check knows it ([`current_pid`]); 0 until the first view.
+static PID: AtomicU32 = AtomicU32::new(0);
+
+/// Registers, once per process, the `pthread_atfork` child handler that keeps [`PID`] right
+/// across `fork`, then records the id. The handler goes first: a fork between the two leaves a
+/// child whose handler stored its own id (the storing thread is not in the child).
+fn watch_forks() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a plain function that only calls getpid and stores an atomic
+        // (async-signal-safe, as a child handler of a multithreaded process must be).
+        let registered = unsafe { libc::pthread_atfork(None, None, Some(forked_child)) } == 0;
+        if registered {
+            PID.store(getpid(), AtomicOrdering::Relaxed);
+        }
+    });
+}
+
+/// The `pthread_atfork` child handler: the child's own id, so that views of named heaps opened
+/// by the parent refuse huge calls in it (docs/design.md §7.5).
+extern "C" fn forked_child() {
+    PID.store(getpid(), AtomicOrdering::Relaxed);
+}
+
+/// The `getpid` system call (counted per thread in unit tests). Async-signal-safe.
+fn getpid() -> u32 {
+    #[cfg(test)]
+    GETPID_CALLS.with(|n| n.set(n.get() + 1));
+    // SAFETY: getpid has no preconditions and cannot fail.
+    (unsafe { libc::getpid() }) as u32
+}
+
+/// The calling process's id without a system call: kept by the fork handler, so the fork
+/// check of every huge call costs a load instead of a `getpid` (docs/design.md §7.5). Falls
+/// back to `getpid` when the handler could not be registered. A child made without the C
+/// library's `fork` (a raw `clone`, `_Fork`) runs no handler and must not use a `Heap` it
+/// inherited. Async-signal-safe.
+pub(crate) fn current_pid() -> u32 {
+    match PID.load(AtomicOrdering::Relaxed) {
+        0 => getpid(),
+        pid => pid,
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Calls of [`HugeView::maps_object`] (each a `mincore`) made by this thread: the unit
+    /// tests of the reuse path count them.
+    pub(crate) static RESIDENCY_ASKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// `getpid` calls made by this thread through [`getpid`].
+    pub(crate) static GETPID_CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
 
 /// Longest descriptor list a walk follows: a cycle (a corrupt list, or a walk racing with the
 /// owner's unlink) ends there.
@@ -102,7 +156,8 @@ pub(crate) struct HugeView {
 impl HugeView {
     /// The view of the heap laid out as `layout` and reserved at `base` in this process. The
     /// heap must stay mapped, and `mine` (one bit per hazard set, then one word for the
-    /// eviction hand; zeroed) alive, for as long as the view is used.
+    /// eviction hand and one for the unmap count; zeroed) alive, for as long as the view is
+    /// used.
     pub(crate) fn new(
         layout: &Layout,
         base: usize,
@@ -113,6 +168,7 @@ impl HugeView {
         device: Option<(i32, u64)>,
     ) -> Self {
         let shared = base + layout.region(RegionId::Shared).offset;
+        watch_forks();
         Self {
             base,
             span: layout.huge,
@@ -147,9 +203,9 @@ impl HugeView {
     /// heap, or the heap is anonymous (neither a directory nor a device) (async-signal-safe). An anonymous heap is private memory,
     /// so a forked child holds a copy-on-write copy of all of it — mappings, hazard sets, leases
     /// and lists — that no other process sees: that copy is the child's own (docs/design.md §7.5).
+    /// No system call: the process id comes from [`current_pid`].
     pub(crate) fn in_own_process(&self) -> bool {
-        // SAFETY: getpid has no preconditions and cannot fail.
-        (self.dir_fd < 0 && self.device_fd < 0) || (unsafe { libc::getpid() }) as u32 == self.pid
+        (self.dir_fd < 0 && self.device_fd < 0) || current_pid() == self.pid
     }
 
     /// Number of huge slots.
@@ -642,6 +698,8 @@ impl HugeView {
     /// docs/design.md §7.6); "no" when unsure, which costs a needless mapping call, never a
     /// wrong one. Async-signal-safe.
     pub(crate) fn maps_object(&self, off: u64) -> bool {
+        #[cfg(test)]
+        RESIDENCY_ASKS.with(|n| n.set(n.get() + 1));
         // SAFETY: `range` checked that the page lies in the huge span of our reservation.
         self.range(off, self.page).is_ok_and(|addr| unsafe { map::is_resident(addr, self.page) })
     }
@@ -651,7 +709,29 @@ impl HugeView {
     pub(crate) fn unmap(&self, off: u64, len: usize) -> Result<(), Errno> {
         let addr = self.range(off, len)?;
         // SAFETY: as in `map_fd`; callers unmap only ranges nothing in this process may use.
-        unsafe { map::map_none_fixed(addr, len.next_multiple_of(self.page)) }
+        let r = unsafe { map::map_none_fixed(addr, len.next_multiple_of(self.page)) };
+        // After the call and before the caller retracts any entry (the unmaps of other threads
+        // are seen by whoever sees that retract): a kept mapping recorded at an older count may
+        // be gone (docs/design.md §7.6). Counted even on error, which may have unmapped part.
+        // SeqCst: pairs with the load of `unmap_count`.
+        self.unmaps().fetch_add(1, Ordering::SeqCst);
+        r
+    }
+
+    /// How many huge ranges this process has returned to `PROT_NONE` through this view (every
+    /// unmap of the huge span goes through [`HugeView::unmap`]). A range known to map an
+    /// object while the count read before that knowledge still holds maps it now: only an
+    /// unmap could have taken it away, and other processes cannot change our mappings
+    /// (docs/design.md §7.6). Async-signal-safe.
+    pub(crate) fn unmap_count(&self) -> u64 {
+        // SeqCst: pairs with the increment in `unmap`.
+        self.unmaps().load(Ordering::SeqCst)
+    }
+
+    fn unmaps(&self) -> &AtomicU64 {
+        // SAFETY: the second word after the bitmap's sets.div_ceil(64) words, allocated with it
+        // by the HeapMem that outlives the view (HugeView::new's contract).
+        unsafe { &*self.mine.add(self.sets.div_ceil(64) as usize + 1) }
     }
 
     /// Maps the live huge allocation containing `addr` on a fault, after publishing a hazard
