@@ -829,23 +829,25 @@ fn the_huge_cache_keeps_no_more_than_its_configured_bytes() {
 }
 
 #[test]
-fn a_burst_of_128_blocks_of_16_mib_freed_together_is_allocated_again_from_the_default_cache() {
+fn a_burst_of_32_blocks_of_16_mib_freed_together_is_allocated_again_from_the_default_cache() {
     let _serial = serial();
     let name = HeapName::new("huge-cache-burst");
     // Without commit_on_grow the objects reserve nothing, and the blocks are never written:
-    // the test costs files, not 2 GiB of memory. (The cache still needs the system to have
-    // twice what it holds free, 4 GiB, §7.6.)
+    // the test costs files, not memory. The cache still needs the system to have twice what it
+    // holds free (§7.6): 32 blocks (512 MiB, 1 GiB free) rather than threadtest's 128 (4 GiB
+    // free, which a loaded 2-core CI machine running other suites beside this one may lack);
+    // the old bound of 8 objects keeps fewer either way.
     let (heap, t) = create(&name, &Config { commit_on_grow: false, ..small_config() });
     assert_eq!(heap.config().huge_cache_bytes, 2 * GIB as u64);
-    let burst = |t: &ThreadHandle| (0..128).map(|_| t.alloc(16 * MIB).unwrap()).collect::<Vec<_>>();
+    let burst = |t: &ThreadHandle| (0..32).map(|_| t.alloc(16 * MIB).unwrap()).collect::<Vec<_>>();
     let first = burst(&t);
     let made = object_names(&name);
-    assert_eq!(made.len(), 128);
+    assert_eq!(made.len(), 32);
     for &p in &first {
         t.free(p).unwrap();
     }
     let r = assert_clean(&heap);
-    assert_eq!(r.huge.cached, 128, "every block of the burst is kept: {r}");
+    assert_eq!(r.huge.cached, 32, "every block of the burst is kept: {r}");
     let again = burst(&t);
     assert_eq!(object_names(&name), made, "the second burst made new objects");
     let mut a: Vec<_> = again.iter().map(|&p| offset(&heap, p)).collect();
