@@ -49,10 +49,11 @@ fn points(coherence: Coherence) -> impl Iterator<Item = &'static str> {
     // The full model counts remote frees one by one and moves slabs to and from the global
     // list one at a time; the limited model has no huge heap (its mailboxes are the full
     // model's, with write-backs: docs/design.md §4.6).
-    let unreached: &[&str] =
-        if coherence == Coherence::Full {
-            &["RemoteBatch", "PopChain", "PushChain", "SizeMarked", "LocalFreeBitSet"]
-        } else { &["Huge"] };
+    let unreached: &[&str] = if coherence == Coherence::Full {
+        &["RemoteBatch", "PopChain", "PushChain", "SizeMarked", "LocalFreeBitSet"]
+    } else {
+        &["Huge"]
+    };
     POINTS.iter().copied().filter(move |p| !p.starts_with("Recovery") && !unreached.iter().any(|u| p.starts_with(u)))
 }
 

@@ -33,7 +33,8 @@ pub(crate) struct DescriptorHead {
     pub generation: AtomicU32,
     /// Bit `w` set ⇔ bitset word `w` is non-zero: the lowest free word in one `tzcnt`.
     pub summary: AtomicU64,
-    /// Value a remote free writes into a block's first word, drawn when the slab is sized: a
+    /// Value a remote free writes into a block's first word, drawn when the slab is sized (kept
+    /// by a sizing for the same class that `marked_class` allows): a
     /// block freed remotely is never reallocated within its slab's sizing, so finding the mark
     /// there means the block was already freed. In the limited and no-HWcc models every free
     /// block carries it (written at sizing and by local frees, cleared at allocation), since
