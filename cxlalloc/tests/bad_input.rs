@@ -600,3 +600,44 @@ fn a_remote_free_of_a_block_never_handed_out_is_a_double_free() {
     drop(other);
     assert_clean(&heap);
 }
+
+/// Limited model (docs/design.md §4.1, "Marks kept at re-sizing"): a slab emptied by its
+/// owner's local frees (T7) and sized again for the same class keeps its mark and writes no
+/// block, so the marks its blocks carry from the local frees are what a remote free checks: a
+/// block of the new sizing never handed out is still refused, and no refused free writes into
+/// a block that is handed out.
+#[test]
+fn a_slab_sized_again_with_its_marks_kept_refuses_remote_frees_of_blocks_never_handed_out() {
+    let heap = limited_heap();
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    // Slab A: 32 blocks of 1 KiB, filled (detached); the 33rd allocation sizes slab B.
+    let a: Vec<_> = (0..32).map(|_| owner.alloc(1024).unwrap()).collect();
+    let slab = a[0].as_ptr() as usize >> 15;
+    assert!(a.iter().all(|p| p.as_ptr() as usize >> 15 == slab), "not one slab");
+    let mut b = vec![owner.alloc(1024).unwrap()];
+    // Every block of A back by local frees: T7, A unsized with its marks.
+    for &p in &a {
+        owner.free(p).unwrap();
+    }
+    // B filled; the next allocation sizes A again for the same class and takes its block 0.
+    b.extend((0..31).map(|_| owner.alloc(1024).unwrap()));
+    let again = owner.alloc(1024).unwrap();
+    assert_eq!(again, a[0], "slab A was not the one sized again");
+    // SAFETY: a live 1 KiB block of ours.
+    unsafe { std::ptr::write_bytes(again.as_ptr(), 0x5a, 1024) };
+    for i in [1, 5, 31] {
+        assert_eq!(other.free(a[i]), Err(FreeError::DoubleFree), "block {i} of the new sizing, never handed out");
+    }
+    // SAFETY: as above.
+    assert!(unsafe { std::slice::from_raw_parts(again.as_ptr(), 1024) }.iter().all(|&x| x == 0x5a));
+    // Handed out again afterwards, and freed remotely like any block.
+    let later: Vec<_> = (0..31).map(|_| owner.alloc(1024).unwrap()).collect();
+    assert_eq!(later, a[1..].to_vec(), "the refused blocks were still free, in order");
+    for p in later.into_iter().chain([again]).chain(b) {
+        other.free(p).unwrap();
+    }
+    drop(owner);
+    drop(other);
+    assert_clean(&heap);
+}

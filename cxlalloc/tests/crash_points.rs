@@ -49,8 +49,11 @@ fn points(coherence: Coherence) -> impl Iterator<Item = &'static str> {
     // The full model counts remote frees one by one and moves slabs to and from the global
     // list one at a time; the limited model has no huge heap (its mailboxes are the full
     // model's, with write-backs: docs/design.md §4.6).
-    let unreached: &[&str] =
-        if coherence == Coherence::Full { &["RemoteBatch", "PopChain", "PushChain"] } else { &["Huge"] };
+    let unreached: &[&str] = if coherence == Coherence::Full {
+        &["RemoteBatch", "PopChain", "PushChain", "SizeMarked", "LocalFreeBitSet"]
+    } else {
+        &["Huge"]
+    };
     POINTS.iter().copied().filter(move |p| !p.starts_with("Recovery") && !unreached.iter().any(|u| p.starts_with(u)))
 }
 
@@ -362,4 +365,68 @@ fn a_detectable_free_is_not_redone_on_the_block_of_a_later_sizing_of_its_slab() 
         assert!(r.is_clean(), "{coherence:?}: {reports:?}\n{r}");
         finish(heap, owner);
     }
+}
+
+/// The child's part of the next test: fills slab A (32 blocks of 1 KiB) and sizes slab B with a
+/// 33rd block, recording all of them in the table; frees every block of A locally but 1 and 5,
+/// then dies freeing block 5 between its bit and its mark (`LocalFreeBitSet`).
+fn free_block_5_unmarked(heap: &Heap) -> Result<(), String> {
+    let t = heap.attach().map_err(|e| e.to_string())?;
+    let table = table(heap);
+    try_alloc(&t, table, 0..33, 1024)?;
+    for i in (0..32).filter(|&i| i != 1 && i != 5) {
+        try_free(&t, table, i..i + 1)?;
+    }
+    crash::arm("LocalFreeBitSet");
+    let p = heap.pointer(Offset::<u8>::from_raw(table[5].load(Ordering::Acquire))).map_err(|e| e.to_string())?;
+    t.free(p).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Limited model (docs/design.md §4.1, "Marks kept at re-sizing"): a crash between a local
+/// free's bit and its mark leaves a free block without the mark; recovery must keep its slab
+/// from skipping the marks at its next sizing. The adopter frees the last outstanding block
+/// (T7), sizes the slab again for the same class, and a remote free of the unmarked block —
+/// never handed out in the new sizing — must be refused.
+#[test]
+fn a_free_block_left_unmarked_by_a_crash_is_marked_at_its_slabs_next_sizing() {
+    let _serial = serial();
+    let (name, heap, owner) = fresh_heap("unmarked-LocalFreeBitSet", Coherence::Limited);
+    let died = fork_code("LocalFreeBitSet", || match free_block_5_unmarked(&Heap::open(name.as_str()).unwrap()) {
+        Ok(()) => 0,
+        Err(e) => {
+            common::raw_eprint(&format!("workload failed: {e}\n"));
+            common::EXIT_FAILED
+        }
+    })
+    .killed_at_point("LocalFreeBitSet");
+    assert!(died, "LocalFreeBitSet not reached");
+    let words = table(&heap);
+    let block = |i: usize| heap.pointer(Offset::<u8>::from_raw(words[i].load(Ordering::Acquire))).unwrap();
+    let (x, y, b0) = (block(5), block(1), block(32));
+    let dead = heap.dead_slots();
+    assert_eq!(dead.len(), 1, "one dead slot");
+    let (adopter, _) = heap.adopt(dead[0]).unwrap();
+    // Slab A entirely free: T7. B (current, one block out) is filled; the next allocation
+    // sizes A again for the same class and takes its block 0.
+    adopter.free(y).unwrap();
+    let fill: Vec<_> = (0..31).map(|_| adopter.alloc(1024).unwrap()).collect();
+    let again = adopter.alloc(1024).unwrap();
+    // Block 0 of A (its word cleared by its free), just before block 1: a fresh slab hands
+    // out its blocks in order.
+    assert_eq!(again.as_ptr().wrapping_add(1024), y.as_ptr(), "slab A was not the one sized again");
+    assert_eq!(x.as_ptr(), y.as_ptr().wrapping_add(4 * 1024), "blocks 1 and 5 of one slab");
+    let other = heap.attach().unwrap();
+    assert!(other.free(x).is_err(), "a remote free of a block never handed out in this sizing was taken");
+    for p in fill.into_iter().chain([again, b0]) {
+        adopter.free(p).unwrap();
+    }
+    for w in &words[..33] {
+        w.store(0, Ordering::Release);
+    }
+    drop(other);
+    drop(adopter);
+    let r = heap.check();
+    assert!(r.is_clean(), "{r}");
+    finish(heap, owner);
 }

@@ -427,7 +427,8 @@ fn run(model: Coherence, skip: Option<Site>) -> Result<(), String> {
     for how in [Handoff::STALE_COPY, Handoff::DETACHED, Handoff::DISOWNED] {
         old_owner_frees_into_a_claimed_and_resized_slab(model, skip, how).map_err(|e| format!("{}: {e}", how.name))?;
     }
-    non_owner_refuses_blocks_the_owner_holds_free(model, skip).map_err(|e| format!("non-owner frees: {e}"))
+    non_owner_refuses_blocks_the_owner_holds_free(model, skip).map_err(|e| format!("non-owner frees: {e}"))?;
+    non_owner_refuses_blocks_of_a_slab_sized_again_with_its_marks(model, skip).map_err(|e| format!("kept marks: {e}"))
 }
 
 #[test]
@@ -689,6 +690,61 @@ fn non_owner_refuses_blocks_the_owner_holds_free(model: Coherence, skip: Option<
 #[test]
 fn a_non_owner_refuses_blocks_the_owner_holds_free() {
     in_both_models(|model| non_owner_refuses_blocks_the_owner_holds_free(model, None));
+}
+
+/// docs/design.md §4.1, "Marks kept at re-sizing": host O empties slab A by local frees (T7)
+/// and sizes it again for the same class, keeping its mark and writing no block; host R, which
+/// reads blocks from memory, must still refuse a block of the new sizing never handed out —
+/// the marks it reads are the ones O's local frees wrote back.
+fn non_owner_refuses_blocks_of_a_slab_sized_again_with_its_marks(
+    model: Coherence,
+    skip: Option<Site>,
+) -> Result<(), String> {
+    let _serial = serial();
+    // A cache of empty slabs (the other scenarios keep none), so that A stays with O after T7.
+    let name = HeapName::new("simscript");
+    let heap = Heap::create(name.as_str(), &Config { cache_local: 2, ..config(model) }).unwrap();
+    let _device = (model == Coherence::NoHwcc).then(|| Device::serve(name.as_str(), Duration::ZERO));
+    let o = |name: &str, to_r: &Pipe, from_r: &Pipe| -> Result<(), String> {
+        let heap = Heap::open(name).ctx("open")?;
+        let t = heap.attach().ctx("attach")?;
+        // Slab A: 32 blocks of 1 KiB, filled (detached); the 33rd allocation sizes slab B.
+        let a: Vec<_> = (0..32).map(|_| t.alloc(1024)).collect::<Result<_, _>>().ctx("alloc")?;
+        let mut rest = vec![t.alloc(1024).ctx("alloc")?];
+        for &p in &a {
+            t.free(p).ctx("local free")?;
+        }
+        // B filled; the next allocation sizes A again for its class and takes its block 0.
+        for _ in 0..31 {
+            rest.push(t.alloc(1024).ctx("alloc")?);
+        }
+        let again = t.alloc(1024).ctx("alloc")?;
+        ensure!(again == a[0], "slab A was not the one sized again");
+        to_r.send_u64(heap.offset_of(a[5].as_ptr()).ctx("offset")?.raw());
+        from_r.recv_u64(DEADLINE).ctx("R done")?;
+        // Had R's refused free been counted, these frees (or the checker) would find it.
+        for p in rest.into_iter().chain([again]) {
+            t.free(p).ctx("local free")?;
+        }
+        Ok(())
+    };
+    let r = |name: &str, to_o: &Pipe, from_o: &Pipe| -> Result<(), String> {
+        let heap = Heap::open(name).ctx("open")?;
+        let t = heap.attach().ctx("attach")?;
+        let never = block_at(&heap, from_o.recv_u64(DEADLINE).ctx("offset")?)?;
+        sim::app_invalidate(&heap, never.as_ptr(), 1024);
+        let r = t.free(never);
+        ensure!(r == Err(FreeError::DoubleFree), "free of a block never handed out in this sizing: {r:?}");
+        drop(t);
+        to_o.send_u64(1);
+        Ok(())
+    };
+    two_hosts(&heap, name.as_str(), skip, o, r)
+}
+
+#[test]
+fn a_non_owner_refuses_blocks_of_a_slab_sized_again_with_its_marks_kept() {
+    in_both_models(|model| non_owner_refuses_blocks_of_a_slab_sized_again_with_its_marks(model, None));
 }
 
 /// The mutation matrix: for every coherence site, the workload (the random run, then the

@@ -33,7 +33,8 @@ pub(crate) struct DescriptorHead {
     pub generation: AtomicU32,
     /// Bit `w` set ⇔ bitset word `w` is non-zero: the lowest free word in one `tzcnt`.
     pub summary: AtomicU64,
-    /// Value a remote free writes into a block's first word, drawn when the slab is sized: a
+    /// Value a remote free writes into a block's first word, drawn when the slab is sized (kept
+    /// by a sizing for the same class that `marked_class` allows): a
     /// block freed remotely is never reallocated within its slab's sizing, so finding the mark
     /// there means the block was already freed. In the limited and no-HWcc models every free
     /// block carries it (written at sizing and by local frees, cleared at allocation), since
@@ -46,10 +47,20 @@ pub(crate) struct DescriptorHead {
     pub blocks: AtomicU32,
     /// `ceil(2^40 / size)`: in-slab offset → block index by one multiplication.
     pub recip: AtomicU64,
-    _pad: [u8; 8],
+    /// Limited and no-HWcc models: the class whose every block start carries `mark` with no
+    /// crash since the marks were written (docs/design.md §4.1, "Marks kept at re-sizing").
+    /// While sized: set to the class by the sizing once every block is marked; the slab's free
+    /// blocks keep their marks from then on. After T7 by a local free (every block back in the
+    /// bitset, so every block marked by this owner's host): kept, so that sizing the slab again
+    /// for that class keeps `mark` and writes no block. 0 = unknown: a fresh, popped, claimed
+    /// or reclaimed slab, any slab of a recovered slot, and every slab leaving its owner.
+    /// Owner only; read only by the owner (no other host ever relies on it).
+    pub marked_class: AtomicU32,
+    _pad: [u8; 4],
 }
 
 const _: () = assert!(std::mem::size_of::<DescriptorHead>() == 64);
+const _: () = assert!(std::mem::offset_of!(DescriptorHead, marked_class) == 56);
 
 /// A view of one descriptor: its head line and its bitset (bit set = block free).
 #[derive(Clone, Copy)]

@@ -59,6 +59,7 @@ impl SlabThread<'_> {
     /// puts it on the unsized list.
     fn own_empty(&self, d: Descriptor<'_>) {
         d.head.owner.store(self.me(), Ordering::Relaxed);
+        d.head.marked_class.store(0, Ordering::Relaxed);
         d.head.class.store(0, Ordering::Relaxed);
         d.head.size.store(0, Ordering::Relaxed);
     }
@@ -299,6 +300,10 @@ impl SlabThread<'_> {
                 continue;
             }
             out.owned += 1;
+            // A crash may have left a free block of any slab of ours without its mark (between
+            // a bit and its mark, either way): none of them keeps its marks at its next sizing
+            // (docs/design.md §4.1, "Marks kept at re-sizing").
+            d.head.marked_class.store(0, Ordering::Relaxed);
             if d.recount() {
                 out.recounted += 1;
             }

@@ -565,14 +565,30 @@ impl<'a> SlabThread<'a> {
         d.head.size.store(info.size, Ordering::Relaxed);
         d.head.blocks.store(info.blocks, Ordering::Relaxed);
         d.head.recip.store(info.recip, Ordering::Relaxed);
+        // The generation changes at every sizing, kept marks or not: it is what a detectable
+        // free's recovery (docs/design.md §8.4) and a delayed remote free (`slab_changed`)
+        // compare.
         let generation = d.head.generation.load(Ordering::Relaxed).wrapping_add(1);
         d.head.generation.store(generation, Ordering::Relaxed);
-        d.head.mark.store(new_mark(self.mem.header.secret, b, slab, generation), Ordering::Relaxed);
+        // A slab that lost this very class by T7 with every block back in its bitset carries
+        // the mark at every block start, each written (and written back) on this host by the
+        // local free or the harvest that returned it (docs/design.md §4.1, "Marks kept at
+        // re-sizing"): the sizing keeps that mark and writes no block. Cleared first, so that
+        // the slab counts as marked again only once this sizing has marked it.
+        let kept = self.marks_free && d.head.marked_class.load(Ordering::Relaxed) == class;
+        d.head.marked_class.store(0, Ordering::Relaxed);
+        if !kept {
+            d.head.mark.store(new_mark(self.mem.header.secret, b, slab, generation), Ordering::Relaxed);
+        }
         d.fill(info.blocks);
         if self.marks_free {
-            // Non-owners on other hosts read the marks from memory (fenced by the head line's
-            // persist below).
-            self.mark_all(b, slab, info, d.head.mark.load(Ordering::Relaxed));
+            if !kept {
+                // Non-owners on other hosts read the marks from memory (fenced by the head
+                // line's persist below).
+                self.mark_all(b, slab, info, d.head.mark.load(Ordering::Relaxed));
+            }
+            crash_point!(SizeMarked);
+            d.head.marked_class.store(class, Ordering::Relaxed);
         }
         // Remote freers on other hosts locate blocks from the head line: it reaches memory
         // before the first block is handed out.
@@ -1153,6 +1169,9 @@ impl<'a> SlabThread<'a> {
     #[inline(always)]
     fn mark_freed<const MARK: bool>(&self, word: &AtomicU64, mark: u64) {
         if MARK {
+            // The bit is set, the mark not yet (recovery must not let the slab's next sizing
+            // keep its marks, docs/design.md §4.1).
+            crash_point!(LocalFreeBitSet);
             free_mark::set(word, mark);
             // A non-owner on another host reads the mark from memory. Unfenced: whatever tells
             // that host about the block (the application's hand-over, or a protocol step) fences
@@ -1218,7 +1237,14 @@ impl<'a> SlabThread<'a> {
             if d.head.free.load(Ordering::Relaxed) > 1 {
                 self.unlink_sized(b, class, d);
             }
+            // Every block came back to the bitset through this owner, each marked here (reduced
+            // models): unless a crash intervened (recovery clears it), its next sizing for this
+            // class keeps the marks (docs/design.md §4.1, "Marks kept at re-sizing").
+            let marked = d.head.marked_class.load(Ordering::Relaxed) == class;
             self.make_unsized(b, slab, d);
+            if marked {
+                d.head.marked_class.store(class, Ordering::Relaxed);
+            }
             self.trim_cache(b);
         } else {
             // T6: Detached → Local-sized. A local free was never counted remotely, so the slab
@@ -1692,6 +1718,9 @@ impl<'a> SlabThread<'a> {
         self.set_batch(i, Some(RemoteBatch { bracket: at.bracket, slab: at.slab.index(), count }));
         crash_point!(RemoteBatched);
         let mark = at.desc.head.mark.load(Ordering::Relaxed);
+        // Read with the mark, from the same line: a slab sized again for the same class keeps
+        // its mark (docs/design.md §4.1, "Marks kept at re-sizing"), never its generation.
+        let generation = at.desc.head.generation.load(Ordering::Relaxed);
         if free_mark::claim(self.mark_word(at), mark, mark).is_err() {
             self.set_batch(i, before);
             return Err(FreeError::DoubleFree);
@@ -1704,7 +1733,7 @@ impl<'a> SlabThread<'a> {
         // again: a slab no longer of this sizing refuses the free, as a locate now would. Later
         // frees of the batch need nothing: our uncounted free keeps the slab from being claimed
         // (docs/design.md §4.5).
-        if before.is_none() && self.slab_changed(at, mark) {
+        if before.is_none() && self.slab_changed(at, mark, generation) {
             self.set_batch(i, None);
             return Err(FreeError::DoubleFree);
         }
@@ -1723,13 +1752,16 @@ impl<'a> SlabThread<'a> {
         Ok(())
     }
 
-    /// Whether the slab of `at`, located with free mark `mark`, has lost that sizing since: its
-    /// head line, read from memory, has no class or another mark.
+    /// Whether the slab of `at`, located with free mark `mark` in sizing `generation`, has lost
+    /// that sizing since: its head line, read from memory, has no class, another mark or
+    /// another generation (a sizing that kept the marks changed only the generation).
     #[cold]
     #[inline(never)]
-    fn slab_changed(&self, at: &Located<'_>, mark: u64) -> bool {
+    fn slab_changed(&self, at: &Located<'_>, mark: u64, generation: u32) -> bool {
         self.refresh(Site::Located, at.desc.head_line());
-        at.desc.head.size.load(Ordering::Relaxed) == 0 || at.desc.head.mark.load(Ordering::Relaxed) != mark
+        at.desc.head.size.load(Ordering::Relaxed) == 0
+            || at.desc.head.mark.load(Ordering::Relaxed) != mark
+            || at.desc.head.generation.load(Ordering::Relaxed) != generation
     }
 
     /// Writes batch entry `i`. Like the rest of the record it stays in this host's caches: an
@@ -2114,6 +2146,9 @@ impl<'a> SlabThread<'a> {
                 // The owner must be cleared before the slab is reachable by others (docs/design.md
                 // §14.3); the push's Release CAS publishes it.
                 d.head.owner.store(0, Ordering::Relaxed);
+                // Its pages may be given back below (zeroed, the marks gone) and its next owner
+                // may run on another host: its next sizing marks anew.
+                d.head.marked_class.store(0, Ordering::Relaxed);
                 crash_point!(PushDisowned);
                 // Another host may pop and size it: nothing of its data stays dirty here (before
                 // its pages are given back, so that no write-back lands after).
@@ -2160,6 +2195,9 @@ impl<'a> SlabThread<'a> {
     /// end of every claim, reclaim and give-back). `size` is zeroed with the class because
     /// `locate` reads "no class" from it.
     fn make_unsized(&self, b: Bracket, slab: Slab, d: Descriptor<'_>) {
+        // Unknown marks (a claim, a reclaim: blocks counted remotely were marked on other
+        // hosts, this host may hold stale copies); only T7 by a local free keeps them.
+        d.head.marked_class.store(0, Ordering::Relaxed);
         d.head.class.store(0, Ordering::Relaxed);
         d.head.size.store(0, Ordering::Relaxed);
         self.push_unsized(b, slab, d);
