@@ -15,9 +15,8 @@ use crate::persist::huge::{HugeBlock, HugeDescriptor, HugeState};
 use crate::persist::record::{HugeRecord, ThreadRecord};
 use crate::persist::shared::SharedHeader;
 use crate::protocol::{hazard, lease};
-use crate::sync::{fence, AtomicU64, Ordering};
+use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
 use crate::word::{HazardKey, HugeStatus, Tagged};
-use std::sync::atomic::{AtomicU32, Ordering as AtomicOrdering};
 
 /// Makes the descriptor at a heap offset readable in this process; false if it cannot.
 pub(crate) type Touch<'a> = &'a dyn Fn(u64) -> bool;
@@ -35,7 +34,7 @@ fn watch_forks() {
         // (async-signal-safe, as a child handler of a multithreaded process must be).
         let registered = unsafe { libc::pthread_atfork(None, None, Some(forked_child)) } == 0;
         if registered {
-            PID.store(getpid(), AtomicOrdering::Relaxed);
+            PID.store(getpid(), Ordering::Relaxed);
         }
     });
 }
@@ -43,7 +42,7 @@ fn watch_forks() {
 /// The `pthread_atfork` child handler: the child's own id, so that views of named heaps opened
 /// by the parent refuse huge calls in it (docs/design.md §7.5).
 extern "C" fn forked_child() {
-    PID.store(getpid(), AtomicOrdering::Relaxed);
+    PID.store(getpid(), Ordering::Relaxed);
 }
 
 /// The `getpid` system call (counted per thread in unit tests). Async-signal-safe.
@@ -60,7 +59,7 @@ fn getpid() -> u32 {
 /// library's `fork` (a raw `clone`, `_Fork`) runs no handler and must not use a `Heap` it
 /// inherited. Async-signal-safe.
 pub(crate) fn current_pid() -> u32 {
-    match PID.load(AtomicOrdering::Relaxed) {
+    match PID.load(Ordering::Relaxed) {
         0 => getpid(),
         pid => pid,
     }
