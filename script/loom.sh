@@ -30,6 +30,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=script/setup.sh
 . script/setup.sh
 
+# The loom build compiles code the normal clippy step never sees (the `cfg(loom)` branches of
+# the sync facade and its users): lint it too on a full run.
+if [ $# -eq 0 ]; then
+  RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+    cargo clippy -p cxlalloc -p cxlkv --lib --test loom -- -D warnings
+fi
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p cxlalloc --test loom --release -- --nocapture --test-threads 1 "$@"
 # cxlkv's detectable publish (docs/design.md §16.3): 1 model, 2 negative controls, < 0.1 s.

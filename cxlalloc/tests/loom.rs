@@ -1387,7 +1387,7 @@ fn owner_reclaim_under_reclaiming(b: &HugeBlock, seen: &Seen) {
         return;
     }
     // The entry names a block that is ours and Reclaiming: stale; its mapping is kept.
-    hazard::drop_stale(&b.set, &|k| k == KEY, &mut |_, _| {});
+    hazard::drop_stale(&b.set, |k| k == KEY, &mut |_, _| {});
     if hazard::contains(&b.set, KEY) {
         b.status.store(FREED, Ordering::Relaxed);
         seen.mark("owner blocked");
@@ -1448,7 +1448,7 @@ fn huge_owner_retracts_its_own_entry_only_under_reclaiming_while_a_freer_elsewhe
 fn huge_owner_retracting_its_own_entry_before_reclaiming_is_caught() {
     fn broken(b: &HugeBlock, seen: &Seen) {
         use cxlalloc::internal::protocol::hazard;
-        hazard::drop_stale(&b.set, &|k| k == KEY && b.status.load(Ordering::Acquire) != LIVE, &mut |_, _| {});
+        hazard::drop_stale(&b.set, |k| k == KEY && b.status.load(Ordering::Acquire) != LIVE, &mut |_, _| {});
         if !hazard::begin_reclaim(&b.status, FREED, RECLAIMING) {
             seen.mark("owner left it");
         } else if hazard::contains(&b.set, KEY) {

@@ -108,7 +108,6 @@ impl<T> Slot<T> {
     }
 }
 
-#[cfg(not(loom))]
 impl<T> Default for Slot<T> {
     fn default() -> Self {
         Self::new()
