@@ -693,6 +693,22 @@ mod tests {
         heap.mem().huge().and_then(|v| v.find(off)).and_then(|b| b.state)
     }
 
+    /// What every interleaving below must end in: the block `p` (at `off`) cached with its
+    /// mapping, and the owner's next allocation of its size handed the same block.
+    fn assert_cached_with_mapping_and_reused(
+        heap: &Heap,
+        owner: &ThreadHandle,
+        p: NonNull<u8>,
+        off: u64,
+    ) -> NonNull<u8> {
+        assert_eq!(state_of(heap, off), Some(crate::persist::huge::HugeState::Cached), "the owner caches it");
+        let view = heap.mem().huge().expect("huge view");
+        assert!(view.maps_object(off), "with its mapping: the reuse maps and populates nothing");
+        let q = owner.alloc(BLOCK).expect("huge alloc");
+        assert_eq!(q, p, "the cached block is reused");
+        q
+    }
+
     // xmalloc's shape, at its unlucky moment: the consumer (a thread of another slot of this
     // process) frees the producer's block while the producer is inside `maintain`, after it
     // dropped the stale entries and before it reclaims. The block must be cached then, with
@@ -711,11 +727,7 @@ mod tests {
         drop_stale_as_owner(&owner);
         freer.free(p).expect("free beside the owner");
         owner.with_huge(|h, space| h.reclaim_freed(space));
-        assert_eq!(state_of(heap, off), Some(crate::persist::huge::HugeState::Cached), "reclaimed into the cache");
-        let view = heap.mem().huge().expect("huge view");
-        assert!(view.maps_object(off), "the mapping kept: the reuse maps and populates nothing");
-        let q = owner.alloc(BLOCK).expect("huge alloc");
-        assert_eq!(q, p, "the cached block is reused");
+        let q = assert_cached_with_mapping_and_reused(heap, &owner, p, off);
         // SAFETY: our block of BLOCK bytes; a reused object holds its last bytes.
         let bytes = unsafe { std::slice::from_raw_parts(q.as_ptr(), BLOCK) };
         assert!(bytes.iter().all(|&b| b == 0xa5), "the reused object is the same object");
@@ -744,10 +756,7 @@ mod tests {
         assert!(!crate::huge::ops::release(heap.mem(), view, &b), "released under the owner's mapping");
         assert_eq!(state_of(heap, off), Some(crate::persist::huge::HugeState::Freed));
         owner.with_huge(|h, space| h.reclaim_freed(space));
-        assert_eq!(state_of(heap, off), Some(crate::persist::huge::HugeState::Cached), "the owner caches it");
-        assert!(view.maps_object(off), "with its mapping");
-        let q = owner.alloc(BLOCK).expect("huge alloc");
-        assert_eq!(q, p, "the cached block is reused");
+        let q = assert_cached_with_mapping_and_reused(heap, &owner, p, off);
         owner.free(q).expect("free");
     }
 
@@ -779,10 +788,7 @@ mod tests {
         // ...and the release finds the owner's entry.
         assert!(!crate::huge::ops::finish_release(heap.mem(), view, &b), "released under the owner's mapping");
         owner.with_huge(|h, space| h.maintain(space));
-        assert_eq!(state_of(heap, off), Some(crate::persist::huge::HugeState::Cached), "the owner caches it");
-        assert!(view.maps_object(off), "with its mapping");
-        let q = owner.alloc(BLOCK).expect("huge alloc");
-        assert_eq!(q, p, "the cached block is reused");
+        let q = assert_cached_with_mapping_and_reused(heap, &owner, p, off);
         owner.free(q).expect("free");
     }
 
