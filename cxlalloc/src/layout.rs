@@ -35,7 +35,7 @@ pub(crate) const REGION_ALIGN: usize = 2 << 20;
 /// Size of the header region.
 pub(crate) const HEADER_BYTES: usize = 4096;
 /// Version of the on-device layout; bumped on any incompatible change.
-pub(crate) const LAYOUT_VERSION: u32 = 9;
+pub(crate) const LAYOUT_VERSION: u32 = 10;
 /// log2 of a huge slot: the unit in which threads claim huge address space.
 pub(crate) const HUGE_SLOT_SHIFT: u32 = 30;
 /// Bytes of one huge slot (1 GiB).

@@ -314,3 +314,84 @@ fn a_refill_pops_a_chain_of_slabs_from_the_global_list_without_hwcc() {
         "{requests} mCAS for {sized} sizings and {popped} slabs popped: pops are not chained"
     );
 }
+
+/// docs/design.md §4.5, "The batch table": a no-HWcc remote freer keeps a batch for each of
+/// more slabs than the 32 a scanned array held (xmalloc's consumer frees from about 77 at once):
+/// freeing one block of each of 100 slabs in turn, 32 times round, applies each slab's batch
+/// once, with the free that completes it (its claim), not a partial batch per eviction.
+/// Recovery off, so that the device answers exactly the subtractions and the pushes.
+#[test]
+fn a_freer_batches_a_hundred_slabs_at_once_and_subtracts_each_once_without_hwcc() {
+    let name = HeapName::new("batch-wide");
+    let heap = Heap::create(name.as_str(), &Config { recovery: false, ..config(Coherence::NoHwcc) }).unwrap();
+    let slabs = 100;
+    let device = Device::serve(name.as_str(), Duration::ZERO);
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    let blocks = fill_slabs(&owner, slabs);
+    device.stop();
+    let device = Device::serve(name.as_str(), Duration::ZERO);
+    let before = heap.stats().counters;
+    // Round-robin over the slabs: every slab's batch is open until the last round.
+    for j in 0..32 {
+        for s in 0..slabs {
+            other.free(blocks[s * 32 + j]).unwrap();
+        }
+    }
+    let requests = device.stop();
+    let after = heap.stats().counters;
+    // Judged once the handles are gone (see the chain tests above).
+    let device = Device::serve(name.as_str(), Duration::ZERO);
+    owner.free(blocks[slabs * 32]).unwrap();
+    drop((owner, other));
+    assert!(heap.check().is_clean(), "{}", heap.check());
+    drop(device);
+    let slabs = slabs as u64;
+    assert_eq!(after.claims - before.claims, slabs, "every slab was claimed by its last free");
+    let pushed = after.global_pushes - before.global_pushes;
+    // One subtraction per slab, then the chained pushes: no partial batch was applied early.
+    assert!(
+        requests <= slabs + pushed / 4,
+        "{requests} mCAS for {slabs} claims and {pushed} slabs pushed: batches were applied early"
+    );
+}
+
+/// docs/design.md §4.5, "The batch table": a partial batch keeps its slab from being claimed,
+/// and with 256 entries no eviction may come for it. A slab freed half by one thread and half
+/// by another (whose batch is applied when it leaves) is claimed once the first thread's
+/// batch has gone unused for `STALE_BATCH` (65 536) of its remote frees: the sweep applies it.
+#[test]
+fn a_partial_batch_left_unused_is_applied_and_its_slab_claimed_without_hwcc() {
+    let name = HeapName::new("batch-stale");
+    let heap = Heap::create(name.as_str(), &Config { recovery: false, ..config(Coherence::NoHwcc) }).unwrap();
+    let device = Device::serve(name.as_str(), Duration::ZERO);
+    let live = |h: &Heap| cxlalloc::Bracket::ALL.iter().map(|&b| h.check().bracket(b).live_blocks()).sum::<u64>();
+    let owner = heap.attach().unwrap();
+    let first = heap.attach().unwrap();
+    let blocks = fill_slabs(&owner, 1);
+    {
+        let second = heap.attach().unwrap();
+        for &p in &blocks[..16] {
+            first.free(p).unwrap();
+        }
+        for &p in &blocks[16..32] {
+            second.free(p).unwrap();
+        }
+        // `second` leaves: its batch is applied, 16 frees counted, and the slab still waits
+        // for `first`'s 16.
+    }
+    assert_eq!(live(&heap), 17, "first's batch of 16 is not applied yet (and one block is live)");
+    // The owner's current slab is now empty, so each round of 32 allocations fills one slab
+    // (the 32nd retires it) and `first`'s 32 frees claim it: 70 400 more remote frees.
+    owner.free(blocks[32]).unwrap();
+    for _ in 0..2200 {
+        let churn: Vec<_> = (0..32).map(|_| owner.alloc(1024).unwrap()).collect();
+        for p in churn {
+            first.free(p).unwrap();
+        }
+    }
+    assert_eq!(live(&heap), 0, "the stale batch was applied and the slab claimed");
+    drop((owner, first));
+    assert!(heap.check().is_clean(), "{}", heap.check());
+    drop(device);
+}

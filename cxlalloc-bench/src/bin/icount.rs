@@ -28,8 +28,10 @@ use cxlalloc::{Coherence, Config, Heap, ThreadHandle};
 /// Blocks of the local and batched scenarios (64 B blocks, 512 per slab): seven bitset words of
 /// one slab, so the work stays in the slab that the warm-up made current.
 const LOCAL_BLOCKS: usize = 448;
-/// Slabs of the scattered remote-free scenario (512 B blocks, 64 per slab): more than a slot's
-/// remote-free batch holds, so that in the batching models every free evicts another batch.
+/// Slabs of the scattered remote-free scenario (512 B blocks, 64 per slab): in the batching
+/// models, 40 batches open at once, as xmalloc's consumer holds them. With the 32-entry batch
+/// of earlier versions every free evicted another batch (one subtraction per free, 1 622.6
+/// instructions without HWcc); the table of 256 (docs/design.md §4.5) holds them all.
 const SCATTER_SLABS: usize = 40;
 /// Blocks freed of each of those slabs (fewer than 64: no slab is claimed).
 const SCATTER_DEPTH: usize = 50;
@@ -186,7 +188,7 @@ fn measure_remote_free_batched(b: &ThreadHandle, blocks: &[NonNull<u8>]) -> Resu
 }
 
 /// Remote frees that each name another slab than the last SCATTER_SLABS - 1 (in the batching
-/// models, every free applies a batch: one counter subtraction per free).
+/// models, each joins the open batch of its slab: no subtraction, as no slab is completed).
 #[inline(never)]
 fn measure_remote_free(b: &ThreadHandle, blocks: &[NonNull<u8>]) -> Result<usize> {
     for &p in blocks {

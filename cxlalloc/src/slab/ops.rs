@@ -193,8 +193,12 @@ pub(crate) struct SlabThread<'a> {
     /// free (`free_quick_marked`) finds its bracket through it.
     geometry: [QuickGeometry; 2],
     /// When each batch entry was last used (this thread's remote-free count then): a free of a
-    /// slab no entry names applies the least recently used one. Boxed (see `port`).
+    /// slab no entry of its set names applies the set's least recently used one, and the sweep
+    /// applies entries unused for [`STALE_BATCH`] frees. Boxed (see `port`).
     batch_used: Box<[AtomicU64; RemoteBatch::ENTRIES]>,
+    /// The next batch entry the sweep looks at ([`SlabThread::sweep_stale_batches`]). Boxed
+    /// (see `port`).
+    batch_sweep: Box<AtomicU64>,
     /// Bytes of slabs this thread pushed to the global list with their pages since it last
     /// popped one, [`WARM_BYTES`] before its first pop, less one slab per claim (T8) since:
     /// at [`WARM_BYTES`], pushes give their pages back ([`SlabThread::keep_pages`]). This handle's alone, not persistent. Boxed
@@ -207,6 +211,17 @@ pub(crate) struct SlabThread<'a> {
 /// 8 large ones. Measured on xmalloc (T = 2, 20 000 containers): 32 small slabs still left 16k
 /// page faults a run (mimalloc: 0.6k), 128 none beyond what keeping every page gives (1.4k).
 const WARM_BYTES: u64 = 4 << 20;
+
+/// Remote frees of this thread after which a batch entry not used since is applied by the sweep
+/// (docs/design.md §4.5, "The batch table"): a partial batch keeps its slab from being claimed,
+/// so the 256 entries must not hold slabs whose other blocks another thread freed for longer
+/// than this. About 550 xmalloc containers: the consumer's stragglers at the bottom of its
+/// LIFO usually come back within it.
+const STALE_BATCH: u64 = 1 << 16;
+
+/// Batch entries the sweep looks at each time a free opens a new entry: every entry is looked
+/// at once per `ENTRIES / SWEEP_STEP` new entries.
+const SWEEP_STEP: u64 = 8;
 
 /// A fresh free-block mark for a slab being sized: unpredictable (salted by the heap secret)
 /// and different for every sizing of every slab.
@@ -267,6 +282,7 @@ impl<'a> SlabThread<'a> {
             }),
             geometry: Bracket::ALL.map(|b| mem.quick_geometry(b)),
             batch_used,
+            batch_sweep: Box::new(AtomicU64::new(0)),
             // Full until the first pop: a thread that has taken nothing from the global list is
             // not churning slabs through it.
             warm_pushed: Box::new(AtomicU64::new(WARM_BYTES)),
@@ -1691,17 +1707,20 @@ impl<'a> SlabThread<'a> {
         self.mem.swcc.persist_line_unfenced(Site::FreeMarks, word as *const AtomicU64 as *const u8);
     }
 
-    /// A remote free joining this slot's batch of its slab (limited and no-HWcc models). A full batch, or
-    /// the least recently used one when every entry names another slab, is applied first.
+    /// A remote free joining this slot's batch of its slab (limited and no-HWcc models). The
+    /// slab's entry lives in one set of [`RemoteBatch::WAYS`] entries ([`RemoteBatch::set_of`]);
+    /// a full batch, or the set's least recently used entry when every entry of the set names
+    /// another slab, is applied first.
     fn free_batched(&self, at: &Located<'_>) -> Result<(), FreeError> {
         let entry = |i: usize| RemoteBatch::unpack(self.rec.remote_batch[i].load(Ordering::Relaxed));
         let mine = |x: &RemoteBatch| x.bracket == at.bracket && x.slab == at.slab.index();
-        let entries = 0..RemoteBatch::ENTRIES;
-        let i = match entries.clone().find(|&i| entry(i).is_some_and(|x| mine(&x))) {
+        let set = RemoteBatch::set_of(at.bracket, at.slab.index());
+        let ways = set..set + RemoteBatch::WAYS;
+        let i = match ways.clone().find(|&i| entry(i).is_some_and(|x| mine(&x))) {
             Some(i) => i,
-            None => match entries.clone().find(|&i| entry(i).is_none()) {
+            None => match ways.clone().find(|&i| entry(i).is_none()) {
                 Some(i) => i,
-                None => entries.min_by_key(|&i| self.batch_used[i].load(Ordering::Relaxed)).unwrap_or(0),
+                None => ways.min_by_key(|&i| self.batch_used[i].load(Ordering::Relaxed)).unwrap_or(set),
             },
         };
         let before = match entry(i) {
@@ -1748,8 +1767,33 @@ impl<'a> SlabThread<'a> {
         // flush another slab's partial batch early (docs/design.md §15.1).
         if count == at.blocks {
             self.flush_entry(i);
+        } else if before.is_none() {
+            self.sweep_stale_batches();
         }
         Ok(())
+    }
+
+    /// Applies the entries among the next [`SWEEP_STEP`] that no free of this thread has used
+    /// for [`STALE_BATCH`] frees: a partial batch of a slab whose other blocks were freed by
+    /// other threads (or counted before by an eviction) keeps the slab from being claimed
+    /// until it is applied, and with 256 entries an eviction may be long in coming. Called
+    /// when a free opens a new entry (about once per slab a thread frees into), so the cost
+    /// is a few loads per slab, not per free.
+    #[cold]
+    #[inline(never)]
+    fn sweep_stale_batches(&self) {
+        // Relaxed: this thread's own bookkeeping.
+        let now = self.rec.counters.remote_frees.load(Ordering::Relaxed);
+        let start = self.batch_sweep.load(Ordering::Relaxed);
+        self.batch_sweep.store(start.wrapping_add(SWEEP_STEP), Ordering::Relaxed);
+        for k in 0..SWEEP_STEP {
+            let i = (start.wrapping_add(k) % RemoteBatch::ENTRIES as u64) as usize;
+            if self.rec.remote_batch[i].load(Ordering::Relaxed) != 0
+                && now.wrapping_sub(self.batch_used[i].load(Ordering::Relaxed)) >= STALE_BATCH
+            {
+                self.flush_entry(i);
+            }
+        }
     }
 
     /// Whether the slab of `at`, located with free mark `mark` in sizing `generation`, has lost
@@ -1797,7 +1841,8 @@ impl<'a> SlabThread<'a> {
 
     /// The batch entry of `slab`, if this slot holds one.
     pub(crate) fn batch_of(&self, b: Bracket, slab: Slab) -> Option<(usize, RemoteBatch)> {
-        (0..RemoteBatch::ENTRIES).find_map(|i| {
+        let set = RemoteBatch::set_of(b, slab.index());
+        (set..set + RemoteBatch::WAYS).find_map(|i| {
             RemoteBatch::unpack(self.rec.remote_batch[i].load(Ordering::Relaxed))
                 .filter(|x| x.bracket == b && x.slab == slab.index())
                 .map(|x| (i, x))
