@@ -186,8 +186,8 @@ pub(crate) struct SlabThread<'a> {
     /// load off the chain that its checks wait on (docs/design.md §4.5).
     ///
     /// In the reduced models a copy that refuses every pointer ([`QuickGeometry::refusing`]):
-    /// the full model's inlined quick free then sends their frees to `free_slow` without
-    /// testing the model on every free of the full model.
+    /// the full model's inlined quick free then sends their frees to `free_slow`, which holds
+    /// their own quick free, without testing the model on every free of the full model.
     quick: [QuickGeometry; 2],
     /// Each bracket's geometry as copied from `mem`, in every model: the reduced models' quick
     /// free (`free_quick_marked`) finds its bracket through it.
@@ -816,41 +816,66 @@ impl<'a> SlabThread<'a> {
         (ptr as usize).wrapping_sub(self.mem.base() as usize)
     }
 
-    /// Every free the quick path leaves: the reduced models' (their usual path, cold only to
-    /// the full model), pointers outside the slab data (`outside`), and whatever any check of
-    /// the quick path refused (checked again from the start: the quick path wrote nothing).
+    /// Every free the full model's quick path leaves: the reduced models' (their usual path,
+    /// cold only to the full model), pointers outside the slab data (`outside`), and whatever
+    /// any check of a quick path refused (checked again from the start: the quick paths wrote
+    /// nothing).
+    ///
+    /// Small on purpose (docs/design.md §4.5, "The reduced models' quick free"): it holds only
+    /// the reduced models' quick free, which needs few registers, and hands everything else
+    /// to [`SlabThread::free_general_answer`] as its last act; the general path, with its
+    /// frame and six saved registers, is entered only by the frees that need it.
     #[cold]
     #[inline(never)]
     fn free_slow(&self, ptr: *const u8, outside: impl FnOnce() -> Result<(), FreeError>) -> FreeAnswer {
-        // The reduced models' quick local free lives here, behind the full model's cold entry,
-        // so that the full model's inlined copy keeps its registers (docs/design.md §4.5).
         if self.batching {
-            if let Some(rel) = self.geometry[Bracket::Small as usize].rel(ptr) {
-                return FreeAnswer::of(self.free_quick_marked(Bracket::Small, ptr, rel));
-            }
-            if let Some(rel) = self.geometry[Bracket::Large as usize].rel(ptr) {
-                return FreeAnswer::of(self.free_quick_marked(Bracket::Large, ptr, rel));
+            match self.free_quick_marked(ptr) {
+                Quick::Done => return FreeAnswer::of(Ok(())),
+                // Another owner's block: the remote free, which locates it again from memory
+                // (our copy of the head line may be stale, §4.3).
+                Quick::Remote(..) => return FreeAnswer::of(self.free_remote(ptr)),
+                Quick::General => {}
             }
         }
+        self.free_general_answer(ptr, outside)
+    }
+
+    /// [`SlabThread::free_general`], answered as a [`FreeAnswer`]: the general path of
+    /// `free_slow`, out of line so that the reduced models' quick free in `free_slow` does not
+    /// pay its frame.
+    #[inline(never)]
+    fn free_general_answer(&self, ptr: *const u8, outside: impl FnOnce() -> Result<(), FreeError>) -> FreeAnswer {
         FreeAnswer::of(self.free_general(ptr, outside))
     }
 
-    /// Limited and no-HWcc models (docs/design.md §4.5): the quick local free of the block at
-    /// `ptr` (`rel` into bracket `b`'s data), or the general path for anything else. The
-    /// checks of [`SlabThread::free_quick_in`] (the block's mark now also refuses a block
-    /// freed locally), then the block takes the slab's mark, written back unfenced
-    /// (`FreeMarks`), as in the general local free. A block of another owner, and a free into a
-    /// slab with no free block (which may be Detached and claimed since, §4.3), take the
-    /// general path.
+    /// Limited and no-HWcc models (docs/design.md §4.5, "The reduced models' quick free"): the
+    /// quick local free of the block at `ptr`, in `free_slow` (which the full model's inlined
+    /// copy sends their frees to through their refusing geometry), answering in registers:
+    /// [`Quick::Done`], [`Quick::Remote`] for a block of another owner (which `free_slow`
+    /// hands to the remote free), or [`Quick::General`] for everything else (the general
+    /// path). The checks of [`SlabThread::free_quick_in`] (the block's mark now
+    /// also refuses a block freed locally), then the block takes the slab's mark, written back
+    /// unfenced (`FreeMarks`), as in the general local free. A free into a slab with no free
+    /// block (which may be Detached and claimed since, §4.3) takes the general path.
     #[inline(always)]
-    fn free_quick_marked(&self, b: Bracket, ptr: *const u8, rel: usize) -> Result<(), FreeError> {
+    fn free_quick_marked(&self, ptr: *const u8) -> Quick {
+        if let Some(rel) = self.geometry[Bracket::Small as usize].rel(ptr) {
+            return self.free_quick_marked_in(Bracket::Small, ptr, rel);
+        }
+        if let Some(rel) = self.geometry[Bracket::Large as usize].rel(ptr) {
+            return self.free_quick_marked_in(Bracket::Large, ptr, rel);
+        }
+        Quick::General
+    }
+
+    /// [`SlabThread::free_quick_marked`] of a pointer `rel` bytes into bracket `b`'s data.
+    #[inline(always)]
+    fn free_quick_marked_in(&self, b: Bracket, ptr: *const u8, rel: usize) -> Quick {
         let Some(QuickAt { slab, desc: d, class, blocks, block }) = self.locate_quick(b, rel) else {
-            return self.free_general_in(b, ptr);
+            return Quick::General;
         };
-        // Another owner's block: the remote free, which locates it again from memory (our copy
-        // of the head line may be stale, §4.3).
         if d.head.owner.load(Ordering::Relaxed) != self.me() {
-            return self.free_remote(ptr);
+            return Quick::Remote(b, slab, class, block);
         }
         // SAFETY: the checks above found `ptr` to be the start of a block (at least 8 bytes,
         // 8-aligned) of a sized slab inside the mapping.
@@ -859,7 +884,7 @@ impl<'a> SlabThread<'a> {
         // Freed before (a mailbox, a counted free or a local one, each marked): the general
         // path reports it.
         if Link::freed(word.load(Ordering::Relaxed), mark) {
-            return self.free_general_in(b, ptr);
+            return Quick::General;
         }
         let (w, bit) = (block / 64, 1u64 << (block % 64));
         let cur = &self.rec.lists(b).current[class as usize - 1];
@@ -867,38 +892,32 @@ impl<'a> SlabThread<'a> {
             // One store to the persistent cache, also the free's log record (as allocating).
             let bits = cur.bits.load(Ordering::Relaxed);
             if bits & bit != 0 {
-                return self.free_general_in(b, ptr);
+                return Quick::General;
             }
             cur.bits.store(bits | bit, Ordering::Relaxed);
             self.mark_freed::<true>(word, mark);
-            return Ok(());
+            return Quick::Done;
         }
         let before = d.head.free.load(Ordering::Relaxed);
+        // `block < blocks <= 64 * bitset_words` (checked above): the mask only spares the index
+        // its bounds check.
+        let bits = &d.bits[w as usize & (b.bitset_words() - 1)];
+        let old = bits.load(Ordering::Relaxed);
         // A free that moves the slab between lists (T6, T7) is logged: the general path's. In
         // the reduced models it also takes a full slab that is not our current one (our copy
         // may predate a claim, §4.3): `before == 0` covers that.
-        if d.bits[w as usize & (b.bitset_words() - 1)].load(Ordering::Relaxed) & bit != 0
-            || before == 0
-            || before + 1 == blocks
-        {
-            return self.free_general_in(b, ptr);
+        if old & bit != 0 || before == 0 || before + 1 == blocks {
+            return Quick::General;
         }
         #[cfg(feature = "validate")]
         if self.validate(b, slab, d, blocks).is_err() {
-            return self.free_general_in(b, ptr);
+            return Quick::General;
         }
-        d.put(block);
+        d.put_loaded(w, bits, old, bit, before);
         // After the bit, as the general path marks (a crash in between leaves a free block
         // unmarked, never an allocated one marked).
         self.mark_freed::<true>(word, mark);
-        Ok(())
-    }
-
-    /// The general free of a pointer the quick path found in bracket `b`'s data.
-    #[inline(always)]
-    fn free_general_in(&self, b: Bracket, ptr: *const u8) -> Result<(), FreeError> {
-        let (_, offset, rel) = self.bracket_of(ptr)?;
-        self.free_in(b, ptr, offset, rel)
+        Quick::Done
     }
 
     /// [`SlabThread::free_or`] of a slab block: a pointer outside both brackets' slab data is
