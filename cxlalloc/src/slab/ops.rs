@@ -186,8 +186,8 @@ pub(crate) struct SlabThread<'a> {
     /// load off the chain that its checks wait on (docs/design.md §4.5).
     ///
     /// In the reduced models a copy that refuses every pointer ([`QuickGeometry::refusing`]):
-    /// the full model's inlined quick free then sends their frees to `free_slow`, which holds
-    /// their own quick free, without testing the model on every free of the full model.
+    /// the full model's inlined quick free then passes their frees on to their own
+    /// (`free_quick_marked`) without testing the model on every free of the full model.
     quick: [QuickGeometry; 2],
     /// Each bracket's geometry as copied from `mem`, in every model: the reduced models' quick
     /// free (`free_quick_marked`) finds its bracket through it.
@@ -816,44 +816,21 @@ impl<'a> SlabThread<'a> {
         (ptr as usize).wrapping_sub(self.mem.base() as usize)
     }
 
-    /// Every free the full model's quick path leaves: the reduced models' (their usual path,
-    /// cold only to the full model), pointers outside the slab data (`outside`), and whatever
-    /// any check of a quick path refused (checked again from the start: the quick paths wrote
-    /// nothing).
-    ///
-    /// Small on purpose (docs/design.md §4.5, "The reduced models' quick free"): it holds only
-    /// the reduced models' quick free, which needs few registers, and hands everything else
-    /// to [`SlabThread::free_general_answer`] as its last act; the general path, with its
-    /// frame and six saved registers, is entered only by the frees that need it.
+    /// Every free the quick paths leave: pointers outside the slab data (`outside`), and
+    /// whatever any check of the quick paths refused, in any model (checked again from the
+    /// start: the quick paths wrote nothing).
     #[cold]
     #[inline(never)]
     fn free_slow(&self, ptr: *const u8, outside: impl FnOnce() -> Result<(), FreeError>) -> FreeAnswer {
-        if self.batching {
-            match self.free_quick_marked(ptr) {
-                Quick::Done => return FreeAnswer::of(Ok(())),
-                // Another owner's block: the remote free, which locates it again from memory
-                // (our copy of the head line may be stale, §4.3).
-                Quick::Remote(..) => return FreeAnswer::of(self.free_remote(ptr)),
-                Quick::General => {}
-            }
-        }
-        self.free_general_answer(ptr, outside)
-    }
-
-    /// [`SlabThread::free_general`], answered as a [`FreeAnswer`]: the general path of
-    /// `free_slow`, out of line so that the reduced models' quick free in `free_slow` does not
-    /// pay its frame.
-    #[inline(never)]
-    fn free_general_answer(&self, ptr: *const u8, outside: impl FnOnce() -> Result<(), FreeError>) -> FreeAnswer {
         FreeAnswer::of(self.free_general(ptr, outside))
     }
 
     /// Limited and no-HWcc models (docs/design.md §4.5, "The reduced models' quick free"): the
-    /// quick local free of the block at `ptr`, in `free_slow` (which the full model's inlined
-    /// copy sends their frees to through their refusing geometry), answering in registers:
-    /// [`Quick::Done`], [`Quick::Remote`] for a block of another owner (which `free_slow`
-    /// hands to the remote free), or [`Quick::General`] for everything else (the general
-    /// path). The checks of [`SlabThread::free_quick_in`] (the block's mark now
+    /// quick local free of the block at `ptr`, inlined into the caller after the full model's
+    /// copy (which their refusing geometry sends every pointer past) and answering in registers
+    /// as it does: [`Quick::Done`], [`Quick::Remote`] for a block of another owner (whose
+    /// remote free, `free_remote_small` / `free_remote_large`, locates it again from memory in
+    /// these models), or [`Quick::General`] for everything else (`free_slow`). The checks of [`SlabThread::free_quick_in`] (the block's mark now
     /// also refuses a block freed locally), then the block takes the slab's mark, written back
     /// unfenced (`FreeMarks`), as in the general local free. A free into a slab with no free
     /// block (which may be Detached and claimed since, §4.3) takes the general path.
@@ -956,8 +933,13 @@ impl<'a> SlabThread<'a> {
         if let Some(rel) = self.quick[Bracket::Large as usize].rel(ptr) {
             return self.free_quick_in(Bracket::Large, ptr, rel);
         }
-        // Outside both brackets' data: foreign, or a huge block.
-        Quick::General
+        // Outside both brackets' data of this copy: a reduced model's block (their copy
+        // refuses every pointer), a huge block or a foreign pointer. The reduced models' quick
+        // free, inlined here, where the full model's frees of its own blocks never come: they
+        // keep their registers and layout (the model tested on every refusal instead cost the
+        // full model's local free 8 instructions, script/icount.sh). In the full model its copy
+        // of the geometry is this one and refuses the pointer again.
+        self.free_quick_marked(ptr)
     }
 
     /// The quick frees' locate (both models' copies, [`SlabThread::free_quick_in`] and
@@ -1300,6 +1282,11 @@ impl<'a> SlabThread<'a> {
     #[cold]
     #[inline(never)]
     fn free_remote_small(&self, slab: Slab, class: u32, block: u32, offset: usize) -> FreeAnswer {
+        if self.batching {
+            // The reduced models' quick free located the block in our copy of the head line,
+            // which may be stale (§4.3): the remote free locates it again from memory.
+            return FreeAnswer::of(self.free_remote(self.mem.block(offset).as_ptr()));
+        }
         FreeAnswer::of(self.free_remote_at(Bracket::Small, slab, class, block, offset))
     }
 
@@ -1307,6 +1294,10 @@ impl<'a> SlabThread<'a> {
     #[cold]
     #[inline(never)]
     fn free_remote_large(&self, slab: Slab, class: u32, block: u32, offset: usize) -> FreeAnswer {
+        if self.batching {
+            // As in `free_remote_small`.
+            return FreeAnswer::of(self.free_remote(self.mem.block(offset).as_ptr()));
+        }
         FreeAnswer::of(self.free_remote_at(Bracket::Large, slab, class, block, offset))
     }
 
