@@ -857,10 +857,11 @@ impl<'a> SlabThread<'a> {
         // SAFETY: the checks above found `ptr` to be the start of a block (at least 8 bytes,
         // 8-aligned) of a sized slab inside the mapping.
         let word = unsafe { &*(ptr as *const AtomicU64) };
-        let mark = d.head.mark.load(Ordering::Relaxed);
         // Freed before (a mailbox, a counted free or a local one, each marked): the general
-        // path reports it.
-        if Link::freed(word.load(Ordering::Relaxed), mark) {
+        // path reports it. The mark is loaded again where it is stored (the same line as the
+        // owner, in L1): kept live from here, it took the caller's copy two more saved
+        // registers, which every free of the full model then pushed and popped.
+        if Link::freed(word.load(Ordering::Relaxed), d.head.mark.load(Ordering::Relaxed)) {
             return Quick::General;
         }
         let (w, bit) = (block / 64, 1u64 << (block % 64));
@@ -872,7 +873,7 @@ impl<'a> SlabThread<'a> {
                 return Quick::General;
             }
             cur.bits.store(bits | bit, Ordering::Relaxed);
-            self.mark_freed::<true>(word, mark);
+            self.mark_freed::<true>(word, d.head.mark.load(Ordering::Relaxed));
             return Quick::Done;
         }
         let before = d.head.free.load(Ordering::Relaxed);
@@ -893,7 +894,7 @@ impl<'a> SlabThread<'a> {
         d.put_loaded(w, bits, old, bit, before);
         // After the bit, as the general path marks (a crash in between leaves a free block
         // unmarked, never an allocated one marked).
-        self.mark_freed::<true>(word, mark);
+        self.mark_freed::<true>(word, d.head.mark.load(Ordering::Relaxed));
         Quick::Done
     }
 
