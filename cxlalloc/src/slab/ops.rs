@@ -60,7 +60,7 @@ enum Quick {
     /// Another thread's slab: the block located (bracket, slab, class, block index), for the
     /// remote free to take over.
     Remote(Bracket, Slab, u32, u32),
-    /// Anything else, refusals and the reduced models included: the general path, from the
+    /// Anything else, every refusal included: the general path, from the
     /// start.
     General,
 }
@@ -825,7 +825,7 @@ impl<'a> SlabThread<'a> {
         FreeAnswer::of(self.free_general(ptr, outside))
     }
 
-    /// Limited and no-HWcc models (docs/design.md §4.5, "The reduced models' quick free"): the
+    /// Limited and no-HWcc models (docs/design.md §4.5, "The reduced models' quick free, inlined"): the
     /// quick local free of the block at `ptr`, inlined into the caller after the full model's
     /// copy (which their refusing geometry sends every pointer past) and answering in registers
     /// as it does: [`Quick::Done`], [`Quick::Remote`] for a block of another owner (whose
@@ -925,9 +925,9 @@ impl<'a> SlabThread<'a> {
     /// stores only once all have passed.
     #[inline(always)]
     fn free_quick(&self, ptr: *const u8) -> Quick {
-        // The reduced models' local frees carry marks and may read memory (§4.3): theirs is the
-        // general entry, which their copy of the geometry sends every pointer to (`refusing`),
-        // so this path tests no model flag.
+        // The reduced models' local frees carry marks and may read memory (§4.3): theirs is
+        // their own copy below, which their copy of this geometry sends every pointer to
+        // (`refusing`), so this path tests no model flag.
         if let Some(rel) = self.quick[Bracket::Small as usize].rel(ptr) {
             return self.free_quick_in(Bracket::Small, ptr, rel);
         }
