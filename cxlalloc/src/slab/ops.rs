@@ -60,7 +60,7 @@ enum Quick {
     /// Another thread's slab: the block located (bracket, slab, class, block index), for the
     /// remote free to take over.
     Remote(Bracket, Slab, u32, u32),
-    /// Anything else, refusals and the reduced models included: the general path, from the
+    /// Anything else, every refusal included: the general path, from the
     /// start.
     General,
 }
@@ -186,8 +186,8 @@ pub(crate) struct SlabThread<'a> {
     /// load off the chain that its checks wait on (docs/design.md §4.5).
     ///
     /// In the reduced models a copy that refuses every pointer ([`QuickGeometry::refusing`]):
-    /// the full model's inlined quick free then sends their frees to `free_slow` without
-    /// testing the model on every free of the full model.
+    /// the full model's inlined quick free then passes their frees on to their own
+    /// (`free_quick_marked`) without testing the model on every free of the full model.
     quick: [QuickGeometry; 2],
     /// Each bracket's geometry as copied from `mem`, in every model: the reduced models' quick
     /// free (`free_quick_marked`) finds its bracket through it.
@@ -832,50 +832,53 @@ impl<'a> SlabThread<'a> {
         (ptr as usize).wrapping_sub(self.mem.base() as usize)
     }
 
-    /// Every free the quick path leaves: the reduced models' (their usual path, cold only to
-    /// the full model), pointers outside the slab data (`outside`), and whatever any check of
-    /// the quick path refused (checked again from the start: the quick path wrote nothing).
+    /// Every free the quick paths leave: pointers outside the slab data (`outside`), and
+    /// whatever any check of the quick paths refused, in any model (checked again from the
+    /// start: the quick paths wrote nothing).
     #[cold]
     #[inline(never)]
     fn free_slow(&self, ptr: *const u8, outside: impl FnOnce() -> Result<(), FreeError>) -> FreeAnswer {
-        // The reduced models' quick local free lives here, behind the full model's cold entry,
-        // so that the full model's inlined copy keeps its registers (docs/design.md §4.5).
-        if self.batching {
-            if let Some(rel) = self.geometry[Bracket::Small as usize].rel(ptr) {
-                return FreeAnswer::of(self.free_quick_marked(Bracket::Small, ptr, rel));
-            }
-            if let Some(rel) = self.geometry[Bracket::Large as usize].rel(ptr) {
-                return FreeAnswer::of(self.free_quick_marked(Bracket::Large, ptr, rel));
-            }
-        }
         FreeAnswer::of(self.free_general(ptr, outside))
     }
 
-    /// Limited and no-HWcc models (docs/design.md §4.5): the quick local free of the block at
-    /// `ptr` (`rel` into bracket `b`'s data), or the general path for anything else. The
-    /// checks of [`SlabThread::free_quick_in`] (the block's mark now also refuses a block
-    /// freed locally), then the block takes the slab's mark, written back unfenced
-    /// (`FreeMarks`), as in the general local free. A block of another owner, and a free into a
-    /// slab with no free block (which may be Detached and claimed since, §4.3), take the
-    /// general path.
+    /// Limited and no-HWcc models (docs/design.md §4.5, "The reduced models' quick free, inlined"): the
+    /// quick local free of the block at `ptr`, inlined into the caller after the full model's
+    /// copy (which their refusing geometry sends every pointer past) and answering in registers
+    /// as it does: [`Quick::Done`], [`Quick::Remote`] for a block of another owner (whose
+    /// remote free, `free_remote_small` / `free_remote_large`, locates it again from memory in
+    /// these models), or [`Quick::General`] for everything else (`free_slow`). The checks of [`SlabThread::free_quick_in`] (the block's mark now
+    /// also refuses a block freed locally), then the block takes the slab's mark, written back
+    /// unfenced (`FreeMarks`), as in the general local free. A free into a slab with no free
+    /// block (which may be Detached and claimed since, §4.3) takes the general path.
     #[inline(always)]
-    fn free_quick_marked(&self, b: Bracket, ptr: *const u8, rel: usize) -> Result<(), FreeError> {
+    fn free_quick_marked(&self, ptr: *const u8) -> Quick {
+        if let Some(rel) = self.geometry[Bracket::Small as usize].rel(ptr) {
+            return self.free_quick_marked_in(Bracket::Small, ptr, rel);
+        }
+        if let Some(rel) = self.geometry[Bracket::Large as usize].rel(ptr) {
+            return self.free_quick_marked_in(Bracket::Large, ptr, rel);
+        }
+        Quick::General
+    }
+
+    /// [`SlabThread::free_quick_marked`] of a pointer `rel` bytes into bracket `b`'s data.
+    #[inline(always)]
+    fn free_quick_marked_in(&self, b: Bracket, ptr: *const u8, rel: usize) -> Quick {
         let Some(QuickAt { slab, desc: d, class, blocks, block }) = self.locate_quick(b, rel) else {
-            return self.free_general_in(b, ptr);
+            return Quick::General;
         };
-        // Another owner's block: the remote free, which locates it again from memory (our copy
-        // of the head line may be stale, §4.3).
         if d.head.owner.load(Ordering::Relaxed) != self.me() {
-            return self.free_remote(ptr);
+            return Quick::Remote(b, slab, class, block);
         }
         // SAFETY: the checks above found `ptr` to be the start of a block (at least 8 bytes,
         // 8-aligned) of a sized slab inside the mapping.
         let word = unsafe { &*(ptr as *const AtomicU64) };
-        let mark = d.head.mark.load(Ordering::Relaxed);
         // Freed before (a mailbox, a counted free or a local one, each marked): the general
-        // path reports it.
-        if Link::freed(word.load(Ordering::Relaxed), mark) {
-            return self.free_general_in(b, ptr);
+        // path reports it. The mark is loaded again where it is stored (the same line as the
+        // owner, in L1): kept live from here, it took the caller's copy two more saved
+        // registers, which every free of the full model then pushed and popped.
+        if Link::freed(word.load(Ordering::Relaxed), d.head.mark.load(Ordering::Relaxed)) {
+            return Quick::General;
         }
         let (w, bit) = (block / 64, 1u64 << (block % 64));
         let cur = &self.rec.lists(b).current[class as usize - 1];
@@ -883,38 +886,32 @@ impl<'a> SlabThread<'a> {
             // One store to the persistent cache, also the free's log record (as allocating).
             let bits = cur.bits.load(Ordering::Relaxed);
             if bits & bit != 0 {
-                return self.free_general_in(b, ptr);
+                return Quick::General;
             }
             cur.bits.store(bits | bit, Ordering::Relaxed);
-            self.mark_freed::<true>(word, mark);
-            return Ok(());
+            self.mark_freed::<true>(word, d.head.mark.load(Ordering::Relaxed));
+            return Quick::Done;
         }
         let before = d.head.free.load(Ordering::Relaxed);
+        // `block < blocks <= 64 * bitset_words` (checked above): the mask only spares the index
+        // its bounds check.
+        let bits = &d.bits[w as usize & (b.bitset_words() - 1)];
+        let old = bits.load(Ordering::Relaxed);
         // A free that moves the slab between lists (T6, T7) is logged: the general path's. In
         // the reduced models it also takes a full slab that is not our current one (our copy
         // may predate a claim, §4.3): `before == 0` covers that.
-        if d.bits[w as usize & (b.bitset_words() - 1)].load(Ordering::Relaxed) & bit != 0
-            || before == 0
-            || before + 1 == blocks
-        {
-            return self.free_general_in(b, ptr);
+        if old & bit != 0 || before == 0 || before + 1 == blocks {
+            return Quick::General;
         }
         #[cfg(feature = "validate")]
         if self.validate(b, slab, d, blocks).is_err() {
-            return self.free_general_in(b, ptr);
+            return Quick::General;
         }
-        d.put(block);
+        d.put_loaded(w, bits, old, bit, before);
         // After the bit, as the general path marks (a crash in between leaves a free block
         // unmarked, never an allocated one marked).
-        self.mark_freed::<true>(word, mark);
-        Ok(())
-    }
-
-    /// The general free of a pointer the quick path found in bracket `b`'s data.
-    #[inline(always)]
-    fn free_general_in(&self, b: Bracket, ptr: *const u8) -> Result<(), FreeError> {
-        let (_, offset, rel) = self.bracket_of(ptr)?;
-        self.free_in(b, ptr, offset, rel)
+        self.mark_freed::<true>(word, d.head.mark.load(Ordering::Relaxed));
+        Quick::Done
     }
 
     /// [`SlabThread::free_or`] of a slab block: a pointer outside both brackets' slab data is
@@ -944,17 +941,22 @@ impl<'a> SlabThread<'a> {
     /// stores only once all have passed.
     #[inline(always)]
     fn free_quick(&self, ptr: *const u8) -> Quick {
-        // The reduced models' local frees carry marks and may read memory (§4.3): theirs is the
-        // general entry, which their copy of the geometry sends every pointer to (`refusing`),
-        // so this path tests no model flag.
+        // The reduced models' local frees carry marks and may read memory (§4.3): theirs is
+        // their own copy below, which their copy of this geometry sends every pointer to
+        // (`refusing`), so this path tests no model flag.
         if let Some(rel) = self.quick[Bracket::Small as usize].rel(ptr) {
             return self.free_quick_in(Bracket::Small, ptr, rel);
         }
         if let Some(rel) = self.quick[Bracket::Large as usize].rel(ptr) {
             return self.free_quick_in(Bracket::Large, ptr, rel);
         }
-        // Outside both brackets' data: foreign, or a huge block.
-        Quick::General
+        // Outside both brackets' data of this copy: a reduced model's block (their copy
+        // refuses every pointer), a huge block or a foreign pointer. The reduced models' quick
+        // free, inlined here, where the full model's frees of its own blocks never come: they
+        // keep their registers and layout (the model tested on every refusal instead cost the
+        // full model's local free 8 instructions, script/icount.sh). In the full model its copy
+        // of the geometry is this one and refuses the pointer again.
+        self.free_quick_marked(ptr)
     }
 
     /// The quick frees' locate (both models' copies, [`SlabThread::free_quick_in`] and
@@ -1297,6 +1299,11 @@ impl<'a> SlabThread<'a> {
     #[cold]
     #[inline(never)]
     fn free_remote_small(&self, slab: Slab, class: u32, block: u32, offset: usize) -> FreeAnswer {
+        if self.batching {
+            // The reduced models' quick free located the block in our copy of the head line,
+            // which may be stale (§4.3): the remote free locates it again from memory.
+            return FreeAnswer::of(self.free_remote(self.mem.block(offset).as_ptr()));
+        }
         FreeAnswer::of(self.free_remote_at(Bracket::Small, slab, class, block, offset))
     }
 
@@ -1304,6 +1311,10 @@ impl<'a> SlabThread<'a> {
     #[cold]
     #[inline(never)]
     fn free_remote_large(&self, slab: Slab, class: u32, block: u32, offset: usize) -> FreeAnswer {
+        if self.batching {
+            // As in `free_remote_small`.
+            return FreeAnswer::of(self.free_remote(self.mem.block(offset).as_ptr()));
+        }
         FreeAnswer::of(self.free_remote_at(Bracket::Large, slab, class, block, offset))
     }
 
