@@ -28,6 +28,7 @@ pub const POINTS: &[&str] = &[
     "SizeMarked",
     "SizeCounted",
     "Logged/TakeWord",
+    "TakeWordMarked",
     "BeforeClear/TakeWord",
     "Logged/TakeWord+",
     "BeforeClear/TakeWord+",

@@ -527,6 +527,58 @@ fn a_remote_free_of_a_block_in_its_owners_cached_word_is_a_double_free() {
     assert_clean(&heap);
 }
 
+/// A block its owner never handed out, in the owner's cached word, freed by another thread is
+/// refused: in the word cached when the slab was sized and in one cached at a refill. The full
+/// model's remote free reads the owner's bitset, not its cached word, so the take marks the
+/// blocks it moves out of the bitset (docs/design.md §4.6, "Cached-word marks").
+#[test]
+fn a_remote_free_of_a_block_never_handed_out_from_its_owners_cached_word_is_refused() {
+    let heap = small_heap();
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    let first = owner.alloc(32).unwrap();
+    // Block 1 of word 0, cached at the sizing, never handed out.
+    let next = first.as_ptr().wrapping_add(32);
+    // SAFETY: a block of the slab just sized (inside the heap mapping); freeing it must fail.
+    assert_eq!(other.free(unsafe { NonNull::new_unchecked(next) }), Err(FreeError::DoubleFree));
+    // 64 more: word 0 drained, word 1 cached by a refill with its first block handed out.
+    let more: Vec<_> = (0..64).map(|_| owner.alloc(32).unwrap()).collect();
+    assert_eq!(more[0].as_ptr(), next, "blocks are handed out in order");
+    let past = more[63].as_ptr().wrapping_add(32);
+    // SAFETY: as above (block 65 of the same slab, in the refilled cached word).
+    assert_eq!(other.free(unsafe { NonNull::new_unchecked(past) }), Err(FreeError::DoubleFree));
+    for p in more.into_iter().chain([first]) {
+        other.free(p).unwrap();
+    }
+    drop(owner);
+    drop(other);
+    assert_clean(&heap);
+}
+
+/// A block freed remotely and harvested back into its owner's cached word, freed remotely
+/// again, is a double free: the harvest marks what it returns to the cached word
+/// (docs/design.md §4.6, "Cached-word marks"). A slab of 32 blocks of 1 KiB is one bitset word;
+/// the allocation of its last block harvests the mailbox before retiring it.
+#[test]
+fn a_remote_free_of_a_block_harvested_into_its_owners_cached_word_is_a_double_free() {
+    let heap = small_heap();
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    let blocks: Vec<_> = (0..31).map(|_| owner.alloc(1024).unwrap()).collect();
+    other.free(blocks[5]).unwrap();
+    let last = owner.alloc(1024).unwrap();
+    assert_eq!(last.as_ptr(), blocks[30].as_ptr().wrapping_add(1024), "one slab of 32 blocks");
+    assert_eq!(other.free(blocks[5]), Err(FreeError::DoubleFree));
+    let again = owner.alloc(1024).unwrap();
+    assert_eq!(again, blocks[5], "the harvest put the block back into the cached word");
+    for &p in blocks.iter().filter(|&&p| p != blocks[5]).chain([&last, &again]) {
+        other.free(p).unwrap();
+    }
+    drop(owner);
+    drop(other);
+    assert_clean(&heap);
+}
+
 // The limited model in one process: every free block carries its slab's mark (docs/design.md
 // §4.1), which is what a non-owner's free checks, so the reduced models' quick local free
 // (§4.5) must write it.

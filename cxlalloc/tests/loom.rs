@@ -2781,3 +2781,58 @@ fn free_marks_clear_after_the_hand_over_is_caught() {
         marks_model(&Seen::default(), false, MarkOps { alloc: broken, ..REAL_MARKS })
     });
 }
+
+// ---- Cached-word marks (full model; docs/design.md §4.6, "Cached-word marks") ----
+
+/// The bitset bit of the model's block.
+const BIT: u64 = 1 << 5;
+
+/// A take of the owner: marks the word's free block, then empties the bitset word (Release).
+fn take_marked(bits: &AtomicU64, word: &AtomicU64) {
+    free_mark::set(word, MARK);
+    free_mark::empty_taken_word(bits);
+}
+
+/// One block, free in its slab's bitset and unmarked (a free block of the full model outside
+/// the cached word). The owner moves its bitset word into its cached word (`take`) while a
+/// thread holding a stale pointer to the block frees it remotely, as the full model's remote
+/// free does: the bitset word (Acquire), then the claim of the block's word. The block is free
+/// throughout, so the free must be refused: by the bitset before the take, by the mark after.
+fn take_model(seen: &Seen, take: fn(&AtomicU64, &AtomicU64)) {
+    let block = Arc::new((AtomicU64::new(BIT), AtomicU64::new(0)));
+    let freer = {
+        let (block, seen) = (block.clone(), seen.clone());
+        thread::spawn(move || {
+            let (bits, word) = &*block;
+            if free_mark::bit_seen_from_afar(bits, BIT) {
+                seen.mark("refused by the bitset");
+                return;
+            }
+            assert!(free_mark::claim(word, LINK, MARK).is_err(), "cached-word mark violation: a free block was taken");
+            seen.mark("refused by the mark");
+        })
+    };
+    let (bits, word) = &*block;
+    take(bits, word);
+    freer.join().unwrap();
+}
+
+#[test]
+fn cached_word_marks_refuse_a_remote_free_racing_the_take() {
+    let seen = Seen::default();
+    let s = seen.clone();
+    check("cached_word_marks_refuse_a_remote_free_racing_the_take", None, move || take_model(&s, take_marked));
+    seen.require(&["refused by the bitset", "refused by the mark"]);
+}
+
+/// Negative control: a take that empties the bitset word before it marks the block. A remote
+/// free in between finds neither the bit nor the mark and takes a free block.
+#[test]
+#[should_panic(expected = "cached-word mark violation")]
+fn cached_word_marks_written_after_the_bitset_clear_is_caught() {
+    fn broken(bits: &AtomicU64, word: &AtomicU64) {
+        free_mark::empty_taken_word(bits);
+        free_mark::set(word, MARK);
+    }
+    check("cached_word_marks_written_after_the_bitset_clear_is_caught", None, || take_model(&Seen::default(), broken));
+}

@@ -1,5 +1,6 @@
 //! Local slab descriptors: owner, class, list links and the free-block bitset.
 
+use crate::protocol::free_mark;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// The fixed first cache line of every local descriptor; the bitset follows it.
@@ -105,7 +106,9 @@ impl Descriptor<'_> {
     /// Empties bitset word `w`, returning its free bits (now the caller's).
     pub(crate) fn take_word(&self, w: u32) -> u64 {
         let bits = self.bits[w as usize].load(Ordering::Relaxed);
-        self.bits[w as usize].store(0, Ordering::Relaxed);
+        // Release (docs/design.md §4.6, "Cached-word marks"): the full model's take marks the
+        // word's free blocks before this clear, which a remote freer's Acquire read follows.
+        free_mark::empty_taken_word(&self.bits[w as usize]);
         let s = self.head.summary.load(Ordering::Relaxed) & !(1 << w);
         self.head.summary.store(s, Ordering::Relaxed);
         let free = self.head.free.load(Ordering::Relaxed) - bits.count_ones();

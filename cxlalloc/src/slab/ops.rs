@@ -523,11 +523,56 @@ impl<'a> SlabThread<'a> {
     /// Moves bitset word `w` of `slab` into the class's current-slab cache.
     fn take_word(&self, b: Bracket, slab: Slab, d: Descriptor<'_>, w: u32, info: &ClassInfo, cur: &Current) {
         self.log(Redo::new(Op::TakeWord, b, slab.index(), w));
+        let bits = d.bits[w as usize].load(Ordering::Relaxed);
+        let first = block0(self.mem, b, slab, w, info);
+        if !self.marks_free {
+            // Full model (docs/design.md §4.6, "Cached-word marks"): a remote freer asks the
+            // bitset, not the cached word, so the blocks leaving the bitset carry the mark
+            // first; `Descriptor::take_word`'s Release clear orders these stores before it. A
+            // crash after them leaves marked blocks still in the bitset, which is harmless
+            // (free either way; the allocation clears the mark).
+            self.mark_cached(first, info.size, bits, d.head.mark.load(Ordering::Relaxed));
+            crash_point!(TakeWordMarked);
+        }
         // The cache is filled before the bitset word is cleared: a crash in between leaves the
         // bits in both places, which recovery resolves from the record; never in neither.
-        cur.install(slab.link(), w, block0(self.mem, b, slab, w, info), d.bits[w as usize].load(Ordering::Relaxed));
+        cur.install(slab.link(), w, first, bits);
         d.take_word(w);
         self.clear_log();
+    }
+
+    /// Full model: writes `mark` into the first word of each free block `bits` of a cached
+    /// word whose block 0 is at heap offset `first` (docs/design.md §4.6, "Cached-word
+    /// marks"). At most 64 stores, one per free block.
+    fn mark_cached(&self, first: u64, size: u32, mut bits: u64, mark: u64) {
+        while bits != 0 {
+            let i = u64::from(bits.trailing_zeros());
+            free_mark::set(self.block_word((first + i * u64::from(size)) as usize), mark);
+            bits &= bits - 1;
+        }
+    }
+
+    /// Recovery, full model: every free block of this slot's cached words takes its slab's
+    /// mark again. A crash between a cached free's bit and its mark, or inside a take, may
+    /// have left one without it, and a remote free of such a block would be taken
+    /// (docs/design.md §4.6, "Cached-word marks").
+    pub(crate) fn mark_cached_words(&self) {
+        if self.marks_free {
+            return;
+        }
+        for b in Bracket::ALL {
+            for (ci, cur) in self.rec.lists(b).current.iter().enumerate() {
+                let bits = cur.bits.load(Ordering::Relaxed);
+                let Ok(Some(slab)) = self.mem.link(b, cur.slab()) else { continue };
+                let (Some(info), d) = (b.class(ci as u32 + 1), self.mem.desc(b, slab)) else { continue };
+                // `rebuild_lists` dropped every cache of a slab not ours or unsized.
+                if d.head.class.load(Ordering::Relaxed) != ci as u32 + 1 {
+                    continue;
+                }
+                let first = block0(self.mem, b, slab, cur.id().word, info);
+                self.mark_cached(first, info.size, bits, d.head.mark.load(Ordering::Relaxed));
+            }
+        }
     }
 
     /// Gives the class a new current slab with free blocks: the head of its sized list, or a
@@ -991,8 +1036,10 @@ impl<'a> SlabThread<'a> {
         // SAFETY: the checks above found `ptr` to be the start of a block (at least 8 bytes,
         // 8-aligned) of a sized slab inside the mapping.
         let word = unsafe { &*(ptr as *const AtomicU64) };
-        // Freed before (a mailbox or a counted free): the general path reports it.
-        if Link::freed(word.load(Ordering::Relaxed), d.head.mark.load(Ordering::Relaxed)) {
+        // Freed before (a mailbox or a counted free, or into the cached word): the general path
+        // reports it.
+        let mark = d.head.mark.load(Ordering::Relaxed);
+        if Link::freed(word.load(Ordering::Relaxed), mark) {
             return Quick::General;
         }
         let (w, bit) = (block / 64, 1u64 << (block % 64));
@@ -1005,6 +1052,11 @@ impl<'a> SlabThread<'a> {
                 return Quick::General;
             }
             cur.bits.store(bits | bit, Ordering::Relaxed);
+            // After the bit (docs/design.md §4.6, "Cached-word marks"): a remote freer no
+            // longer reads the cached word, so the block says it is free. A crash in between
+            // leaves it unmarked; recovery marks it (`mark_cached_words`).
+            crash_point!(LocalFreeBitSet);
+            free_mark::set(word, mark);
             return Quick::Done;
         }
         let before = d.head.free.load(Ordering::Relaxed);
@@ -1127,7 +1179,13 @@ impl<'a> SlabThread<'a> {
                 return Err(FreeError::DoubleFree);
             }
             cur.bits.store(bits | bit, Ordering::Relaxed);
-            self.mark_freed::<MARK>(word, mark);
+            if MARK {
+                self.mark_freed::<MARK>(word, mark);
+            } else {
+                // Full model: the cached word's blocks carry the mark (as in `free_quick_in`).
+                crash_point!(LocalFreeBitSet);
+                free_mark::set(word, mark);
+            }
             return Ok(());
         }
         let before = d.head.free.load(Ordering::Relaxed);
@@ -1305,7 +1363,13 @@ impl<'a> SlabThread<'a> {
         // owner that changes meanwhile is the race every push has anyway: a block pushed to a
         // slot that no longer owns its slab is counted at that slot's harvest.
         let owner = desc.head.owner.load(Ordering::Relaxed);
-        if self.is_free_of(&at, owner, true) {
+        // Free in the owner's bitset: a double free. Free in its cached word: the block carries
+        // the mark, which the claim refuses (docs/design.md §4.6, "Cached-word marks"), so the
+        // line the owner writes at every allocation is not read here.
+        // `block < blocks <= 64 * bitset_words` (the quick locate checked): the mask only
+        // spares the index its bounds check.
+        if free_mark::bit_seen_from_afar(&desc.bits[(block / 64) as usize & (b.bitset_words() - 1)], 1 << (block % 64))
+        {
             return Err(FreeError::DoubleFree);
         }
         if let Some(done) = self.try_mailbox_of(&at, owner, true) {
@@ -1624,8 +1688,9 @@ impl<'a> SlabThread<'a> {
                 self.return_block(&at, word, free_word);
             }
             crash_point!(HarvestReturned);
-            // `return_block` wrote the free word; a block a resumed harvest found returned may
-            // still hold its link.
+            // `return_block` wrote the free word (the mark, for a block of the cached word); a
+            // block a resumed harvest found returned may still hold its link.
+            let free_word = if self.in_cached_word(&at) { mark } else { free_word };
             if word.load(Ordering::Relaxed) != free_word {
                 self.clear_returned(word, free_word);
             }
@@ -1660,7 +1725,9 @@ impl<'a> SlabThread<'a> {
         let id = cur.id();
         if id.slab == at.slab.link() && id.word == w as u32 {
             cur.bits.store(cur.bits.load(Ordering::Relaxed) | bit, Ordering::Relaxed);
-            self.clear_returned(word, free_word);
+            // The cached word's blocks carry the full mark in every model (docs/design.md §4.6,
+            // "Cached-word marks"; in the reduced models it is `free_word` already).
+            self.clear_returned(word, at.desc.head.mark.load(Ordering::Relaxed));
             return;
         }
         if d.bits[w].load(Ordering::Relaxed) & bit != 0 {
@@ -1678,6 +1745,15 @@ impl<'a> SlabThread<'a> {
             d.put(at.block);
             self.clear_returned(word, free_word);
         }
+    }
+
+    /// Owner side: whether block `at` is free in this slot's cached word of its class.
+    fn in_cached_word(&self, at: &Located<'_>) -> bool {
+        let cur = &self.rec.lists(at.bracket).current[at.class as usize - 1];
+        let id = cur.id();
+        id.slab == at.slab.link()
+            && id.word == at.block / 64
+            && cur.bits.load(Ordering::Relaxed) & (1 << (at.block % 64)) != 0
     }
 
     /// A harvested block's word becomes `free_word`: cleared in the full model (a free block
