@@ -545,9 +545,23 @@ impl<'a> SlabThread<'a> {
     /// word whose block 0 is at heap offset `first` (docs/design.md §4.6, "Cached-word
     /// marks"). At most 64 stores, one per free block.
     fn mark_cached(&self, first: u64, size: u32, mut bits: u64, mark: u64) {
+        let (base, size) = (self.mem.block(first as usize).as_ptr(), size as usize);
+        let word = |i: usize| {
+            // SAFETY: `first` is block 64·w of a sized slab of ours and `bits` names free
+            // blocks of that word (both loops), so each `base + i · size` starts a block (at
+            // least 8 bytes, 8-aligned) inside the slab's mapped data.
+            unsafe { &*(base.add(i * size) as *const AtomicU64) }
+        };
+        if bits == u64::MAX {
+            // A whole word (a fresh sizing's, or one every block came back to): a plain stride
+            // loop, no bit scan (script/icount.sh).
+            for i in 0..64 {
+                free_mark::set(word(i), mark);
+            }
+            return;
+        }
         while bits != 0 {
-            let i = u64::from(bits.trailing_zeros());
-            free_mark::set(self.block_word((first + i * u64::from(size)) as usize), mark);
+            free_mark::set(word(bits.trailing_zeros() as usize), mark);
             bits &= bits - 1;
         }
     }
