@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::ptr::NonNull;
 
 use cxlalloc::Bracket;
-use cxlalloc::{AllocError, AttachError, Config, FreeError, HandOverError, Heap, OffsetError, OpenError, ReallocError};
+use cxlalloc::{
+    AllocError, AttachError, Config, FreeError, HandOverError, Heap, OffsetError, OpenError, ReallocError, ThreadHandle,
+};
 
 fn small_heap() -> Heap {
     Heap::anonymous(&Config::with_capacity(32 << 20)).unwrap()
@@ -527,27 +529,53 @@ fn a_remote_free_of_a_block_in_its_owners_cached_word_is_a_double_free() {
     assert_clean(&heap);
 }
 
+/// Makes `owner` a slot that remote frees come back to (full model, docs/design.md §4.6,
+/// "Cached-word marks"): `other` frees one of its 1 KiB blocks, and the allocation of the
+/// slab's last block harvests it. From then on `owner` takes its bitset words with marks.
+/// Returns the 32 blocks `owner` holds (the harvested one allocated again), for the caller to
+/// free.
+fn remote_frees_come_back_to(owner: &ThreadHandle, other: &ThreadHandle) -> Vec<NonNull<u8>> {
+    let mut blocks: Vec<_> = (0..31).map(|_| owner.alloc(1024).unwrap()).collect();
+    other.free(blocks[5]).unwrap();
+    let last = owner.alloc(1024).unwrap();
+    assert_eq!(last.as_ptr(), blocks[30].as_ptr().wrapping_add(1024), "one slab of 32 blocks");
+    let again = owner.alloc(1024).unwrap();
+    assert_eq!(again, blocks[5], "the harvest put the block back into the cached word");
+    blocks.push(last);
+    blocks
+}
+
 /// A block its owner never handed out, in the owner's cached word, freed by another thread is
-/// refused: in the word cached when the slab was sized and in one cached at a refill. The full
-/// model's remote free reads the owner's bitset, not its cached word, so the take marks the
-/// blocks it moves out of the bitset (docs/design.md §4.6, "Cached-word marks").
+/// refused: in the word cached when the slab was sized and in one cached at a refill, with the
+/// owner's cached word read (no remote free has come back to it) and with the word taken with
+/// marks (one has), where the remote free reads the block instead (docs/design.md §4.6,
+/// "Cached-word marks").
 #[test]
 fn a_remote_free_of_a_block_never_handed_out_from_its_owners_cached_word_is_refused() {
     let heap = small_heap();
     let owner = heap.attach().unwrap();
     let other = heap.attach().unwrap();
-    let first = owner.alloc(32).unwrap();
-    // Block 1 of word 0, cached at the sizing, never handed out.
-    let next = first.as_ptr().wrapping_add(32);
-    // SAFETY: a block of the slab just sized (inside the heap mapping); freeing it must fail.
-    assert_eq!(other.free(unsafe { NonNull::new_unchecked(next) }), Err(FreeError::DoubleFree));
-    // 64 more: word 0 drained, word 1 cached by a refill with its first block handed out.
-    let more: Vec<_> = (0..64).map(|_| owner.alloc(32).unwrap()).collect();
-    assert_eq!(more[0].as_ptr(), next, "blocks are handed out in order");
-    let past = more[63].as_ptr().wrapping_add(32);
-    // SAFETY: as above (block 65 of the same slab, in the refilled cached word).
-    assert_eq!(other.free(unsafe { NonNull::new_unchecked(past) }), Err(FreeError::DoubleFree));
-    for p in more.into_iter().chain([first]) {
+    let mut held = Vec::new();
+    for marked in [false, true] {
+        if marked {
+            held.extend(remote_frees_come_back_to(&owner, &other));
+        }
+        let size = if marked { 48 } else { 32 };
+        let first = owner.alloc(size).unwrap();
+        // Block 1 of word 0, cached at the sizing, never handed out.
+        let next = first.as_ptr().wrapping_add(size);
+        // SAFETY: a block of the slab just sized (inside the heap mapping); freeing it must fail.
+        assert_eq!(other.free(unsafe { NonNull::new_unchecked(next) }), Err(FreeError::DoubleFree), "marked {marked}");
+        // 64 more: word 0 drained, word 1 cached by a refill with its first block handed out.
+        let more: Vec<_> = (0..64).map(|_| owner.alloc(size).unwrap()).collect();
+        assert_eq!(more[0].as_ptr(), next, "blocks are handed out in order");
+        let past = more[63].as_ptr().wrapping_add(size);
+        // SAFETY: as above (block 65 of the same slab, in the refilled cached word).
+        assert_eq!(other.free(unsafe { NonNull::new_unchecked(past) }), Err(FreeError::DoubleFree), "marked {marked}");
+        held.extend(more);
+        held.push(first);
+    }
+    for p in held {
         other.free(p).unwrap();
     }
     drop(owner);
@@ -556,14 +584,16 @@ fn a_remote_free_of_a_block_never_handed_out_from_its_owners_cached_word_is_refu
 }
 
 /// A block freed remotely and harvested back into its owner's cached word, freed remotely
-/// again, is a double free: the harvest marks what it returns to the cached word
-/// (docs/design.md §4.6, "Cached-word marks"). A slab of 32 blocks of 1 KiB is one bitset word;
-/// the allocation of its last block harvests the mailbox before retiring it.
+/// again, is a double free, in a word taken with marks (the harvest marks what it returns to
+/// it: docs/design.md §4.6, "Cached-word marks"). A slab of 32 blocks of 1 KiB is one bitset
+/// word; the allocation of its last block harvests the mailbox before retiring it.
 #[test]
 fn a_remote_free_of_a_block_harvested_into_its_owners_cached_word_is_a_double_free() {
     let heap = small_heap();
     let owner = heap.attach().unwrap();
     let other = heap.attach().unwrap();
+    let mut held = remote_frees_come_back_to(&owner, &other);
+    // A second slab of the class, taken with marks.
     let blocks: Vec<_> = (0..31).map(|_| owner.alloc(1024).unwrap()).collect();
     other.free(blocks[5]).unwrap();
     let last = owner.alloc(1024).unwrap();
@@ -571,8 +601,31 @@ fn a_remote_free_of_a_block_harvested_into_its_owners_cached_word_is_a_double_fr
     assert_eq!(other.free(blocks[5]), Err(FreeError::DoubleFree));
     let again = owner.alloc(1024).unwrap();
     assert_eq!(again, blocks[5], "the harvest put the block back into the cached word");
-    for &p in blocks.iter().filter(|&&p| p != blocks[5]).chain([&last, &again]) {
+    held.extend(blocks.iter().copied().filter(|&p| p != blocks[5]));
+    held.extend([last, again]);
+    for p in held {
         other.free(p).unwrap();
+    }
+    drop(owner);
+    drop(other);
+    assert_clean(&heap);
+}
+
+/// A block its owner freed into a cached word taken with marks, freed again by another thread,
+/// is a double free (the free marks it: docs/design.md §4.6, "Cached-word marks").
+#[test]
+fn a_remote_free_of_a_block_freed_into_a_cached_word_taken_with_marks_is_a_double_free() {
+    let heap = small_heap();
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    let held = remote_frees_come_back_to(&owner, &other);
+    let keep = owner.alloc(48).unwrap();
+    let p = owner.alloc(48).unwrap();
+    owner.free(p).unwrap();
+    assert_eq!(other.free(p), Err(FreeError::DoubleFree));
+    assert_eq!(owner.alloc(48).unwrap(), p, "the refused free left the block in the cached word");
+    for q in held.into_iter().chain([keep, p]) {
+        other.free(q).unwrap();
     }
     drop(owner);
     drop(other);

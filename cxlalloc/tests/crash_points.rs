@@ -50,7 +50,9 @@ fn points(coherence: Coherence) -> impl Iterator<Item = &'static str> {
     // list one at a time; the limited model has no huge heap (its mailboxes are the full
     // model's, with write-backs: docs/design.md §4.6).
     let unreached: &[&str] = if coherence == Coherence::Full {
-        &["RemoteBatch", "PopChain", "PushChain", "SizeMarked"]
+        // The cached-word marks' points need a thread that remote frees come back to before a
+        // take: `a_block_freed_into_the_cached_word_and_left_unmarked_by_a_crash_is_refused_after_recovery`.
+        &["RemoteBatch", "PopChain", "PushChain", "SizeMarked", "LocalFreeBitSet", "TakeWordMarked"]
     } else {
         &["Huge", "TakeWordMarked"]
     };
@@ -431,12 +433,28 @@ fn a_free_block_left_unmarked_by_a_crash_is_marked_at_its_slabs_next_sizing() {
     finish(heap, owner);
 }
 
-/// The child's part of the next test: allocates two blocks of 32 B (both from the cached word
-/// of a freshly sized slab), records them in the table, then dies freeing the second one into
-/// the cached word between its bit and its mark (`LocalFreeBitSet`, full model).
+/// The child's part of the next test: makes its thread one that remote frees come back to
+/// (another thread frees one of its 1 KiB blocks, which the allocation of the slab's last block
+/// harvests), so that it takes its words with marks; allocates two blocks of 32 B (both from
+/// the cached word of a freshly sized slab), records them in the table, then dies freeing the
+/// second one into the cached word between its bit and its mark (`LocalFreeBitSet`, full
+/// model).
 fn free_cached_block_unmarked(heap: &Heap) -> Result<(), String> {
     let t = heap.attach().map_err(|e| e.to_string())?;
+    let u = heap.attach().map_err(|e| e.to_string())?;
     let table = table(heap);
+    let mut ones = Vec::new();
+    for _ in 0..31 {
+        ones.push(t.alloc(1024).map_err(|e| e.to_string())?);
+    }
+    u.free(ones[5]).map_err(|e| e.to_string())?;
+    // The slab's last block: the harvest happens here. Only `t` is to die.
+    ones[5] = t.alloc(1024).map_err(|e| e.to_string())?;
+    drop(u);
+    // The 31 live 1 KiB blocks, for the parent to free.
+    for (w, p) in table[2..33].iter().zip(ones) {
+        w.store(heap.offset_of(p.as_ptr()).map_err(|e| e.to_string())?.raw(), Ordering::Release);
+    }
     for w in &table[..2] {
         let p = t.alloc(32).map_err(|e| e.to_string())?;
         w.store(heap.offset_of(p.as_ptr()).map_err(|e| e.to_string())?.raw(), Ordering::Release);
@@ -447,10 +465,11 @@ fn free_cached_block_unmarked(heap: &Heap) -> Result<(), String> {
     Ok(())
 }
 
-/// Full model (docs/design.md §4.6, "Cached-word marks"): a remote free reads the owner's
-/// bitset, not its cached word, so a block freed into the cached word must carry the mark. A
-/// crash between the cached free's bit and its mark leaves it without; recovery marks every
-/// free block of the cached words, and a remote free of that block is then refused.
+/// Full model (docs/design.md §4.6, "Cached-word marks"): a remote free of a block in a word
+/// its owner took with marks reads the block, not the owner's cached word, so a block freed
+/// into that word must carry the mark. A crash between the cached free's bit and its mark
+/// leaves it without; recovery sends remote freers back to the cached word (`marked_word`
+/// cleared), and a remote free of that block is then refused.
 #[test]
 fn a_block_freed_into_the_cached_word_and_left_unmarked_by_a_crash_is_refused_after_recovery() {
     let _serial = serial();
@@ -474,7 +493,10 @@ fn a_block_freed_into_the_cached_word_and_left_unmarked_by_a_crash_is_refused_af
     assert_eq!(adopter.alloc(32).unwrap(), freed, "the block stayed in the cached word");
     owner.free(freed).unwrap();
     owner.free(kept).unwrap();
-    for w in &words[..2] {
+    for i in 2..33 {
+        owner.free(block(i)).unwrap();
+    }
+    for w in &words[..33] {
         w.store(0, Ordering::Release);
     }
     drop(adopter);

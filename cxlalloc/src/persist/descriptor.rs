@@ -57,11 +57,19 @@ pub(crate) struct DescriptorHead {
     /// or reclaimed slab, any slab of a recovered slot, and every slab leaving its owner.
     /// Owner only; read only by the owner (no other host ever relies on it).
     pub marked_class: AtomicU32,
-    _pad: [u8; 4],
+    /// Full model: `w + 1` when the owner took bitset word `w` into its cached word *with
+    /// marks* (docs/design.md §4.6, "Cached-word marks"): while that word is cached, every free
+    /// block of it carries `mark`, so a remote freer that finds the block's bit gone from the
+    /// bitset need not read the owner's cached word. 0 (a fresh heap's zero, any other word, and
+    /// every slab of a recovered slot): a remote freer asks the cached word. Written by the
+    /// owner at every take, before the bitset word's Release clear; read by remote freers after
+    /// their Acquire read of that word.
+    pub marked_word: AtomicU32,
 }
 
 const _: () = assert!(std::mem::size_of::<DescriptorHead>() == 64);
 const _: () = assert!(std::mem::offset_of!(DescriptorHead, marked_class) == 56);
+const _: () = assert!(std::mem::offset_of!(DescriptorHead, marked_word) == 60);
 
 /// A view of one descriptor: its head line and its bitset (bit set = block free).
 #[derive(Clone, Copy)]

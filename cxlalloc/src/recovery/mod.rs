@@ -95,9 +95,6 @@ pub(crate) fn recover(t: &SlabThread<'_>, huge: Option<&HugeView>, dead: Option<
     // The rest of a harvest the dead holder had taken (docs/design.md §4.6): its blocks are on
     // no mailbox any more, only in the record.
     t.resume_harvest(true);
-    // Full model: the blocks of the cached words carry the mark (docs/design.md §4.6,
-    // "Cached-word marks"); a crash inside a take or a cached free may have left one without.
-    t.mark_cached_words();
     let huge = huge.map(|view| HugeThread { t, view });
     if let Some(h) = &huge {
         h.end_epoch();

@@ -526,13 +526,21 @@ impl<'a> SlabThread<'a> {
         let bits = d.bits[w as usize].load(Ordering::Relaxed);
         let first = block0(self.mem, b, slab, w, info);
         if !self.marks_free {
-            // Full model (docs/design.md §4.6, "Cached-word marks"): a remote freer asks the
-            // bitset, not the cached word, so the blocks leaving the bitset carry the mark
-            // first; `Descriptor::take_word`'s Release clear orders these stores before it. A
-            // crash after them leaves marked blocks still in the bitset, which is harmless
-            // (free either way; the allocation clears the mark).
-            self.mark_cached(first, info.size, bits, d.head.mark.load(Ordering::Relaxed));
-            crash_point!(TakeWordMarked);
+            // Full model (docs/design.md §4.6, "Cached-word marks"): where remote frees come
+            // back to this slot (it has harvested a block), the blocks leaving the bitset carry
+            // the mark first, and the head line says so (`marked_word`), so that a remote freer
+            // asks the bitset and the block, not the cached word this thread writes at every
+            // allocation; `Descriptor::take_word`'s Release clear orders these stores before
+            // it. Elsewhere (a slot no remote free reaches: threadtest) the take writes no
+            // block and remote freers ask the cached word. A crash after the marks leaves marked
+            // blocks still in the bitset, which is harmless (free either way; the allocation
+            // clears the mark).
+            let marked = self.rec.counters.harvested.load(Ordering::Relaxed) != 0;
+            if marked {
+                self.mark_cached(first, info.size, bits, d.head.mark.load(Ordering::Relaxed));
+                crash_point!(TakeWordMarked);
+            }
+            d.head.marked_word.store(if marked { w + 1 } else { 0 }, Ordering::Relaxed);
         }
         // The cache is filled before the bitset word is cleared: a crash in between leaves the
         // bits in both places, which recovery resolves from the record; never in neither.
@@ -563,29 +571,6 @@ impl<'a> SlabThread<'a> {
         while bits != 0 {
             free_mark::set(word(bits.trailing_zeros() as usize), mark);
             bits &= bits - 1;
-        }
-    }
-
-    /// Recovery, full model: every free block of this slot's cached words takes its slab's
-    /// mark again. A crash between a cached free's bit and its mark, or inside a take, may
-    /// have left one without it, and a remote free of such a block would be taken
-    /// (docs/design.md §4.6, "Cached-word marks").
-    pub(crate) fn mark_cached_words(&self) {
-        if self.marks_free {
-            return;
-        }
-        for b in Bracket::ALL {
-            for (ci, cur) in self.rec.lists(b).current.iter().enumerate() {
-                let bits = cur.bits.load(Ordering::Relaxed);
-                let Ok(Some(slab)) = self.mem.link(b, cur.slab()) else { continue };
-                let (Some(info), d) = (b.class(ci as u32 + 1), self.mem.desc(b, slab)) else { continue };
-                // `rebuild_lists` dropped every cache of a slab not ours or unsized.
-                if d.head.class.load(Ordering::Relaxed) != ci as u32 + 1 {
-                    continue;
-                }
-                let first = block0(self.mem, b, slab, cur.id().word, info);
-                self.mark_cached(first, info.size, bits, d.head.mark.load(Ordering::Relaxed));
-            }
         }
     }
 
@@ -1066,11 +1051,13 @@ impl<'a> SlabThread<'a> {
                 return Quick::General;
             }
             cur.bits.store(bits | bit, Ordering::Relaxed);
-            // After the bit (docs/design.md §4.6, "Cached-word marks"): a remote freer no
-            // longer reads the cached word, so the block says it is free. A crash in between
-            // leaves it unmarked; recovery marks it (`mark_cached_words`).
-            crash_point!(LocalFreeBitSet);
-            free_mark::set(word, mark);
+            // After the bit, where the word was taken with marks (docs/design.md §4.6,
+            // "Cached-word marks"): a remote freer then reads the block, not the cached word. A
+            // crash in between leaves it unmarked; recovery clears `marked_word`.
+            if d.head.marked_word.load(Ordering::Relaxed) == w + 1 {
+                crash_point!(LocalFreeBitSet);
+                free_mark::set(word, mark);
+            }
             return Quick::Done;
         }
         let before = d.head.free.load(Ordering::Relaxed);
@@ -1195,8 +1182,8 @@ impl<'a> SlabThread<'a> {
             cur.bits.store(bits | bit, Ordering::Relaxed);
             if MARK {
                 self.mark_freed::<MARK>(word, mark);
-            } else {
-                // Full model: the cached word's blocks carry the mark (as in `free_quick_in`).
+            } else if d.head.marked_word.load(Ordering::Relaxed) == w as u32 + 1 {
+                // Full model, a word taken with marks: as in `free_quick_in`.
                 crash_point!(LocalFreeBitSet);
                 free_mark::set(word, mark);
             }
@@ -1377,12 +1364,21 @@ impl<'a> SlabThread<'a> {
         // owner that changes meanwhile is the race every push has anyway: a block pushed to a
         // slot that no longer owns its slab is counted at that slot's harvest.
         let owner = desc.head.owner.load(Ordering::Relaxed);
-        // Free in the owner's bitset: a double free. Free in its cached word: the block carries
-        // the mark, which the claim refuses (docs/design.md §4.6, "Cached-word marks"), so the
-        // line the owner writes at every allocation is not read here.
+        // Free in the owner's bitset: a double free. Free in its cached word: where the owner
+        // took that word with marks (`marked_word`, read after the bitset word's Acquire), the
+        // block carries the mark, which the claim refuses, so the line the owner writes at
+        // every allocation is not read (docs/design.md §4.6, "Cached-word marks"); elsewhere the
+        // cached word is asked, as before.
         // `block < blocks <= 64 * bitset_words` (the quick locate checked): the mask only
         // spares the index its bounds check.
         if free_mark::bit_seen_from_afar(&desc.bits[(block / 64) as usize & (b.bitset_words() - 1)], 1 << (block % 64))
+        {
+            return Err(FreeError::DoubleFree);
+        }
+        if desc.head.marked_word.load(Ordering::Relaxed) != block / 64 + 1
+            && owner != 0
+            && owner <= self.mem.layout.slots
+            && self.mem.record(owner - 1).lists(b).current[class as usize - 1].holds_seen_from_afar(slab.link(), block)
         {
             return Err(FreeError::DoubleFree);
         }
@@ -1704,7 +1700,7 @@ impl<'a> SlabThread<'a> {
             crash_point!(HarvestReturned);
             // `return_block` wrote the free word (the mark, for a block of the cached word); a
             // block a resumed harvest found returned may still hold its link.
-            let free_word = if self.in_cached_word(&at) { mark } else { free_word };
+            let free_word = if self.in_cached_word(&at) { self.cached_free_word(&at, free_word) } else { free_word };
             if word.load(Ordering::Relaxed) != free_word {
                 self.clear_returned(word, free_word);
             }
@@ -1739,9 +1735,9 @@ impl<'a> SlabThread<'a> {
         let id = cur.id();
         if id.slab == at.slab.link() && id.word == w as u32 {
             cur.bits.store(cur.bits.load(Ordering::Relaxed) | bit, Ordering::Relaxed);
-            // The cached word's blocks carry the full mark in every model (docs/design.md §4.6,
-            // "Cached-word marks"; in the reduced models it is `free_word` already).
-            self.clear_returned(word, at.desc.head.mark.load(Ordering::Relaxed));
+            // A word taken with marks: its blocks carry the full mark (docs/design.md §4.6,
+            // "Cached-word marks"; in the reduced models `free_word` is the mark already).
+            self.clear_returned(word, self.cached_free_word(at, free_word));
             return;
         }
         if d.bits[w].load(Ordering::Relaxed) & bit != 0 {
@@ -1768,6 +1764,17 @@ impl<'a> SlabThread<'a> {
         id.slab == at.slab.link()
             && id.word == at.block / 64
             && cur.bits.load(Ordering::Relaxed) & (1 << (at.block % 64)) != 0
+    }
+
+    /// What the first word of block `at` of this slot's cached word holds while free:
+    /// `otherwise`, unless the word was taken with marks (the full model's `marked_word`),
+    /// then the slab's mark.
+    fn cached_free_word(&self, at: &Located<'_>, otherwise: u64) -> u64 {
+        if at.desc.head.marked_word.load(Ordering::Relaxed) == at.block / 64 + 1 {
+            at.desc.head.mark.load(Ordering::Relaxed)
+        } else {
+            otherwise
+        }
     }
 
     /// A harvested block's word becomes `free_word`: cleared in the full model (a free block
