@@ -2784,36 +2784,52 @@ fn free_marks_clear_after_the_hand_over_is_caught() {
 
 // ---- Cached-word marks (full model; docs/design.md §4.6, "Cached-word marks") ----
 
-/// The bitset bit of the model's block.
+/// The bitset bit of the model's block (block 5 of word 0).
 const BIT: u64 = 1 << 5;
 
-/// A take of the owner: marks the word's free block, then empties the bitset word (Release).
-fn take_marked(bits: &AtomicU64, word: &AtomicU64) {
+/// The words of the take model: the slab's bitset word, the block's first word, the head
+/// line's `marked_word` (1: word 0 taken with marks) and the owner's cached word.
+type TakeWords = (AtomicU64, AtomicU64, AtomicU32, AtomicU64);
+
+/// The owner's take with marks, as `SlabThread::take_word` does it: marks the word's free block,
+/// says so in the head line, installs the cached word, then empties the bitset word (Release).
+fn take_marked(w: &TakeWords) {
+    let (bits, word, marked_word, cached) = w;
     free_mark::set(word, MARK);
+    marked_word.store(1, Ordering::Relaxed);
+    cached.store(BIT, Ordering::Release);
     free_mark::empty_taken_word(bits);
 }
 
 /// One block, free in its slab's bitset and unmarked (a free block of the full model outside
-/// the cached word). The owner moves its bitset word into its cached word (`take`) while a
-/// thread holding a stale pointer to the block frees it remotely, as the full model's remote
-/// free does: the bitset word (Acquire), then the claim of the block's word. The block is free
-/// throughout, so the free must be refused: by the bitset before the take, by the mark after.
-fn take_model(seen: &Seen, take: fn(&AtomicU64, &AtomicU64)) {
-    let block = Arc::new((AtomicU64::new(BIT), AtomicU64::new(0)));
+/// the cached word). The owner moves its bitset word into its cached word with marks (`take`)
+/// while a thread holding a stale pointer to the block frees it remotely, as the full model's
+/// remote free does: the bitset word (Acquire), then `marked_word`; the owner's cached word
+/// only where the word was not taken with marks; then the claim of the block's word. The
+/// block is free throughout, so the free must be refused: by the bitset before the take, by
+/// the mark after it.
+fn take_model(seen: &Seen, take: fn(&TakeWords)) {
+    let words = Arc::new((AtomicU64::new(BIT), AtomicU64::new(0), AtomicU32::new(0), AtomicU64::new(0)));
     let freer = {
-        let (block, seen) = (block.clone(), seen.clone());
+        let (words, seen) = (words.clone(), seen.clone());
         thread::spawn(move || {
-            let (bits, word) = &*block;
+            let (bits, word, marked_word, cached) = &*words;
             if free_mark::bit_seen_from_afar(bits, BIT) {
                 seen.mark("refused by the bitset");
                 return;
+            }
+            if marked_word.load(Ordering::Relaxed) != 1 {
+                if cached.load(Ordering::Acquire) & BIT != 0 {
+                    seen.mark("refused by the cached word");
+                    return;
+                }
+                panic!("cached-word mark violation: the block is in neither the bitset nor the cached word");
             }
             assert!(free_mark::claim(word, LINK, MARK).is_err(), "cached-word mark violation: a free block was taken");
             seen.mark("refused by the mark");
         })
     };
-    let (bits, word) = &*block;
-    take(bits, word);
+    take(&words);
     freer.join().unwrap();
 }
 
@@ -2825,14 +2841,19 @@ fn cached_word_marks_refuse_a_remote_free_racing_the_take() {
     seen.require(&["refused by the bitset", "refused by the mark"]);
 }
 
-/// Negative control: a take that empties the bitset word before it marks the block. A remote
-/// free in between finds neither the bit nor the mark and takes a free block.
+/// Negative control: a take that says the word is marked and empties the bitset word before it
+/// marks the block. A remote free in between finds neither the bit nor the mark, skips the
+/// cached word, and takes a free block.
 #[test]
 #[should_panic(expected = "cached-word mark violation")]
 fn cached_word_marks_written_after_the_bitset_clear_is_caught() {
-    fn broken(bits: &AtomicU64, word: &AtomicU64) {
+    fn broken((bits, word, marked_word, cached): &TakeWords) {
+        cached.store(BIT, Ordering::Release);
+        marked_word.store(1, Ordering::Relaxed);
         free_mark::empty_taken_word(bits);
         free_mark::set(word, MARK);
     }
-    check("cached_word_marks_written_after_the_bitset_clear_is_caught", None, || take_model(&Seen::default(), broken));
+    check("cached_word_marks_written_after_the_bitset_clear_is_caught", None, || {
+        take_model(&Seen::default(), broken)
+    });
 }
