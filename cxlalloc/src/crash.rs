@@ -28,7 +28,6 @@ pub const POINTS: &[&str] = &[
     "SizeMarked",
     "SizeCounted",
     "Logged/TakeWord",
-    "TakeWordMarked",
     "BeforeClear/TakeWord",
     "Logged/TakeWord+",
     "BeforeClear/TakeWord+",

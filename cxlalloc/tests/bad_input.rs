@@ -529,11 +529,11 @@ fn a_remote_free_of_a_block_in_its_owners_cached_word_is_a_double_free() {
     assert_clean(&heap);
 }
 
-/// Makes `owner` a slot that remote frees come back to (full model, docs/design.md §4.6,
-/// "Cached-word marks"): `other` frees one of its 1 KiB blocks, and the allocation of the
-/// slab's last block harvests it. From then on `owner` takes its bitset words with marks.
-/// Returns the 32 blocks `owner` holds (the harvested one allocated again), for the caller to
-/// free.
+/// Makes `owner` a slot that remote frees come back to (docs/design.md §4.6): `other` frees one
+/// of its 1 KiB blocks, and the allocation of the slab's last block harvests it. (A build that
+/// took the bitset words of such a slot with marks was measured and not kept: §15.1,
+/// "Cached-word marks".) Returns the 32 blocks `owner` holds (the harvested one allocated
+/// again), for the caller to free.
 fn remote_frees_come_back_to(owner: &ThreadHandle, other: &ThreadHandle) -> Vec<NonNull<u8>> {
     let mut blocks: Vec<_> = (0..31).map(|_| owner.alloc(1024).unwrap()).collect();
     other.free(blocks[5]).unwrap();
@@ -546,32 +546,39 @@ fn remote_frees_come_back_to(owner: &ThreadHandle, other: &ThreadHandle) -> Vec<
 }
 
 /// A block its owner never handed out, in the owner's cached word, freed by another thread is
-/// refused: in the word cached when the slab was sized and in one cached at a refill, with the
-/// owner's cached word read (no remote free has come back to it) and with the word taken with
-/// marks (one has), where the remote free reads the block instead (docs/design.md §4.6,
-/// "Cached-word marks").
+/// refused: in the word cached when the slab was sized and in one cached at a refill, by an
+/// owner no remote free has come back to and by one that has harvested (docs/design.md §4.6,
+/// "The double-free check's lines": the remote free reads the owner's cached word).
 #[test]
 fn a_remote_free_of_a_block_never_handed_out_from_its_owners_cached_word_is_refused() {
     let heap = small_heap();
     let owner = heap.attach().unwrap();
     let other = heap.attach().unwrap();
     let mut held = Vec::new();
-    for marked in [false, true] {
-        if marked {
+    for harvested in [false, true] {
+        if harvested {
             held.extend(remote_frees_come_back_to(&owner, &other));
         }
-        let size = if marked { 48 } else { 32 };
+        let size = if harvested { 48 } else { 32 };
         let first = owner.alloc(size).unwrap();
         // Block 1 of word 0, cached at the sizing, never handed out.
         let next = first.as_ptr().wrapping_add(size);
         // SAFETY: a block of the slab just sized (inside the heap mapping); freeing it must fail.
-        assert_eq!(other.free(unsafe { NonNull::new_unchecked(next) }), Err(FreeError::DoubleFree), "marked {marked}");
+        assert_eq!(
+            other.free(unsafe { NonNull::new_unchecked(next) }),
+            Err(FreeError::DoubleFree),
+            "harvested {harvested}"
+        );
         // 64 more: word 0 drained, word 1 cached by a refill with its first block handed out.
         let more: Vec<_> = (0..64).map(|_| owner.alloc(size).unwrap()).collect();
         assert_eq!(more[0].as_ptr(), next, "blocks are handed out in order");
         let past = more[63].as_ptr().wrapping_add(size);
         // SAFETY: as above (block 65 of the same slab, in the refilled cached word).
-        assert_eq!(other.free(unsafe { NonNull::new_unchecked(past) }), Err(FreeError::DoubleFree), "marked {marked}");
+        assert_eq!(
+            other.free(unsafe { NonNull::new_unchecked(past) }),
+            Err(FreeError::DoubleFree),
+            "harvested {harvested}"
+        );
         held.extend(more);
         held.push(first);
     }
@@ -584,8 +591,8 @@ fn a_remote_free_of_a_block_never_handed_out_from_its_owners_cached_word_is_refu
 }
 
 /// A block freed remotely and harvested back into its owner's cached word, freed remotely
-/// again, is a double free, in a word taken with marks (the harvest marks what it returns to
-/// it: docs/design.md §4.6, "Cached-word marks"). A slab of 32 blocks of 1 KiB is one bitset
+/// again, is a double free (docs/design.md §4.6): the harvest clears the block's link, so only
+/// the owner's cached word says the block is free. A slab of 32 blocks of 1 KiB is one bitset
 /// word; the allocation of its last block harvests the mailbox before retiring it.
 #[test]
 fn a_remote_free_of_a_block_harvested_into_its_owners_cached_word_is_a_double_free() {
@@ -593,7 +600,7 @@ fn a_remote_free_of_a_block_harvested_into_its_owners_cached_word_is_a_double_fr
     let owner = heap.attach().unwrap();
     let other = heap.attach().unwrap();
     let mut held = remote_frees_come_back_to(&owner, &other);
-    // A second slab of the class, taken with marks.
+    // A second slab of the class, sized after the first harvest.
     let blocks: Vec<_> = (0..31).map(|_| owner.alloc(1024).unwrap()).collect();
     other.free(blocks[5]).unwrap();
     let last = owner.alloc(1024).unwrap();
@@ -611,10 +618,10 @@ fn a_remote_free_of_a_block_harvested_into_its_owners_cached_word_is_a_double_fr
     assert_clean(&heap);
 }
 
-/// A block its owner freed into a cached word taken with marks, freed again by another thread,
-/// is a double free (the free marks it: docs/design.md §4.6, "Cached-word marks").
+/// A block its owner freed into its cached word, freed again by another thread, is a double
+/// free also where remote frees come back to the owner (docs/design.md §4.6).
 #[test]
-fn a_remote_free_of_a_block_freed_into_a_cached_word_taken_with_marks_is_a_double_free() {
+fn a_remote_free_of_a_block_its_harvesting_owner_freed_into_the_cached_word_is_a_double_free() {
     let heap = small_heap();
     let owner = heap.attach().unwrap();
     let other = heap.attach().unwrap();

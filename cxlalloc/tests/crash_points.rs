@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::{fork_code, serial, HeapName};
 use cxlalloc::internal::crash::{self, POINTS};
-use cxlalloc::{Coherence, Config, FreeError, Heap, Offset, ThreadHandle};
+use cxlalloc::{Coherence, Config, Heap, Offset, ThreadHandle};
 
 /// Words of the application's table (a block every block of the workload is recorded in).
 const TABLE_WORDS: usize = 512;
@@ -50,11 +50,9 @@ fn points(coherence: Coherence) -> impl Iterator<Item = &'static str> {
     // list one at a time; the limited model has no huge heap (its mailboxes are the full
     // model's, with write-backs: docs/design.md §4.6).
     let unreached: &[&str] = if coherence == Coherence::Full {
-        // The cached-word marks' points need a thread that remote frees come back to before a
-        // take: `a_block_freed_into_the_cached_word_and_left_unmarked_by_a_crash_is_refused_after_recovery`.
-        &["RemoteBatch", "PopChain", "PushChain", "SizeMarked", "LocalFreeBitSet", "TakeWordMarked"]
+        &["RemoteBatch", "PopChain", "PushChain", "SizeMarked", "LocalFreeBitSet"]
     } else {
-        &["Huge", "TakeWordMarked"]
+        &["Huge"]
     };
     POINTS.iter().copied().filter(move |p| !p.starts_with("Recovery") && !unreached.iter().any(|u| p.starts_with(u)))
 }
@@ -430,75 +428,5 @@ fn a_free_block_left_unmarked_by_a_crash_is_marked_at_its_slabs_next_sizing() {
     drop(adopter);
     let r = heap.check();
     assert!(r.is_clean(), "{r}");
-    finish(heap, owner);
-}
-
-/// The child's part of the next test: makes its thread one that remote frees come back to
-/// (another thread frees one of its 1 KiB blocks, which the allocation of the slab's last block
-/// harvests), so that it takes its words with marks; allocates two blocks of 32 B (both from
-/// the cached word of a freshly sized slab), records them in the table, then dies freeing the
-/// second one into the cached word between its bit and its mark (`LocalFreeBitSet`, full
-/// model).
-fn free_cached_block_unmarked(heap: &Heap) -> Result<(), String> {
-    let t = heap.attach().map_err(|e| e.to_string())?;
-    let u = heap.attach().map_err(|e| e.to_string())?;
-    let table = table(heap);
-    let mut ones = Vec::new();
-    for _ in 0..31 {
-        ones.push(t.alloc(1024).map_err(|e| e.to_string())?);
-    }
-    u.free(ones[5]).map_err(|e| e.to_string())?;
-    // The slab's last block: the harvest happens here. Only `t` is to die.
-    ones[5] = t.alloc(1024).map_err(|e| e.to_string())?;
-    drop(u);
-    // The 31 live 1 KiB blocks, for the parent to free.
-    for (w, p) in table[2..33].iter().zip(ones) {
-        w.store(heap.offset_of(p.as_ptr()).map_err(|e| e.to_string())?.raw(), Ordering::Release);
-    }
-    for w in &table[..2] {
-        let p = t.alloc(32).map_err(|e| e.to_string())?;
-        w.store(heap.offset_of(p.as_ptr()).map_err(|e| e.to_string())?.raw(), Ordering::Release);
-    }
-    crash::arm("LocalFreeBitSet");
-    let p = heap.pointer(Offset::<u8>::from_raw(table[1].load(Ordering::Acquire))).map_err(|e| e.to_string())?;
-    t.free(p).map_err(|e| e.to_string())?;
-    Ok(())
-}
-
-/// Full model (docs/design.md §4.6, "Cached-word marks"): a remote free of a block in a word
-/// its owner took with marks reads the block, not the owner's cached word, so a block freed
-/// into that word must carry the mark. A crash between the cached free's bit and its mark
-/// leaves it without; recovery sends remote freers back to the cached word (`marked_word`
-/// cleared), and a remote free of that block is then refused.
-#[test]
-fn a_block_freed_into_the_cached_word_and_left_unmarked_by_a_crash_is_refused_after_recovery() {
-    let _serial = serial();
-    let (name, heap, owner) = fresh_heap("unmarked-cached-LocalFreeBitSet", Coherence::Full);
-    let died = fork_code("LocalFreeBitSet", || match free_cached_block_unmarked(&Heap::open(name.as_str()).unwrap()) {
-        Ok(()) => 0,
-        Err(e) => {
-            common::raw_eprint(&format!("workload failed: {e}\n"));
-            common::EXIT_FAILED
-        }
-    })
-    .killed_at_point("LocalFreeBitSet");
-    assert!(died, "LocalFreeBitSet not reached");
-    let words = table(&heap);
-    let block = |i: usize| heap.pointer(Offset::<u8>::from_raw(words[i].load(Ordering::Acquire))).unwrap();
-    let (kept, freed) = (block(0), block(1));
-    let dead = heap.dead_slots();
-    assert_eq!(dead.len(), 1, "one dead slot");
-    let (adopter, _) = heap.adopt(dead[0]).unwrap();
-    assert_eq!(owner.free(freed), Err(FreeError::DoubleFree), "a remote free took a block free in the cached word");
-    assert_eq!(adopter.alloc(32).unwrap(), freed, "the block stayed in the cached word");
-    owner.free(freed).unwrap();
-    owner.free(kept).unwrap();
-    for i in 2..33 {
-        owner.free(block(i)).unwrap();
-    }
-    for w in &words[..33] {
-        w.store(0, Ordering::Release);
-    }
-    drop(adopter);
     finish(heap, owner);
 }

@@ -442,25 +442,6 @@ fn check_bracket(mem: &HeapMem, b: Bracket, problems: &mut Vec<Problem>) -> Brac
                     if cur.block0.load(Ordering::Relaxed) != expected {
                         w.problem(Some(slab.index()), "cached word's block offset is wrong".into());
                     }
-                    // Full model, a word taken with marks: a remote freer asks the bitset and
-                    // the block, not the cached word, so every block of the cached word carries
-                    // the slab's mark (docs/design.md §4.6, "Cached-word marks").
-                    if mem.swcc.is_coherent() && d.head.marked_word.load(Ordering::Relaxed) == word + 1 {
-                        let mark = d.head.mark.load(Ordering::Relaxed);
-                        let unmarked = (0..64u64)
-                            .filter(|i| bits & (1 << i) != 0)
-                            .filter(|i| {
-                                mem.word_at(expected + i * u64::from(info.size)).map(|x| x.load(Ordering::Relaxed))
-                                    != Some(mark)
-                            })
-                            .count();
-                        if unmarked > 0 {
-                            w.problem(
-                                Some(slab.index()),
-                                format!("{unmarked} blocks of the cached word do not carry the free mark"),
-                            );
-                        }
-                    }
                 }
                 _ => w.problem(Some(slab.index()), format!("cached word {word} or class {class} out of range")),
             }

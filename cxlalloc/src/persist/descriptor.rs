@@ -1,6 +1,5 @@
 //! Local slab descriptors: owner, class, list links and the free-block bitset.
 
-use crate::protocol::free_mark;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// The fixed first cache line of every local descriptor; the bitset follows it.
@@ -57,19 +56,11 @@ pub(crate) struct DescriptorHead {
     /// or reclaimed slab, any slab of a recovered slot, and every slab leaving its owner.
     /// Owner only; read only by the owner (no other host ever relies on it).
     pub marked_class: AtomicU32,
-    /// Full model: `w + 1` when the owner took bitset word `w` into its cached word *with
-    /// marks* (docs/design.md §4.6, "Cached-word marks"): while that word is cached, every free
-    /// block of it carries `mark`, so a remote freer that finds the block's bit gone from the
-    /// bitset need not read the owner's cached word. 0 (a fresh heap's zero, any other word, and
-    /// every slab of a recovered slot): a remote freer asks the cached word. Written by the
-    /// owner at every take, before the bitset word's Release clear; read by remote freers after
-    /// their Acquire read of that word.
-    pub marked_word: AtomicU32,
+    _pad: [u8; 4],
 }
 
 const _: () = assert!(std::mem::size_of::<DescriptorHead>() == 64);
 const _: () = assert!(std::mem::offset_of!(DescriptorHead, marked_class) == 56);
-const _: () = assert!(std::mem::offset_of!(DescriptorHead, marked_word) == 60);
 
 /// A view of one descriptor: its head line and its bitset (bit set = block free).
 #[derive(Clone, Copy)]
@@ -114,9 +105,7 @@ impl Descriptor<'_> {
     /// Empties bitset word `w`, returning its free bits (now the caller's).
     pub(crate) fn take_word(&self, w: u32) -> u64 {
         let bits = self.bits[w as usize].load(Ordering::Relaxed);
-        // Release (docs/design.md §4.6, "Cached-word marks"): the full model's take marks the
-        // word's free blocks before this clear, which a remote freer's Acquire read follows.
-        free_mark::empty_taken_word(&self.bits[w as usize]);
+        self.bits[w as usize].store(0, Ordering::Relaxed);
         let s = self.head.summary.load(Ordering::Relaxed) & !(1 << w);
         self.head.summary.store(s, Ordering::Relaxed);
         let free = self.head.free.load(Ordering::Relaxed) - bits.count_ones();

@@ -14,15 +14,9 @@
 //!   a crash in between leaves a free block unmarked (a later double free of it goes
 //!   unnoticed), never an allocated block marked (whose legitimate free would be refused).
 //!
-//! The full model marks only the blocks of the owner's *cached word* (docs/design.md §4.6,
-//! "Cached-word marks"), and asks the owner's bitset for the rest (a mark written at every
-//! local free, and by the sizing into every block, cost threadtest 3–6 % of its operations per
-//! CPU-second: docs/design.md §15.1). The cached word is the line the owner writes at every
-//! allocation, so a remote freer that read it missed on it at every free; the bitset word it
-//! still reads changes only at a take, a refill's rate. The take's marks are ordered before the
-//! bitset word's clear ([`empty_taken_word`], Release) and the remote freer's read of that word
-//! ([`bit_seen_from_afar`], Acquire) after it: a remote freer that finds the bit gone from the
-//! bitset finds the block's mark (or the block allocated, its mark cleared).
+//! The full model keeps free blocks unmarked and asks the owner's lines instead (a mark written
+//! at every local free, and by the sizing into every block, cost threadtest 3–6 % of its
+//! operations per CPU-second: docs/design.md §15.1).
 //!
 //! The stores are `Relaxed`: a block changes hands between threads only through a
 //! synchronizing step of the application (the hand-over of a pointer) or of the allocator
@@ -78,22 +72,4 @@ pub fn claim(word: &AtomicU64, new: u64, mark: u64) -> Result<(), AlreadyFree> {
             Err(seen) => old = seen,
         }
     }
-}
-
-/// Full model: the owner empties bitset word `bits` whose free blocks it has just marked and
-/// moved into its cached word (the take, docs/design.md §4.6, "Cached-word marks").
-#[inline(always)]
-pub fn empty_taken_word(bits: &AtomicU64) {
-    // Release: the marks written into the word's free blocks before this store are visible to
-    // a remote freer whose Acquire read (`bit_seen_from_afar`) finds the bits gone.
-    bits.store(0, Ordering::Release);
-}
-
-/// Full model, a remote freer: whether bitset word `bits` holds `bit` (the block is free in the
-/// owner's bitset). When it does not, and the owner moved the block into its cached word, the
-/// block's mark is visible to the claim that follows.
-#[inline(always)]
-pub fn bit_seen_from_afar(bits: &AtomicU64, bit: u64) -> bool {
-    // Acquire: pairs with the Release of `empty_taken_word`.
-    bits.load(Ordering::Acquire) & bit != 0
 }

@@ -304,11 +304,6 @@ impl SlabThread<'_> {
             // a bit and its mark, either way): none of them keeps its marks at its next sizing
             // (docs/design.md §4.1, "Marks kept at re-sizing").
             d.head.marked_class.store(0, Ordering::Relaxed);
-            // Full model: a crash between a cached free's bit and its mark (or inside a take)
-            // may have left a free block of a word taken with marks unmarked; remote freers ask
-            // the cached word again until the next take (docs/design.md §4.6, "Cached-word
-            // marks").
-            d.head.marked_word.store(0, Ordering::Relaxed);
             if d.recount() {
                 out.recounted += 1;
             }

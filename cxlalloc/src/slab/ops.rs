@@ -520,62 +520,14 @@ impl<'a> SlabThread<'a> {
         Ok(())
     }
 
-    /// Moves bitset word `w` of `slab` into the class's current-slab cache. Inlined into its two
-    /// callers, as before the marks (out of line it cost the full model's local allocation 0.8
-    /// instructions and its refill 70, script/icount.sh); the marks' loop is out of line.
-    #[inline(always)]
+    /// Moves bitset word `w` of `slab` into the class's current-slab cache.
     fn take_word(&self, b: Bracket, slab: Slab, d: Descriptor<'_>, w: u32, info: &ClassInfo, cur: &Current) {
         self.log(Redo::new(Op::TakeWord, b, slab.index(), w));
-        let bits = d.bits[w as usize].load(Ordering::Relaxed);
-        let first = block0(self.mem, b, slab, w, info);
-        if !self.marks_free {
-            // Full model (docs/design.md §4.6, "Cached-word marks"): where remote frees come
-            // back to this slot (it has harvested a block), the blocks leaving the bitset carry
-            // the mark first, and the head line says so (`marked_word`), so that a remote freer
-            // asks the bitset and the block, not the cached word this thread writes at every
-            // allocation; `Descriptor::take_word`'s Release clear orders these stores before
-            // it. Elsewhere (a slot no remote free reaches: threadtest) the take writes no
-            // block and remote freers ask the cached word. A crash after the marks leaves marked
-            // blocks still in the bitset, which is harmless (free either way; the allocation
-            // clears the mark).
-            let marked = self.rec.counters.harvested.load(Ordering::Relaxed) != 0;
-            if marked {
-                self.mark_cached(first, info.size, bits, d.head.mark.load(Ordering::Relaxed));
-                crash_point!(TakeWordMarked);
-            }
-            d.head.marked_word.store(if marked { w + 1 } else { 0 }, Ordering::Relaxed);
-        }
         // The cache is filled before the bitset word is cleared: a crash in between leaves the
         // bits in both places, which recovery resolves from the record; never in neither.
-        cur.install(slab.link(), w, first, bits);
+        cur.install(slab.link(), w, block0(self.mem, b, slab, w, info), d.bits[w as usize].load(Ordering::Relaxed));
         d.take_word(w);
         self.clear_log();
-    }
-
-    /// Full model: writes `mark` into the first word of each free block `bits` of a cached
-    /// word whose block 0 is at heap offset `first` (docs/design.md §4.6, "Cached-word
-    /// marks"). At most 64 stores, one per free block.
-    #[inline(never)]
-    fn mark_cached(&self, first: u64, size: u32, mut bits: u64, mark: u64) {
-        let (base, size) = (self.mem.block(first as usize).as_ptr(), size as usize);
-        let word = |i: usize| {
-            // SAFETY: `first` is block 64·w of a sized slab of ours and `bits` names free
-            // blocks of that word (both loops), so each `base + i · size` starts a block (at
-            // least 8 bytes, 8-aligned) inside the slab's mapped data.
-            unsafe { &*(base.add(i * size) as *const AtomicU64) }
-        };
-        if bits == u64::MAX {
-            // A whole word (a fresh sizing's, or one every block came back to): a plain stride
-            // loop, no bit scan (script/icount.sh).
-            for i in 0..64 {
-                free_mark::set(word(i), mark);
-            }
-            return;
-        }
-        while bits != 0 {
-            free_mark::set(word(bits.trailing_zeros() as usize), mark);
-            bits &= bits - 1;
-        }
     }
 
     /// Gives the class a new current slab with free blocks: the head of its sized list, or a
@@ -1039,10 +991,8 @@ impl<'a> SlabThread<'a> {
         // SAFETY: the checks above found `ptr` to be the start of a block (at least 8 bytes,
         // 8-aligned) of a sized slab inside the mapping.
         let word = unsafe { &*(ptr as *const AtomicU64) };
-        // Freed before (a mailbox or a counted free, or into the cached word): the general path
-        // reports it.
-        let mark = d.head.mark.load(Ordering::Relaxed);
-        if Link::freed(word.load(Ordering::Relaxed), mark) {
+        // Freed before (a mailbox or a counted free): the general path reports it.
+        if Link::freed(word.load(Ordering::Relaxed), d.head.mark.load(Ordering::Relaxed)) {
             return Quick::General;
         }
         let (w, bit) = (block / 64, 1u64 << (block % 64));
@@ -1055,13 +1005,6 @@ impl<'a> SlabThread<'a> {
                 return Quick::General;
             }
             cur.bits.store(bits | bit, Ordering::Relaxed);
-            // After the bit, where the word was taken with marks (docs/design.md §4.6,
-            // "Cached-word marks"): a remote freer then reads the block, not the cached word. A
-            // crash in between leaves it unmarked; recovery clears `marked_word`.
-            if d.head.marked_word.load(Ordering::Relaxed) == w + 1 {
-                crash_point!(LocalFreeBitSet);
-                free_mark::set(word, mark);
-            }
             return Quick::Done;
         }
         let before = d.head.free.load(Ordering::Relaxed);
@@ -1184,13 +1127,7 @@ impl<'a> SlabThread<'a> {
                 return Err(FreeError::DoubleFree);
             }
             cur.bits.store(bits | bit, Ordering::Relaxed);
-            if MARK {
-                self.mark_freed::<MARK>(word, mark);
-            } else if d.head.marked_word.load(Ordering::Relaxed) == w as u32 + 1 {
-                // Full model, a word taken with marks: as in `free_quick_in`.
-                crash_point!(LocalFreeBitSet);
-                free_mark::set(word, mark);
-            }
+            self.mark_freed::<MARK>(word, mark);
             return Ok(());
         }
         let before = d.head.free.load(Ordering::Relaxed);
@@ -1368,22 +1305,7 @@ impl<'a> SlabThread<'a> {
         // owner that changes meanwhile is the race every push has anyway: a block pushed to a
         // slot that no longer owns its slab is counted at that slot's harvest.
         let owner = desc.head.owner.load(Ordering::Relaxed);
-        // Free in the owner's bitset: a double free. Free in its cached word: where the owner
-        // took that word with marks (`marked_word`, read after the bitset word's Acquire), the
-        // block carries the mark, which the claim refuses, so the line the owner writes at
-        // every allocation is not read (docs/design.md §4.6, "Cached-word marks"); elsewhere the
-        // cached word is asked, as before.
-        // `block < blocks <= 64 * bitset_words` (the quick locate checked): the mask only
-        // spares the index its bounds check.
-        if free_mark::bit_seen_from_afar(&desc.bits[(block / 64) as usize & (b.bitset_words() - 1)], 1 << (block % 64))
-        {
-            return Err(FreeError::DoubleFree);
-        }
-        if desc.head.marked_word.load(Ordering::Relaxed) != block / 64 + 1
-            && owner != 0
-            && owner <= self.mem.layout.slots
-            && self.mem.record(owner - 1).lists(b).current[class as usize - 1].holds_seen_from_afar(slab.link(), block)
-        {
+        if self.is_free_of(&at, owner, true) {
             return Err(FreeError::DoubleFree);
         }
         if let Some(done) = self.try_mailbox_of(&at, owner, true) {
@@ -1702,9 +1624,8 @@ impl<'a> SlabThread<'a> {
                 self.return_block(&at, word, free_word);
             }
             crash_point!(HarvestReturned);
-            // `return_block` wrote the free word (the mark, for a block of the cached word); a
-            // block a resumed harvest found returned may still hold its link.
-            let free_word = if self.in_cached_word(&at) { self.cached_free_word(&at, free_word) } else { free_word };
+            // `return_block` wrote the free word; a block a resumed harvest found returned may
+            // still hold its link.
             if word.load(Ordering::Relaxed) != free_word {
                 self.clear_returned(word, free_word);
             }
@@ -1739,9 +1660,7 @@ impl<'a> SlabThread<'a> {
         let id = cur.id();
         if id.slab == at.slab.link() && id.word == w as u32 {
             cur.bits.store(cur.bits.load(Ordering::Relaxed) | bit, Ordering::Relaxed);
-            // A word taken with marks: its blocks carry the full mark (docs/design.md §4.6,
-            // "Cached-word marks"; in the reduced models `free_word` is the mark already).
-            self.clear_returned(word, self.cached_free_word(at, free_word));
+            self.clear_returned(word, free_word);
             return;
         }
         if d.bits[w].load(Ordering::Relaxed) & bit != 0 {
@@ -1758,26 +1677,6 @@ impl<'a> SlabThread<'a> {
         } else {
             d.put(at.block);
             self.clear_returned(word, free_word);
-        }
-    }
-
-    /// Owner side: whether block `at` is free in this slot's cached word of its class.
-    fn in_cached_word(&self, at: &Located<'_>) -> bool {
-        let cur = &self.rec.lists(at.bracket).current[at.class as usize - 1];
-        let id = cur.id();
-        id.slab == at.slab.link()
-            && id.word == at.block / 64
-            && cur.bits.load(Ordering::Relaxed) & (1 << (at.block % 64)) != 0
-    }
-
-    /// What the first word of block `at` of this slot's cached word holds while free:
-    /// `otherwise`, unless the word was taken with marks (the full model's `marked_word`),
-    /// then the slab's mark.
-    fn cached_free_word(&self, at: &Located<'_>, otherwise: u64) -> u64 {
-        if at.desc.head.marked_word.load(Ordering::Relaxed) == at.block / 64 + 1 {
-            at.desc.head.mark.load(Ordering::Relaxed)
-        } else {
-            otherwise
         }
     }
 
