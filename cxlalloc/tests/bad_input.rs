@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::ptr::NonNull;
 
 use cxlalloc::Bracket;
-use cxlalloc::{AllocError, AttachError, Config, FreeError, HandOverError, Heap, OffsetError, OpenError, ReallocError};
+use cxlalloc::{
+    AllocError, AttachError, Config, FreeError, HandOverError, Heap, OffsetError, OpenError, ReallocError, ThreadHandle,
+};
 
 fn small_heap() -> Heap {
     Heap::anonymous(&Config::with_capacity(32 << 20)).unwrap()
@@ -522,6 +524,116 @@ fn a_remote_free_of_a_block_in_its_owners_cached_word_is_a_double_free() {
         other.free(p).unwrap();
     }
     other.free(fresh).unwrap();
+    drop(owner);
+    drop(other);
+    assert_clean(&heap);
+}
+
+/// Makes `owner` a slot that remote frees come back to (docs/design.md §4.6): `other` frees one
+/// of its 1 KiB blocks, and the allocation of the slab's last block harvests it. (A build that
+/// took the bitset words of such a slot with marks was measured and not kept: §15.1,
+/// "Cached-word marks".) Returns the 32 blocks `owner` holds (the harvested one allocated
+/// again), for the caller to free.
+fn remote_frees_come_back_to(owner: &ThreadHandle, other: &ThreadHandle) -> Vec<NonNull<u8>> {
+    let mut blocks: Vec<_> = (0..31).map(|_| owner.alloc(1024).unwrap()).collect();
+    other.free(blocks[5]).unwrap();
+    let last = owner.alloc(1024).unwrap();
+    assert_eq!(last.as_ptr(), blocks[30].as_ptr().wrapping_add(1024), "one slab of 32 blocks");
+    let again = owner.alloc(1024).unwrap();
+    assert_eq!(again, blocks[5], "the harvest put the block back into the cached word");
+    blocks.push(last);
+    blocks
+}
+
+/// A block its owner never handed out, in the owner's cached word, freed by another thread is
+/// refused: in the word cached when the slab was sized and in one cached at a refill, by an
+/// owner no remote free has come back to and by one that has harvested (docs/design.md §4.6,
+/// "The double-free check's lines": the remote free reads the owner's cached word).
+#[test]
+fn a_remote_free_of_a_block_never_handed_out_from_its_owners_cached_word_is_refused() {
+    let heap = small_heap();
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    let mut held = Vec::new();
+    for harvested in [false, true] {
+        if harvested {
+            held.extend(remote_frees_come_back_to(&owner, &other));
+        }
+        let size = if harvested { 48 } else { 32 };
+        let first = owner.alloc(size).unwrap();
+        // Block 1 of word 0, cached at the sizing, never handed out.
+        let next = first.as_ptr().wrapping_add(size);
+        // SAFETY: a block of the slab just sized (inside the heap mapping); freeing it must fail.
+        assert_eq!(
+            other.free(unsafe { NonNull::new_unchecked(next) }),
+            Err(FreeError::DoubleFree),
+            "harvested {harvested}"
+        );
+        // 64 more: word 0 drained, word 1 cached by a refill with its first block handed out.
+        let more: Vec<_> = (0..64).map(|_| owner.alloc(size).unwrap()).collect();
+        assert_eq!(more[0].as_ptr(), next, "blocks are handed out in order");
+        let past = more[63].as_ptr().wrapping_add(size);
+        // SAFETY: as above (block 65 of the same slab, in the refilled cached word).
+        assert_eq!(
+            other.free(unsafe { NonNull::new_unchecked(past) }),
+            Err(FreeError::DoubleFree),
+            "harvested {harvested}"
+        );
+        held.extend(more);
+        held.push(first);
+    }
+    for p in held {
+        other.free(p).unwrap();
+    }
+    drop(owner);
+    drop(other);
+    assert_clean(&heap);
+}
+
+/// A block freed remotely and harvested back into its owner's cached word, freed remotely
+/// again, is a double free (docs/design.md §4.6): the harvest clears the block's link, so only
+/// the owner's cached word says the block is free. A slab of 32 blocks of 1 KiB is one bitset
+/// word; the allocation of its last block harvests the mailbox before retiring it.
+#[test]
+fn a_remote_free_of_a_block_harvested_into_its_owners_cached_word_is_a_double_free() {
+    let heap = small_heap();
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    let mut held = remote_frees_come_back_to(&owner, &other);
+    // A second slab of the class, sized after the first harvest.
+    let blocks: Vec<_> = (0..31).map(|_| owner.alloc(1024).unwrap()).collect();
+    other.free(blocks[5]).unwrap();
+    let last = owner.alloc(1024).unwrap();
+    assert_eq!(last.as_ptr(), blocks[30].as_ptr().wrapping_add(1024), "one slab of 32 blocks");
+    assert_eq!(other.free(blocks[5]), Err(FreeError::DoubleFree));
+    let again = owner.alloc(1024).unwrap();
+    assert_eq!(again, blocks[5], "the harvest put the block back into the cached word");
+    held.extend(blocks.iter().copied().filter(|&p| p != blocks[5]));
+    held.extend([last, again]);
+    for p in held {
+        other.free(p).unwrap();
+    }
+    drop(owner);
+    drop(other);
+    assert_clean(&heap);
+}
+
+/// A block its owner freed into its cached word, freed again by another thread, is a double
+/// free also where remote frees come back to the owner (docs/design.md §4.6).
+#[test]
+fn a_remote_free_of_a_block_its_harvesting_owner_freed_into_the_cached_word_is_a_double_free() {
+    let heap = small_heap();
+    let owner = heap.attach().unwrap();
+    let other = heap.attach().unwrap();
+    let held = remote_frees_come_back_to(&owner, &other);
+    let keep = owner.alloc(48).unwrap();
+    let p = owner.alloc(48).unwrap();
+    owner.free(p).unwrap();
+    assert_eq!(other.free(p), Err(FreeError::DoubleFree));
+    assert_eq!(owner.alloc(48).unwrap(), p, "the refused free left the block in the cached word");
+    for q in held.into_iter().chain([keep, p]) {
+        other.free(q).unwrap();
+    }
     drop(owner);
     drop(other);
     assert_clean(&heap);
