@@ -542,7 +542,7 @@ impl HeapMem {
     pub(crate) fn shared(&self) -> &SharedHeader {
         // SAFETY: the shared region is mapped for the life of self, 64-byte aligned (region
         // alignment), and SharedHeader is all atomics, valid for any bit pattern.
-        unsafe { &*(self.addr(self.layout.region(RegionId::Shared).offset) as *const SharedHeader) }
+        unsafe { &*(self.addr(self.layout.shared_header) as *const SharedHeader) }
     }
 
     /// Global words of bracket `b`.
@@ -556,7 +556,7 @@ impl HeapMem {
         debug_assert!(slot < self.layout.slots, "slot index out of range");
         // SAFETY: the slot table lies in the mapped shared region, 8-byte aligned, with
         // `slots` entries; SlotLease is all atomics.
-        unsafe { &*(self.addr(self.layout.slot_table + slot as usize * self.layout.lease_stride) as *const SlotLease) }
+        unsafe { &*(self.addr(self.layout.slot_record(slot)) as *const SlotLease) }
     }
 
     /// The heap's host table (docs/design.md §8.6).
@@ -616,9 +616,9 @@ impl HeapMem {
         (slot < self.layout.slots).then(|| {
             // SAFETY: every slot record lies in the mapped shared region, 8-byte aligned, its
             // help word `help_table - slot_table` bytes in, and the slot was checked;
-            // AtomicU64 is valid for any bits.
+            // AtomicU64 is valid for any bits. Records run downwards from slot 0's (layout).
             unsafe {
-                &*(self.addr(self.layout.help_table + slot as usize * self.layout.lease_stride) as *const AtomicU64)
+                &*(self.addr(self.layout.help_table - slot as usize * self.layout.lease_stride) as *const AtomicU64)
             }
         })
     }
@@ -628,7 +628,8 @@ impl HeapMem {
     #[inline]
     pub(crate) fn mailbox(&self, b: Bracket, slot: u32) -> Option<&AtomicU64> {
         (slot < self.layout.slots).then(|| {
-            let at = self.layout.mailboxes[b as usize] + slot as usize * self.layout.lease_stride;
+            // Records run downwards from slot 0's (layout version 10).
+            let at = self.layout.mailboxes[b as usize] - slot as usize * self.layout.lease_stride;
             // SAFETY: every slot record lies in the mapped shared region, 8-byte aligned, its
             // mailbox head of bracket `b` `mailboxes[b] - slot_table` bytes in, and the slot was
             // checked; AtomicU64 is valid for any bits.
@@ -808,7 +809,7 @@ impl HeapMem {
         if off % 8 != 0 {
             return None;
         }
-        let roots = self.layout.region(RegionId::Shared).offset + std::mem::offset_of!(SharedHeader, roots);
+        let roots = self.layout.shared_header + std::mem::offset_of!(SharedHeader, roots);
         let in_roots = off >= roots && off < roots + std::mem::size_of::<[AtomicU64; crate::persist::shared::ROOTS]>();
         let valid = in_roots || self.in_live_slab(off) || self.in_live_huge_block(off);
         // SAFETY: the offset is 8-aligned and names memory that is mapped, or that the fault
