@@ -228,6 +228,20 @@ impl HeapMem {
     /// `host` is the host number the configuration gives (`Config::host`), used (with
     /// `CXLALLOC_HOST`) to lease a no-HWcc heap's mCAS requesters (docs/design.md §9.2).
     pub(crate) fn map(header: Header, backing: Box<dyn Backing>, host: Option<u32>) -> Result<Self, OpenError> {
+        Self::map_as(header, backing, host, false)
+    }
+
+    /// [`HeapMem::map`] for a heap this process has just created: its host claims the first
+    /// free entry of the host table ([`HostTable::claim`]) instead of first looking for a live
+    /// entry of its domain in every entry. In a fresh table the lookup finds nothing and reads
+    /// all 64 entries, whose pages other processes' first read of the region then map with
+    /// it (the kernel's fault-around): one HWcc page more in every process of a one-host heap
+    /// (docs/design.md §9.1, "HWcc bytes").
+    pub(crate) fn map_created(header: Header, backing: Box<dyn Backing>, host: Option<u32>) -> Result<Self, OpenError> {
+        Self::map_as(header, backing, host, true)
+    }
+
+    fn map_as(header: Header, backing: Box<dyn Backing>, host: Option<u32>, created: bool) -> Result<Self, OpenError> {
         let mut mem = Self::map_regions(header, backing, host)?;
         if mem.mcas.as_ref().is_some_and(|hub| hub.served().is_err()) {
             // No huge heap without full coherence: nothing below needs the host yet.
@@ -236,7 +250,8 @@ impl HeapMem {
         // A full (or damaged) host table does not keep the heap from opening: inspecting and
         // checking it need no host. Attaching a thread registers again and reports the error;
         // until then this process leases no hazard set (its holder stays 0).
-        let Ok(host) = mem.register_host() else { return Ok(mem) };
+        let registered = if created { mem.claim_host() } else { mem.register_host() };
+        let Ok(host) = registered else { return Ok(mem) };
         let holder = crate::identity::current(host);
         if let Some(view) = mem.huge.as_mut() {
             view.holder = holder.pack();
@@ -584,6 +599,19 @@ impl HeapMem {
         let id = self.hosts().register(crate::identity::domain(), &crate::identity::host_name()).ok_or(MAX_HOSTS)?;
         // A racing thread of this process may have registered first: both found or claimed an
         // entry of this domain, and either serves (liveness compares domains).
+        Ok(*self.host.get_or_init(|| id))
+    }
+
+    /// [`HeapMem::register_host`] for the creator of a heap: claims the first free entry (or
+    /// joins a live entry of its domain met on the way, as a racing opener of the same host
+    /// may have claimed one), without scanning the table for a live entry first. Sound in any
+    /// table (a second entry for a domain is harmless, docs/design.md §8.6); used where the
+    /// table is fresh, so that it touches entry 0 only.
+    fn claim_host(&self) -> Result<u16, u32> {
+        if let Some(&id) = self.host.get() {
+            return Ok(id);
+        }
+        let id = self.hosts().claim(crate::identity::domain(), &crate::identity::host_name()).ok_or(MAX_HOSTS)?;
         Ok(*self.host.get_or_init(|| id))
     }
 
