@@ -223,3 +223,43 @@ records = 20000
         }
     }
 }
+
+/// A record's end-of-run HWcc PSS comes with its split by region, which adds up to it; and a
+/// KV run of one host maps one page of the shared region in all (docs/design.md §9.1, "HWcc
+/// bytes": the fixed header, host entry 0 and the first slots' records share a page; at P = 2
+/// the two processes' PSS of it add up to the page).
+#[test]
+fn the_hwcc_pss_is_split_by_region_and_a_kv_run_maps_one_shared_page() {
+    let s = Scratch::new("harness", "hwcc");
+    let w = s.workload(
+        r#"
+[run]
+processes = [1, 2]
+threads = [2]
+allocators = ["cxlalloc"]
+repeats = 1
+timeout_s = 120
+
+[[benchmark]]
+name = "ycsb"
+workload = ["a"]
+records = 20000
+ops = 40000
+"#,
+    );
+    let o = s.command(&w, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let records = read_records(&s.out()).unwrap();
+    assert_eq!(records.len(), 1 + 2, "{}", text(&o));
+    let mut shared_per_run = std::collections::BTreeMap::<String, u64>::new();
+    for r in &records {
+        let h = r.memory.end_hwcc;
+        assert_eq!(h.shared_bytes + h.claims_bytes + h.remote_bytes + h.window_bytes, r.memory.end.hwcc_bytes, "{h:?}");
+        assert!(h.remote_bytes > 0, "no remote counter page resident: {h:?}");
+        *shared_per_run.entry(r.run_id.clone()).or_default() += h.shared_bytes;
+    }
+    for (run, shared) in shared_per_run {
+        // PSS rounds each process's share down to whole kilobytes.
+        assert!((4094..=4096).contains(&shared), "run {run}: {shared} B of shared-region PSS, not one page");
+    }
+}

@@ -97,6 +97,22 @@ impl<'a> HostTable<'a> {
         Some(id)
     }
 
+    /// [`HostTable::register`] without the search for a live entry of `domain` first: claims
+    /// the first free entry, or joins a live entry of `domain` met before it
+    /// ([`protocol::claim`]). For a fresh table, where the search would read every entry to
+    /// find none; elsewhere it may give a domain a second entry, which is harmless (liveness
+    /// compares domains, not indices).
+    pub(crate) fn claim(&self, domain: u64, name: &str) -> Option<u16> {
+        let n = self.entries.len();
+        let (id, claimed) = protocol::claim(n, |i| self.word(i), HostWord::fingerprint(domain))?;
+        if claimed {
+            self.write_advice(&self.entries[id], name_words(name));
+        }
+        let id = id as u16;
+        self.beat(id, now_secs());
+        Some(id)
+    }
+
     fn write_advice(&self, e: &'a HostEntry, name: [u64; 4]) {
         // Relaxed: advice for tools, which tolerate a stale or half-written name.
         self.hw(&e.registered).store(now_secs(), Ordering::Relaxed);

@@ -73,6 +73,15 @@ mod not_loom {
         }
     }
 
+    /// Byte offset of `heap`'s fixed shared header (bracket globals first, the small bracket's
+    /// length word first in them) inside its shared region (layout version 10 puts the slot
+    /// records before it, docs/design.md §2.1); in a no-HWcc heap's mCAS window, the target
+    /// area starts with the shared region, so this is also the length word's target offset.
+    pub fn shared_header_offset(heap: &crate::Heap) -> u64 {
+        let layout = &heap.mem().layout;
+        (layout.shared_header - layout.region(RegionId::Shared).offset) as u64
+    }
+
     /// The mCAS window, its client, the software device and hardware device descriptions.
     pub mod mcas {
         pub use crate::mcas::mmio::has_movdir64b;

@@ -619,20 +619,26 @@ pub(crate) struct Layout {
     pub regions: [Span; REGIONS],
     /// Per-bracket arrays, indexed by [`Bracket`].
     pub brackets: [BracketLayout; 2],
-    /// Offset of the slot table (in the shared region, after the host table): one record of
-    /// [`Layout::lease_stride`] bytes per slot, its lease first, then its help words.
+    /// Offset of the fixed header ([`SharedHeader`]: bracket globals and roots) in the shared
+    /// region, right after the slot records and right before the host table.
+    pub shared_header: usize,
+    /// Offset of slot 0's record (in the shared region, right below the fixed header): one
+    /// record of [`Layout::lease_stride`] bytes per slot, its lease first, then its help
+    /// words. The records run *downwards*: slot `s`'s is `s * lease_stride` below slot 0's
+    /// ([`Layout::slot_record`]), so that the slots leased first share the fixed header's
+    /// page (layout version 10, docs/design.md §9.1 "HWcc bytes").
     pub slot_table: usize,
     /// Offset of slot 0's detectable-CAS help word (in the shared region, inside slot 0's
     /// record, after its lease): see [`crate::protocol::detectable`]; it is followed by the
     /// slot's mailbox heads ([`HELP_WORDS`] words a slot, `hwcc_stride` apart). Slot
-    /// `s`'s words are `s * lease_stride` further on.
+    /// `s`'s words are `s * lease_stride` below.
     pub help_table: usize,
     /// Offset of slot 0's remote-free mailbox head of each bracket (the help word's next two
-    /// words, `hwcc_stride` apart): slot `s`'s are `s * lease_stride` further on. Kept apart
-    /// from `help_table` so that a mailbox push computes its head with one multiply.
+    /// words, `hwcc_stride` apart): slot `s`'s are `s * lease_stride` below. Kept apart from
+    /// `help_table` so that a mailbox push computes its head with one multiply.
     pub mailboxes: [usize; 2],
     /// Offset of the host table (in the shared region, right after the fixed header):
-    /// [`MAX_HOSTS`] entries (docs/design.md §8.6).
+    /// [`MAX_HOSTS`] entries (docs/design.md §8.6). Its entry 0 ends the fixed header's page.
     pub host_table: usize,
     /// Bytes between consecutive slot records (a lease and its help words). One record per
     /// slot, rather than a lease table followed by a help table, so that the slots in use
@@ -685,15 +691,22 @@ impl Layout {
         place(RegionId::Header, HEADER_BYTES, &mut regions);
         let coherence = Coherence::from_raw(h.coherence).unwrap_or_default();
         let stride = coherence.hwcc_stride();
-        // The fixed header, the host table, then one record per slot: a process using a few
-        // slots touches two HWcc pages of this region (header and hosts; its slots), where a
-        // lease table, a help table and a host table after it cost three.
-        let host_table = align_up(std::mem::size_of::<SharedHeader>(), std::mem::align_of::<HostEntry>());
-        let slot_table = host_table + MAX_HOSTS as usize * std::mem::size_of::<HostEntry>();
+        // One record per slot (slot 0's highest, the others below it), the fixed header, then
+        // the host table, placed so that the header's page ends with host entry 0: a process
+        // of host 0 using the first slots (81 of them, 12 without HWcc) touches one HWcc page
+        // of this region. Version 9 put the header first, then the 4 KiB host table, then the
+        // records (upwards): two pages, header and host entry 0 in one, the slots in the next
+        // (docs/design.md §9.1, "HWcc bytes").
         let lease_bytes = align_up(std::mem::size_of::<SlotLease>(), stride);
         let lease_stride = lease_bytes + HELP_WORDS * stride;
+        let records = h.slots as usize * lease_stride;
+        let header_bytes = align_up(std::mem::size_of::<SharedHeader>(), std::mem::align_of::<HostEntry>());
+        let entry = std::mem::size_of::<HostEntry>();
+        let header_at = align_up(records + header_bytes + entry, page) - header_bytes - entry;
+        let host_table = header_at + header_bytes;
+        let slot_table = header_at - lease_stride;
         let help_table = slot_table + lease_bytes;
-        let shared = slot_table + h.slots as usize * lease_stride;
+        let shared = host_table + MAX_HOSTS as usize * entry;
         let shared_off = place(RegionId::Shared, shared, &mut regions);
         let hazard_sets = h.slots;
         let claims = h.huge_slots as usize * 8;
@@ -723,6 +736,7 @@ impl Layout {
         Layout {
             regions,
             brackets,
+            shared_header: shared_off + header_at,
             slot_table: shared_off + slot_table,
             help_table: shared_off + help_table,
             mailboxes: [1, 2].map(|w| shared_off + help_table + w * stride),
@@ -752,6 +766,19 @@ impl Layout {
         self.regions[r as usize]
     }
 
+    /// Offset of slot `slot`'s record (its lease); the records run downwards from slot 0's
+    /// ([`Layout::slot_table`]). `slot` must be below the slot count.
+    #[inline]
+    pub(crate) fn slot_record(&self, slot: u32) -> usize {
+        debug_assert!(slot < self.slots, "slot index out of range");
+        self.slot_table - slot as usize * self.lease_stride
+    }
+
+    /// Offset of the lowest slot record (the last slot's): where the slot records begin.
+    pub(crate) fn slot_records_start(&self) -> usize {
+        self.slot_table - (self.slots as usize).saturating_sub(1) * self.lease_stride
+    }
+
     /// The arrays of bracket `b`.
     #[inline]
     pub(crate) fn bracket(&self, b: Bracket) -> &BracketLayout {
@@ -765,8 +792,7 @@ impl Layout {
     /// the pages it touches, which the harness measures as PSS.
     pub(crate) fn hwcc_bytes(&self, lengths: [u32; 2], used_slots: u32) -> u64 {
         let remote: usize = lengths.iter().map(|&l| l as usize * self.hwcc_stride).sum();
-        let shared = self.region(RegionId::Shared);
-        let fixed = self.slot_table - shared.offset;
+        let fixed = self.host_table + MAX_HOSTS as usize * std::mem::size_of::<HostEntry>() - self.shared_header;
         let slots = used_slots.min(self.slots) as usize * self.lease_stride;
         (fixed + slots + self.region(RegionId::Claims).size + remote) as u64
     }
@@ -776,29 +802,48 @@ impl Layout {
 mod tests {
     use super::*;
 
-    /// The HWcc pages of the shared region that a process using slots `0 .. slots` touches:
-    /// the fixed header, host entry 0, and each slot's lease, help word and mailbox heads.
+    /// The HWcc pages of the shared region that a process of host 0 using slots `0 .. slots`
+    /// touches: every word of the fixed header, host entry 0, and each slot's lease, help word
+    /// and mailbox heads (every byte of each).
     fn shared_pages_touched(layout: &Layout, slots: u32) -> std::collections::BTreeSet<usize> {
-        let page = |at: usize| at / 4096;
-        let mut pages: std::collections::BTreeSet<usize> =
-            [layout.region(RegionId::Shared).offset, layout.host_table].into_iter().map(page).collect();
-        for slot in 0..slots as usize {
-            let record = layout.slot_table + slot * layout.lease_stride;
-            let help = layout.help_table + slot * layout.lease_stride;
-            pages.insert(page(record));
-            pages.extend((0..HELP_WORDS).map(|w| page(help + w * layout.hwcc_stride)));
+        let pages = |at: usize, len: usize| (at / 4096)..=((at + len - 1) / 4096);
+        let mut touched: std::collections::BTreeSet<usize> = pages(layout.shared_header, size_of::<SharedHeader>())
+            .chain(pages(layout.host_table, size_of::<HostEntry>()))
+            .collect();
+        for slot in 0..slots {
+            let record = layout.slot_record(slot);
+            touched.extend(pages(record, size_of::<SlotLease>()));
+            let help = record + (layout.help_table - layout.slot_table);
+            touched.extend((0..HELP_WORDS).flat_map(|w| pages(help + w * layout.hwcc_stride, 8)));
         }
-        pages
+        touched
     }
 
     #[test]
-    fn a_few_slots_touch_two_shared_hwcc_pages_in_every_model() {
+    fn the_fixed_header_host_entry_0_and_the_first_slots_share_one_hwcc_page_in_every_model() {
         for coherence in [Coherence::Full, Coherence::Limited, Coherence::NoHwcc] {
             let layout = Layout::from_header(&Header::new(&Config { coherence, ..Config::default() }, 1));
-            // Full and limited: 40-byte slot records, 83 of them in the page after the hosts;
-            // no-HWcc: 256-byte ones (each word its own line), 13.
-            let few = if coherence == Coherence::NoHwcc { 13 } else { 80 };
-            assert_eq!(shared_pages_touched(&layout, few).len(), 2, "{coherence:?}");
+            // Full and limited: 40-byte slot records, 81 of them below the header in its page;
+            // no-HWcc: 256-byte ones (each word its own line), 12.
+            let few = if coherence == Coherence::NoHwcc { 12 } else { 81 };
+            assert_eq!(shared_pages_touched(&layout, few).len(), 1, "{coherence:?}");
+            assert_eq!(shared_pages_touched(&layout, few + 1).len(), 2, "{coherence:?}: one slot more spills");
+        }
+    }
+
+    #[test]
+    fn slot_records_run_down_from_slot_0_below_the_fixed_header() {
+        for coherence in [Coherence::Full, Coherence::Limited, Coherence::NoHwcc] {
+            let layout = Layout::from_header(&Header::new(&Config { coherence, ..Config::default() }, 1));
+            let shared = layout.region(RegionId::Shared);
+            assert_eq!(layout.slot_record(0) + layout.lease_stride, layout.shared_header, "{coherence:?}");
+            assert_eq!(layout.slot_record(1) + layout.lease_stride, layout.slot_record(0));
+            assert_eq!(layout.slot_records_start(), layout.slot_record(layout.slots - 1));
+            assert!(layout.slot_records_start() >= shared.offset, "{coherence:?}");
+            assert_eq!(layout.shared_header % std::mem::align_of::<SharedHeader>(), 0);
+            assert_eq!(layout.host_table % std::mem::align_of::<HostEntry>(), 0);
+            assert!(layout.host_table >= layout.shared_header + size_of::<SharedHeader>());
+            assert!(layout.host_table + MAX_HOSTS as usize * size_of::<HostEntry>() <= shared.end());
         }
     }
 
@@ -806,16 +851,15 @@ mod tests {
     fn slot_records_hold_each_hwcc_word_on_its_stride_inside_the_shared_region() {
         for coherence in [Coherence::Full, Coherence::Limited, Coherence::NoHwcc] {
             let layout = Layout::from_header(&Header::new(&Config { coherence, ..Config::default() }, 1));
-            let shared = layout.region(RegionId::Shared);
             let stride = layout.hwcc_stride;
-            assert!(layout.host_table + MAX_HOSTS as usize * std::mem::size_of::<HostEntry>() <= layout.slot_table);
             assert!(layout.help_table >= layout.slot_table + std::mem::size_of::<SlotLease>());
             assert_eq!((layout.help_table - layout.slot_table) % stride, 0, "{coherence:?}");
             assert_eq!(layout.lease_stride, layout.help_table - layout.slot_table + HELP_WORDS * stride);
-            let last =
-                layout.help_table + (layout.slots as usize - 1) * layout.lease_stride + (HELP_WORDS - 1) * stride;
-            assert!(last + 8 <= shared.end(), "{coherence:?}: the last slot's words leave the region");
+            // Slot 0's record is the highest: its last word ends at or below the fixed header.
+            let last = layout.help_table + (HELP_WORDS - 1) * stride;
+            assert!(last + 8 <= layout.shared_header, "{coherence:?}: slot 0's words run into the header");
             assert_eq!(layout.slot_table % stride.max(8), 0);
+            assert_eq!(layout.slot_records_start() % stride.max(8), 0);
             assert_eq!(layout.mailboxes, [layout.help_table + stride, layout.help_table + 2 * stride]);
         }
     }
@@ -826,14 +870,13 @@ mod tests {
         let none = layout.hwcc_bytes([0, 0], 0);
         assert_eq!(layout.hwcc_bytes([0, 0], 3) - none, 3 * layout.lease_stride as u64);
         assert_eq!(layout.hwcc_bytes([10, 2], 0) - none, 12 * layout.hwcc_stride as u64);
-        // Every slot used: the shared region's bytes up to its last record, never more.
+        // Every slot used: the shared region's bytes from the first record to the host table's
+        // end, never more.
         let shared = layout.region(RegionId::Shared);
         let all = layout.hwcc_bytes([0, 0], layout.slots);
         let claims = layout.region(RegionId::Claims).size as u64;
-        assert_eq!(
-            all - claims,
-            (layout.slot_table - shared.offset + layout.slots as usize * layout.lease_stride) as u64
-        );
+        let hosts_end = layout.host_table + MAX_HOSTS as usize * size_of::<HostEntry>();
+        assert_eq!(all - claims, (hosts_end - layout.slot_records_start()) as u64);
         assert!(all - claims <= shared.size as u64);
     }
 

@@ -228,6 +228,20 @@ impl HeapMem {
     /// `host` is the host number the configuration gives (`Config::host`), used (with
     /// `CXLALLOC_HOST`) to lease a no-HWcc heap's mCAS requesters (docs/design.md §9.2).
     pub(crate) fn map(header: Header, backing: Box<dyn Backing>, host: Option<u32>) -> Result<Self, OpenError> {
+        Self::map_as(header, backing, host, false)
+    }
+
+    /// [`HeapMem::map`] for a heap this process has just created: its host claims the first
+    /// free entry of the host table ([`HostTable::claim`]) instead of first looking for a live
+    /// entry of its domain in every entry. In a fresh table the lookup finds nothing and reads
+    /// all 64 entries, whose pages other processes' first read of the region then map with
+    /// it (the kernel's fault-around): one HWcc page more in every process of a one-host heap
+    /// (docs/design.md §9.1, "HWcc bytes").
+    pub(crate) fn map_created(header: Header, backing: Box<dyn Backing>, host: Option<u32>) -> Result<Self, OpenError> {
+        Self::map_as(header, backing, host, true)
+    }
+
+    fn map_as(header: Header, backing: Box<dyn Backing>, host: Option<u32>, created: bool) -> Result<Self, OpenError> {
         let mut mem = Self::map_regions(header, backing, host)?;
         if mem.mcas.as_ref().is_some_and(|hub| hub.served().is_err()) {
             // No huge heap without full coherence: nothing below needs the host yet.
@@ -236,7 +250,8 @@ impl HeapMem {
         // A full (or damaged) host table does not keep the heap from opening: inspecting and
         // checking it need no host. Attaching a thread registers again and reports the error;
         // until then this process leases no hazard set (its holder stays 0).
-        let Ok(host) = mem.register_host() else { return Ok(mem) };
+        let registered = if created { mem.claim_host() } else { mem.register_host() };
+        let Ok(host) = registered else { return Ok(mem) };
         let holder = crate::identity::current(host);
         if let Some(view) = mem.huge.as_mut() {
             view.holder = holder.pack();
@@ -542,7 +557,7 @@ impl HeapMem {
     pub(crate) fn shared(&self) -> &SharedHeader {
         // SAFETY: the shared region is mapped for the life of self, 64-byte aligned (region
         // alignment), and SharedHeader is all atomics, valid for any bit pattern.
-        unsafe { &*(self.addr(self.layout.region(RegionId::Shared).offset) as *const SharedHeader) }
+        unsafe { &*(self.addr(self.layout.shared_header) as *const SharedHeader) }
     }
 
     /// Global words of bracket `b`.
@@ -556,7 +571,7 @@ impl HeapMem {
         debug_assert!(slot < self.layout.slots, "slot index out of range");
         // SAFETY: the slot table lies in the mapped shared region, 8-byte aligned, with
         // `slots` entries; SlotLease is all atomics.
-        unsafe { &*(self.addr(self.layout.slot_table + slot as usize * self.layout.lease_stride) as *const SlotLease) }
+        unsafe { &*(self.addr(self.layout.slot_record(slot)) as *const SlotLease) }
     }
 
     /// The heap's host table (docs/design.md §8.6).
@@ -584,6 +599,19 @@ impl HeapMem {
         let id = self.hosts().register(crate::identity::domain(), &crate::identity::host_name()).ok_or(MAX_HOSTS)?;
         // A racing thread of this process may have registered first: both found or claimed an
         // entry of this domain, and either serves (liveness compares domains).
+        Ok(*self.host.get_or_init(|| id))
+    }
+
+    /// [`HeapMem::register_host`] for the creator of a heap: claims the first free entry (or
+    /// joins a live entry of its domain met on the way, as a racing opener of the same host
+    /// may have claimed one), without scanning the table for a live entry first. Sound in any
+    /// table (a second entry for a domain is harmless, docs/design.md §8.6); used where the
+    /// table is fresh, so that it touches entry 0 only.
+    fn claim_host(&self) -> Result<u16, u32> {
+        if let Some(&id) = self.host.get() {
+            return Ok(id);
+        }
+        let id = self.hosts().claim(crate::identity::domain(), &crate::identity::host_name()).ok_or(MAX_HOSTS)?;
         Ok(*self.host.get_or_init(|| id))
     }
 
@@ -616,9 +644,9 @@ impl HeapMem {
         (slot < self.layout.slots).then(|| {
             // SAFETY: every slot record lies in the mapped shared region, 8-byte aligned, its
             // help word `help_table - slot_table` bytes in, and the slot was checked;
-            // AtomicU64 is valid for any bits.
+            // AtomicU64 is valid for any bits. Records run downwards from slot 0's (layout).
             unsafe {
-                &*(self.addr(self.layout.help_table + slot as usize * self.layout.lease_stride) as *const AtomicU64)
+                &*(self.addr(self.layout.help_table - slot as usize * self.layout.lease_stride) as *const AtomicU64)
             }
         })
     }
@@ -628,7 +656,8 @@ impl HeapMem {
     #[inline]
     pub(crate) fn mailbox(&self, b: Bracket, slot: u32) -> Option<&AtomicU64> {
         (slot < self.layout.slots).then(|| {
-            let at = self.layout.mailboxes[b as usize] + slot as usize * self.layout.lease_stride;
+            // Records run downwards from slot 0's (layout version 10).
+            let at = self.layout.mailboxes[b as usize] - slot as usize * self.layout.lease_stride;
             // SAFETY: every slot record lies in the mapped shared region, 8-byte aligned, its
             // mailbox head of bracket `b` `mailboxes[b] - slot_table` bytes in, and the slot was
             // checked; AtomicU64 is valid for any bits.
@@ -808,7 +837,7 @@ impl HeapMem {
         if off % 8 != 0 {
             return None;
         }
-        let roots = self.layout.region(RegionId::Shared).offset + std::mem::offset_of!(SharedHeader, roots);
+        let roots = self.layout.shared_header + std::mem::offset_of!(SharedHeader, roots);
         let in_roots = off >= roots && off < roots + std::mem::size_of::<[AtomicU64; crate::persist::shared::ROOTS]>();
         let valid = in_roots || self.in_live_slab(off) || self.in_live_huge_block(off);
         // SAFETY: the offset is 8-aligned and names memory that is mapped, or that the fault

@@ -509,7 +509,8 @@ fn host_infos(layout: &Layout, read: &ReadRegion<'_>) -> Result<Vec<HostInfo>, S
 /// Reads the slot table and the held slots' records through `read`.
 fn read_slots(header: &Header, layout: &Layout, read: &ReadRegion<'_>) -> Result<Vec<SlotInfo>, OpenError> {
     let stride = layout.lease_stride as u64;
-    let first = (layout.slot_table - layout.region(RegionId::Shared).offset) as u64;
+    // The records run downwards from slot 0's: read them all from the lowest (the last slot's).
+    let first = (layout.slot_records_start() - layout.region(RegionId::Shared).offset) as u64;
     let mut leases = vec![0u8; layout.slots as usize * stride as usize];
     read(RegionId::Shared, first, &mut leases)?;
     let word = |bytes: &[u8], at: usize| {
@@ -523,7 +524,7 @@ fn read_slots(header: &Header, layout: &Layout, read: &ReadRegion<'_>) -> Result
     let hosts = HostTable::new(&host_entries, None);
     let mut out = Vec::new();
     for slot in 0..layout.slots {
-        let holder = word(&leases, slot as usize * stride as usize);
+        let holder = word(&leases, (layout.slots - 1 - slot) as usize * stride as usize);
         if holder == 0 {
             continue;
         }

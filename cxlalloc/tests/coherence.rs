@@ -58,9 +58,11 @@ fn no_hwcc_hwcc_words_live_in_the_mcas_window() {
     let _block = t.alloc(64).unwrap();
     let window =
         cxlalloc::internal::mcas::Window::open(&Heap::path_of(name.as_str()).unwrap().join("mcas-window")).unwrap();
-    // Target 0 is the small bracket's length word (the shared region comes first): the bump
-    // that gave the thread its first slabs went through the device.
-    let length = window.target(0).unwrap().load(std::sync::atomic::Ordering::Acquire);
+    // The shared region comes first in the target area, and the small bracket's length word
+    // first in its fixed header: the bump that gave the thread its first slabs went through
+    // the device.
+    let at = cxlalloc::internal::shared_header_offset(&heap);
+    let length = window.target(at).unwrap().load(std::sync::atomic::Ordering::Acquire);
     assert_ne!(length & 0xffff_ffff, 0, "length word {length:#x}");
     drop(t);
     assert!(device.stop() > 0);

@@ -113,7 +113,14 @@ ROW_PSS_TARGETS = {"ycsb": 1.10, "memcached": 1.10}
 
 @dataclass
 class Row:
-    """One configuration of the data: cxlalloc (as shipped) against mimalloc, each judged alone."""
+    """One configuration of the data: cxlalloc (as shipped) against mimalloc, each judged alone.
+
+    mimalloc is process-local, so it never runs a P > 1 configuration. Such a row of cxlalloc is
+    judged against mimalloc's P = 1 row with the same benchmark, params and total threads
+    (docs/design.md §15: the KV target at P = 2 processes x 1 thread is against mimalloc at
+    1 x 2): `against` names that row's (processes, threads), and is None when mimalloc's row has
+    the row's own shape (or there is none).
+    """
 
     benchmark: str
     params: str  # "k=v ..." of the benchmark's parameters, "" when it has none
@@ -122,6 +129,7 @@ class Row:
     throughput: Ratio  # median throughput, cxlalloc / mimalloc
     pss: Ratio | None  # median peak PSS, cxlalloc / mimalloc; None where §15 sets no PSS target
     missing: str | None  # "no mimalloc" or "no cxlalloc" when only one side ran it
+    against: tuple[int, int] | None = None  # mimalloc's (P, T) when it is not the row's own
 
     @property
     def met(self) -> bool | None:
@@ -135,14 +143,23 @@ class Row:
             "threads": self.threads, "throughput": self.throughput.to_json(),
             "pss": None if self.pss is None else self.pss.to_json(),
             "missing": self.missing, "met": self.met,
+            "against": None if self.against is None
+            else {"processes": self.against[0], "threads": self.against[1]},
         }
+
+    def against_text(self) -> str:
+        """The note printed after a row judged against mimalloc at another shape, else ""."""
+        return "" if self.against is None else f"vs mimalloc P={self.against[0]} T={self.against[1]}"
 
 
 def rows(configs: pd.DataFrame) -> list[Row]:
     """One row per configuration that default cxlalloc or mimalloc ran, sorted like `table`.
 
-    A configuration only one side ran (a cross-process run, a failed allocator) is kept, with its
-    ratios n/a, so that a configuration dropping out of the data is seen too.
+    A cross-process row of cxlalloc (P > 1) that mimalloc did not run is judged against
+    mimalloc's P = 1 row with the same benchmark, params and total threads, when there is one
+    (`Row.against`). Any other configuration only one side ran (a failed allocator, a P > 1 row
+    without such a P = 1 row) is kept, with its ratios n/a, so that a configuration dropping out
+    of the data is seen too.
     """
     key = ["benchmark", "params_key", "processes", "threads"]
     mine = configs[is_default_cxlalloc(configs)].groupby(key)
@@ -155,14 +172,20 @@ def rows(configs: pd.DataFrame) -> list[Row]:
         set(mine_med.index) | set(theirs_med.index),
         key=lambda k: (k[0], param_sort_key(first.loc[k, "params"]), k[2], k[3]),
     ):
-        benchmark, _, processes, threads = k
-        have_mine, have_theirs = k in mine_med.index, k in theirs_med.index
+        benchmark, params_key, processes, threads = k
+        have_mine, theirs_key, against = k in mine_med.index, k, None
+        if have_mine and k not in theirs_med.index and processes > 1:
+            # mimalloc cannot share a heap between processes: the same work in one process.
+            theirs_key = (benchmark, params_key, 1, threads)
+            if theirs_key in theirs_med.index:
+                against = (1, int(threads))
+        have_theirs = theirs_key in theirs_med.index
         missing = None if have_mine and have_theirs else ("no mimalloc" if have_mine else "no cxlalloc")
 
         def ratio(column: str, name: str, target: float | None, op: str) -> Ratio:
             value = None
-            if missing is None and theirs_med.loc[k, column] > 0:
-                value = float(mine_med.loc[k, column] / theirs_med.loc[k, column])
+            if missing is None and theirs_med.loc[theirs_key, column] > 0:
+                value = float(mine_med.loc[k, column] / theirs_med.loc[theirs_key, column])
             return Ratio(name, value, 0 if value is None else 1, target, op)
 
         out.append(Row(
@@ -171,6 +194,7 @@ def rows(configs: pd.DataFrame) -> list[Row]:
             ratio("peak_total_bytes", "peak PSS", ROW_PSS_TARGETS[benchmark], "<=")
             if benchmark in ROW_PSS_TARGETS else None,
             missing,
+            against,
         ))
     return out
 
@@ -196,7 +220,7 @@ def headline(runs: pd.DataFrame, configs: pd.DataFrame) -> list[Ratio]:
     return out
 
 
-ROW_HEADER = ["benchmark", "params", "P", "T", "cxlalloc/mimalloc", "target", "", "peak PSS", "target", ""]
+ROW_HEADER = ["benchmark", "params", "P", "T", "cxlalloc/mimalloc", "target", "", "peak PSS", "target", "", ""]
 
 
 def _row_cells(row: Row) -> list[str]:
@@ -210,7 +234,7 @@ def _row_cells(row: Row) -> list[str]:
         else:
             value = _pct(ratio.value, ratio.digits)
         cells += [value, ratio.target_text(), ratio.mark()]
-    return cells
+    return [*cells, row.against_text()]
 
 
 def render_rows(table: list[Row]) -> str:
@@ -219,14 +243,15 @@ def render_rows(table: list[Row]) -> str:
         return "no configuration of cxlalloc or mimalloc"
     body = [_row_cells(r) for r in table]
     widths = [max(len(r[i]) for r in [ROW_HEADER, *body]) for i in range(len(ROW_HEADER))]
-    text = {0, 1, 6, 9}
+    text = {0, 1, 6, 9, 10}
 
     def fmt(cells: list[str]) -> str:
         return "  ".join(
             c.ljust(w) if i in text else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
         ).rstrip()
 
-    return "\n".join([fmt(ROW_HEADER), "  ".join("-" * w for w in widths), *map(fmt, body)])
+    rule = "  ".join("-" * w for w in widths).rstrip()
+    return "\n".join([fmt(ROW_HEADER), rule, *map(fmt, body)])
 
 
 def render(table: list[Row], ratios: list[Ratio]) -> str:

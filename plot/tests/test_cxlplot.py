@@ -25,6 +25,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 from cxlplot import compare, figures, load, table  # noqa: E402
 from cxlplot.__main__ import main  # noqa: E402
 
+sys.path.insert(0, str(HERE))
+import make_fixture  # noqa: E402  (the fixture's record builder, for records made in a test)
+
 FIXTURE = HERE / "fixture.ndjson"
 M = 1e6
 
@@ -202,11 +205,11 @@ FIXTURE_ROWS = {
     ("memcached", "cluster=MC-12", 1, 2): ("100.0 %", ">= 100 %", "met"),
     ("threadtest", "size=8", 1, 2): ("80.0 %", ">= 100 %", "MISSED"),
     ("threadtest", "size=8", 1, 4): ("100.0 %", ">= 100 %", "met"),
-    ("threadtest", "size=8", 2, 2): ("n/a (no mimalloc)", ">= 100 %", "-"),
+    ("threadtest", "size=8", 2, 2): ("79.2 %", ">= 100 %", "MISSED"),  # against mimalloc at P=1 T=2
     ("threadtest", "size=64", 1, 2): ("125.0 %", ">= 100 %", "met"),
     ("xmalloc", "-", 1, 2): ("120.0 %", ">= 100 %", "met"),
     ("xmalloc", "-", 1, 4): ("120.0 %", ">= 100 %", "met"),
-    ("xmalloc", "-", 2, 2): ("n/a (no mimalloc)", ">= 100 %", "-"),
+    ("xmalloc", "-", 2, 2): ("86.0 %", ">= 100 %", "MISSED"),  # against mimalloc at P=1 T=2
     ("ycsb", "workload=a", 1, 2): ("90.0 %", ">= 100 %", "MISSED"),
     ("ycsb", "workload=d", 2, 2): ("n/a (no mimalloc)", ">= 100 %", "-"),
     ("ycsb", "workload=load", 1, 2): ("110.0 %", ">= 100 %", "met"),
@@ -259,7 +262,8 @@ class HeadlineRows(unittest.TestCase):
         self.assertEqual(with_pss, {"ycsb", "memcached"})
 
     def test_the_summary_counts_the_missed_rows(self):
-        self.assertIn("4 of 12 rows MISSED", self.text)  # threadtest 8 T=2, ycsb a, load, MC-12
+        # threadtest 8 T=2 at P=1 and P=2, xmalloc P=2, ycsb a, load, MC-12
+        self.assertIn("6 of 12 rows MISSED", self.text)
 
     def test_json_lists_every_row(self):
         out = io.StringIO()
@@ -271,6 +275,52 @@ class HeadlineRows(unittest.TestCase):
         row = next(r for r in parsed if (r["benchmark"], r["params"], r["threads"]) == ("ycsb", "workload=a", 2))
         self.assertAlmostEqual(row["throughput"]["value"], 0.9, places=12)
         self.assertEqual((row["throughput"]["target"], row["met"]), (1.0, False))
+
+    def test_a_cross_process_row_is_judged_against_mimalloc_at_one_process_with_as_many_threads(self):
+        row = self.rows[("threadtest", "size=8", 2, 2)]
+        self.assertEqual((row.against, row.missing), ((1, 2), None))
+        self.assertAlmostEqual(row.throughput.value, 95 / 120, places=12)  # median 95 M / 120 M
+        self.assertFalse(row.met)
+
+    def test_a_row_judged_at_another_shape_says_which_in_text_and_json(self):
+        line = next(t for t in self.text.splitlines() if t.startswith("xmalloc") and "  2  2  " in t)
+        self.assertTrue(line.endswith("vs mimalloc P=1 T=2"), line)
+        same = next(t for t in self.text.splitlines() if t.startswith("xmalloc") and "  1  2  " in t)
+        self.assertNotIn("vs mimalloc", same)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            main(["compare", "--json", str(FIXTURE)])
+        parsed = {(r["benchmark"], r["processes"], r["threads"]): r for r in json.loads(out.getvalue())["rows"]}
+        self.assertEqual(parsed[("xmalloc", 2, 2)]["against"], {"processes": 1, "threads": 2})
+        self.assertIsNone(parsed[("xmalloc", 1, 2)]["against"])
+
+    def test_a_cross_process_row_without_mimalloc_at_one_process_stays_na(self):
+        row = self.rows[("ycsb", "workload=d", 2, 2)]  # mimalloc ran no ycsb d at all
+        self.assertEqual((row.missing, row.against, row.throughput.value), ("no mimalloc", None, None))
+
+    def test_a_one_process_row_mimalloc_lacks_is_not_judged_against_another_thread_count(self):
+        records = [r for r in fixture_records() if r["allocator"] == "cxlalloc" or r["threads"] != 4]
+        with tempfile.TemporaryDirectory() as d:
+            _, runs, configs = load.load([write_records(d, records)])
+        rows = {(r.benchmark, r.params, r.processes, r.threads): r for r in compare.rows(configs)}
+        self.assertEqual((rows[("xmalloc", "", 1, 4)].missing, rows[("xmalloc", "", 1, 4)].against),
+                         ("no mimalloc", None))
+
+    def test_a_kv_row_of_two_processes_is_judged_on_throughput_and_summed_peak_pss(self):
+        # MC-12 at P=2 T=2 (one thread each): 5.0 M ops/s over mimalloc's 4 M at P=1 T=2; peak
+        # PSS (100 + 110 MB) * 1.1 summed over the two processes over mimalloc's 180 MB * 1.1.
+        extra = []
+        for repeat, per_process in enumerate([[2.5e6, 2.5e6], [2.4e6, 2.6e6]]):
+            extra += make_fixture.lines_of_run("memcached", {"cluster": "MC-12"}, "cxlalloc", {}, 2, 2,
+                                               repeat, per_process, total=[100_000_000, 110_000_000])
+        with tempfile.TemporaryDirectory() as d:
+            _, runs, configs = load.load([write_records(d, fixture_records() + extra)])
+        rows = {(r.benchmark, r.params, r.processes, r.threads): r for r in compare.rows(configs)}
+        row = rows[("memcached", "cluster=MC-12", 2, 2)]
+        self.assertEqual(row.against, (1, 2))
+        self.assertAlmostEqual(row.throughput.value, 5.0 / 4.0, places=9)
+        self.assertAlmostEqual(row.pss.value, 210 / 180, places=2)
+        self.assertEqual((row.throughput.met, row.pss.met, row.met), (True, False, False))
 
     def test_a_configuration_mimalloc_lacks_keeps_its_row(self):
         records = [r for r in fixture_records() if r["allocator"] == "cxlalloc" or r["threads"] != 4]

@@ -732,7 +732,7 @@ fn records(job: &Job, crash: &Crash, ctl: &Control<'_>, killed: &Killed, s: &Sum
                 freed: counts.iter().map(|c| c.1).sum(),
                 verified: counts.iter().map(|c| c.2).sum(),
                 extra,
-                memory: Memory { end: pss, peak: pss, peak_rss_bytes: 0, samples: u64::from(total > 0) },
+                memory: Memory { end: pss, peak: pss, samples: u64::from(total > 0), ..Memory::default() },
                 heap_check: s.heap_check.clone(),
                 ..Record::for_job(job, p, per_thread)
             }

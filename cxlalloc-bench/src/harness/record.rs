@@ -153,6 +153,24 @@ pub struct Memory {
     pub peak_rss_bytes: u64,
     /// Samples taken.
     pub samples: u64,
+    /// The end-of-run HWcc PSS (`end.hwcc_bytes`) by region (all 0 in records written before it
+    /// was kept, and in crash runs).
+    #[serde(default)]
+    pub end_hwcc: HwccRegions,
+}
+
+/// HWcc PSS by heap region, in bytes: what `Pss::hwcc_bytes` is made of (docs/design.md §2.1,
+/// §9.1 "HWcc bytes").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HwccRegions {
+    /// The `shared` region: bracket globals, roots, host table, slot records.
+    pub shared_bytes: u64,
+    /// The `claims` region: huge-slot claims and hazard-set leases.
+    pub claims_bytes: u64,
+    /// The `remote` region: the per-slab remote-free counters.
+    pub remote_bytes: u64,
+    /// No-HWcc heaps' mCAS window files (their HWcc regions and requester slots together).
+    pub window_bytes: u64,
 }
 
 /// PSS split by coherence class.

@@ -174,7 +174,7 @@ mod tests {
             freed: 0,
             verified: 0,
             extra: Default::default(),
-            memory: Memory { end, peak: end, peak_rss_bytes: 0, samples: 1 },
+            memory: Memory { end, peak: end, samples: 1, ..Memory::default() },
             rusage: Rusage::default(),
             allocator_stats: Value::Null,
             heap_check: Value::Null,

@@ -7,10 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
+use cxlalloc::internal::RegionId;
 use serde_json::{Map, Value};
 
 use super::job::{Job, CONTROL_FILE, HARNESS_WORDS};
-use super::record::{Memory, Pss, Record, Rusage, ThreadTiming};
+use super::record::{HwccRegions, Memory, Pss, Record, Rusage, ThreadTiming};
 use crate::allocator::{self, Allocator, Handles};
 use crate::barrier::Barrier;
 use crate::bench::{self, Benchmark, Ctx, Params, Phases, Report, Shape, ThreadCpu};
@@ -149,14 +150,14 @@ struct Sampler {
 
 #[derive(Default)]
 struct SamplerState {
-    end: Option<Pss>,
+    end: Option<(Pss, HwccRegions)>,
     peak: Pss,
     samples: u64,
     error: Option<String>,
 }
 
 impl Sampler {
-    fn sample(&self, dirs: &[PathBuf]) -> Option<Pss> {
+    fn sample(&self, dirs: &[PathBuf]) -> Option<(Pss, HwccRegions)> {
         let measured = memory::measure(dirs);
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         match measured {
@@ -168,7 +169,7 @@ impl Sampler {
                 peak.other_bytes = peak.other_bytes.max(pss.other_bytes);
                 peak.total_bytes = peak.total_bytes.max(pss.total_bytes);
                 state.samples += 1;
-                Some(pss)
+                Some((pss, hwcc_regions_of(&split)))
             }
             Err(e) => {
                 state.error.get_or_insert(e.to_string());
@@ -178,8 +179,8 @@ impl Sampler {
     }
 
     fn end(&self, dirs: &[PathBuf]) {
-        if let Some(pss) = self.sample(dirs) {
-            self.state.lock().unwrap_or_else(|e| e.into_inner()).end = Some(pss);
+        if let Some(end) = self.sample(dirs) {
+            self.state.lock().unwrap_or_else(|e| e.into_inner()).end = Some(end);
         }
     }
 
@@ -204,13 +205,26 @@ impl Sampler {
         if let Some(e) = &state.error {
             return Err(format!("measuring PSS: {e}").into());
         }
-        let end = state.end.ok_or("no end-of-run memory measurement (the benchmark never stopped its timer)")?;
+        let (end, end_hwcc) =
+            state.end.ok_or("no end-of-run memory measurement (the benchmark never stopped its timer)")?;
         Ok(Memory {
             end,
             peak: state.peak,
             peak_rss_bytes: memory::peak_rss_bytes().unwrap_or(0),
             samples: state.samples,
+            end_hwcc,
         })
+    }
+}
+
+/// The HWcc part of `s` by region (the breakdown of `pss_of(s).hwcc_bytes`).
+fn hwcc_regions_of(s: &MemorySplit) -> HwccRegions {
+    let region = |r: RegionId| s.region_pss_bytes[r as usize];
+    HwccRegions {
+        shared_bytes: region(RegionId::Shared),
+        claims_bytes: region(RegionId::Claims),
+        remote_bytes: region(RegionId::Remote),
+        window_bytes: s.window_pss_bytes,
     }
 }
 

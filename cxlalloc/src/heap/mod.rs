@@ -217,7 +217,7 @@ impl Heap {
             None => None,
         };
         let backing = FileBacking::create(path, &header, device)?;
-        Self::from_mem(HeapMem::map(header, Box::new(backing), config.host)?)
+        Self::from_mem(HeapMem::map_created(header, Box::new(backing), config.host)?)
     }
 
     /// Opens the heap in directory `path`: the directory once (not following a symbolic link),
@@ -362,7 +362,7 @@ impl Heap {
     pub fn anonymous(config: &Config) -> Result<Self, OpenError> {
         config.validate()?;
         let header = Header::new(config, random_secret());
-        Self::from_mem(HeapMem::map(header, Box::new(AnonBacking), None)?)
+        Self::from_mem(HeapMem::map_created(header, Box::new(AnonBacking), None)?)
     }
 
     pub(crate) fn mem(&self) -> &HeapMem {

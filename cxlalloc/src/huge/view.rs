@@ -166,7 +166,7 @@ impl HugeView {
         dir_fd: i32,
         device: Option<(i32, u64)>,
     ) -> Self {
-        let shared = base + layout.region(RegionId::Shared).offset;
+        let shared = base + layout.shared_header;
         watch_forks();
         Self {
             base,
