@@ -136,7 +136,10 @@ impl LazyMap {
 pub(crate) struct QuickGeometry {
     /// Address of the bracket's first slab data byte.
     start: usize,
-    /// Bytes of the bracket's slab data.
+    /// Bytes of the bracket's slab data, up to its capacity's last slab (the data region is
+    /// rounded up to whole 2 MiB units; the descriptor array covers the capacity): a pointer
+    /// `rel` bytes in, with `rel < size`, lies in a slab whose descriptor is mapped, whatever
+    /// the heap's length (docs/design.md §4.5, "No length test").
     size: usize,
     /// Address of the bracket's local descriptor array.
     local: usize,
@@ -756,18 +759,31 @@ impl HeapMem {
     /// load of this struct before the loads of the descriptor.
     pub(crate) fn quick_geometry(&self, b: Bracket) -> QuickGeometry {
         let a = &self.arrays[b as usize];
-        QuickGeometry { start: self.base() as usize + a.data.offset, size: a.data.size, local: a.local }
+        let slabs = (self.layout.bracket(b).capacity as usize) << b.slab_shift();
+        QuickGeometry { start: self.base() as usize + a.data.offset, size: a.data.size.min(slabs), local: a.local }
     }
 
-    /// The local descriptor of `slab` of bracket `b`, addressed through `g` (this heap's
-    /// [`HeapMem::quick_geometry`] of `b`) instead of this struct: as [`HeapMem::desc`].
+    /// The local descriptor of slab `index` of bracket `b`, addressed through `g` (this heap's
+    /// [`HeapMem::quick_geometry`] of `b`) instead of this struct: as [`HeapMem::desc`], for a
+    /// slab index that need not lie below the heap's length, only below its capacity (the quick
+    /// free's locate, docs/design.md §4.5, "No length test"). A slab never reached by the
+    /// length has an all-zero descriptor (§2.3: the heap is created and formatted zero, and only
+    /// a thread that grew the length over a slab writes its descriptor), which no check of the
+    /// quick free accepts.
+    ///
+    /// # Safety
+    ///
+    /// `index` is `rel >> b.slab_shift()` for some `rel` that `g.rel` returned.
     #[inline(always)]
-    pub(crate) fn desc_quick(&self, g: &QuickGeometry, b: Bracket, slab: Slab) -> Descriptor<'_> {
+    pub(crate) unsafe fn desc_quick(&self, g: &QuickGeometry, b: Bracket, index: u32) -> Descriptor<'_> {
         debug_assert_eq!(g.local, self.arrays[b as usize].local);
-        let p = g.local + slab.0 as usize * b.descriptor_size();
-        // SAFETY: as in `desc`: `g.local` is bracket `b`'s local array of this mapping (the
-        // only constructor, `quick_geometry`, copies it), and the caller's `slab` is below the
-        // length it knows of.
+        debug_assert!(index < self.layout.bracket(b).capacity);
+        let p = g.local + index as usize * b.descriptor_size();
+        // SAFETY: `g.local` is bracket `b`'s local array of this mapping (the only constructor,
+        // `quick_geometry`, copies it), mapped whole at open for the bracket's capacity, which
+        // `index` is below (`g.size` stops at the capacity's last slab, and the caller's index
+        // comes from an offset below it); 64-aligned as in `desc`; the head and bitset are
+        // atomics, valid for any bit pattern.
         unsafe {
             Descriptor {
                 head: &*(p as *const DescriptorHead),

@@ -59,6 +59,34 @@ fn a_pointer_beyond_the_heap_length_is_foreign() {
     assert_clean(&heap);
 }
 
+/// The quick free tests no heap length (docs/design.md §4.5, "No length test"): a slab the
+/// length never reached is refused by its all-zero descriptor (no class, no blocks), at a slab's
+/// start (where the interior check of a size-0 slab passes) as well as inside it, in both
+/// brackets, and in the data region's padding past the capacity's last slab.
+#[test]
+fn a_pointer_into_a_slab_past_the_length_is_foreign_at_every_offset() {
+    // One slab over 32 MiB: the data region is rounded up to 34 MiB, so slabs 1025.. of the
+    // small bracket lie past the capacity.
+    let heap = Heap::anonymous(&Config::with_capacity((32 << 20) + (32 << 10))).unwrap();
+    let t = heap.attach().unwrap();
+    for (size, slab_bytes) in [(16usize, 32usize << 10), (4096, 512 << 10)] {
+        let p = t.alloc(size).unwrap();
+        unsafe { p.as_ptr().write_bytes(0x5a, size) };
+        for slabs in [8usize, 9, 63, 1025, 1030] {
+            if slabs * slab_bytes >= 34 << 20 {
+                continue;
+            }
+            for in_slab in [0usize, 8, 16, 64, size] {
+                let q = NonNull::new(p.as_ptr().wrapping_add(slabs * slab_bytes + in_slab)).unwrap();
+                assert_eq!(t.free(q), Err(FreeError::ForeignPointer), "size {size}, {slabs} slabs on, +{in_slab}");
+            }
+        }
+        assert_eq!(unsafe { *p.as_ptr().add(size - 1) }, 0x5a);
+        t.free(p).unwrap();
+    }
+    assert_clean(&heap);
+}
+
 #[test]
 fn an_interior_pointer_is_refused_and_the_block_survives() {
     let heap = small_heap();

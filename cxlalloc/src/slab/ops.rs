@@ -122,8 +122,10 @@ impl FreeAnswer {
 /// that they use, kept in registers.
 #[derive(Clone, Copy)]
 struct QuickAt<'a> {
-    /// The block's slab.
-    slab: Slab,
+    /// The block's slab index: below the bracket's capacity, not checked against the heap's
+    /// length (docs/design.md §4.5, "No length test"); [`HeapMem::known_slab`] makes it a
+    /// [`Slab`] where a path needs one.
+    slab: u32,
     /// The slab's descriptor (this process's copy).
     desc: Descriptor<'a>,
     /// The slab's class (in range).
@@ -868,7 +870,12 @@ impl<'a> SlabThread<'a> {
             return Quick::General;
         };
         if d.head.owner.load(Ordering::Relaxed) != self.me() {
-            return Quick::Remote(b, slab, class, block);
+            // Another owner's block: the remote free, once its slab is known to lie below the
+            // length (the local path needs no such test: a slab we own lies below it).
+            return match self.mem.known_slab(b, slab) {
+                Some(slab) => Quick::Remote(b, slab, class, block),
+                None => Quick::General,
+            };
         }
         // SAFETY: the checks above found `ptr` to be the start of a block (at least 8 bytes,
         // 8-aligned) of a sized slab inside the mapping.
@@ -882,7 +889,7 @@ impl<'a> SlabThread<'a> {
         }
         let (w, bit) = (block / 64, 1u64 << (block % 64));
         let cur = &self.rec.lists(b).current[class as usize - 1];
-        if CurrentId::names(cur.id.load(Ordering::Relaxed), slab.link(), w) {
+        if CurrentId::names(cur.id.load(Ordering::Relaxed), slab + 1, w) {
             // One store to the persistent cache, also the free's log record (as allocating).
             let bits = cur.bits.load(Ordering::Relaxed);
             if bits & bit != 0 {
@@ -904,7 +911,7 @@ impl<'a> SlabThread<'a> {
             return Quick::General;
         }
         #[cfg(feature = "validate")]
-        if self.validate(b, slab, d, blocks).is_err() {
+        if !self.mem.known_slab(b, slab).is_some_and(|slab| self.validate(b, slab, d, blocks).is_ok()) {
             return Quick::General;
         }
         d.put_loaded(w, bits, old, bit, before);
@@ -935,8 +942,8 @@ impl<'a> SlabThread<'a> {
     }
 
     /// Full model: the quick local free of the block at `ptr`, or what to do with it instead.
-    /// Checks what [`SlabThread::locate_in`] and the local free check — a known slab, a sized
-    /// one, the start of a block below the slab's count, a class in range, our own slab, the
+    /// Checks what [`SlabThread::locate_in`] and the local free check — a sized slab (one the
+    /// heap's length never reached has none), the start of a block below the slab's count, a class in range, our own slab, the
     /// block's mark (a mailbox or a counted free), the cached word's bit, the bitset's bit — and
     /// stores only once all have passed.
     #[inline(always)]
@@ -960,17 +967,23 @@ impl<'a> SlabThread<'a> {
     }
 
     /// The quick frees' locate (both models' copies, [`SlabThread::free_quick_in`] and
-    /// [`SlabThread::free_quick_marked`]): the block `rel` bytes into bracket `b`'s data, when
-    /// it lies in a slab below the length this process knows, the slab is sized, `rel` starts
+    /// [`SlabThread::free_quick_marked`]): the block `rel` bytes into bracket `b`'s data (`rel`
+    /// from one of this handle's copies of the geometry), when the slab is sized, `rel` starts
     /// a block below the slab's count, and the class is in range: the checks of
     /// [`SlabThread::locate_in`], from the handle's copy of the geometry. `None` sends the free
     /// to the general path, which locates it again and says why.
+    ///
+    /// No test of the heap's length (docs/design.md §4.5, "No length test"): a slab the length
+    /// never reached has an all-zero descriptor, which the interior and class checks refuse
+    /// (`tests/bad_input.rs`, `a_pointer_past_the_heap_length_is_refused_by_the_quick_free`);
+    /// the general path then answers from the length, as before.
     #[inline(always)]
     fn locate_quick(&self, b: Bracket, rel: usize) -> Option<QuickAt<'a>> {
         let shift = b.slab_shift();
-        // A slab past the length we know of: the general path refreshes it.
-        let slab = self.mem.known_slab(b, (rel >> shift) as u32)?;
-        let desc = self.mem.desc_quick(&self.quick[b as usize], b, slab);
+        let slab = (rel >> shift) as u32;
+        // SAFETY: `slab` is `rel >> shift` of a `rel` that a copy of this mapping's geometry
+        // returned (the callers' `rel`).
+        let desc = unsafe { self.mem.desc_quick(&self.quick[b as usize], b, slab) };
         let size = desc.head.size.load(Ordering::Relaxed);
         let in_slab = (rel & ((1 << shift) - 1)) as u64;
         let block = ((in_slab * desc.head.recip.load(Ordering::Relaxed)) >> 40) as u32;
@@ -1003,8 +1016,13 @@ impl<'a> SlabThread<'a> {
         let owner = d.head.owner.load(Ordering::Relaxed);
         if u64::from(owner) != self.local_owner {
             // Under full coherence the block just located is what a remote free would locate
-            // again: hand it over.
-            return Quick::Remote(b, slab, class, block);
+            // again: hand it over, once its slab is known to lie below the length (the remote
+            // free touches its counter and the block; the local path needs no such test: a slab
+            // we own lies below it).
+            return match self.mem.known_slab(b, slab) {
+                Some(slab) => Quick::Remote(b, slab, class, block),
+                None => Quick::General,
+            };
         }
         // SAFETY: the checks above found `ptr` to be the start of a block (at least 8 bytes,
         // 8-aligned) of a sized slab inside the mapping.
@@ -1016,7 +1034,7 @@ impl<'a> SlabThread<'a> {
         let (w, bit) = (block / 64, 1u64 << (block % 64));
         let cur = &self.rec.lists(b).current[class as usize - 1];
         // The cached word's identity (slab link and word) without its sequence number.
-        if CurrentId::names(cur.id.load(Ordering::Relaxed), slab.link(), w) {
+        if CurrentId::names(cur.id.load(Ordering::Relaxed), slab + 1, w) {
             // One store to the persistent cache, also the free's log record (as allocating).
             let bits = cur.bits.load(Ordering::Relaxed);
             if bits & bit != 0 {
@@ -1035,7 +1053,7 @@ impl<'a> SlabThread<'a> {
             return Quick::General;
         }
         #[cfg(feature = "validate")]
-        if self.validate(b, slab, d, blocks).is_err() {
+        if !self.mem.known_slab(b, slab).is_some_and(|slab| self.validate(b, slab, d, blocks).is_ok()) {
             return Quick::General;
         }
         d.put_loaded(w, bits, old, bit, before);
