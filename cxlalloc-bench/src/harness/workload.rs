@@ -384,6 +384,34 @@ mod tests {
     }
 
     #[test]
+    fn huge_pages_is_an_axis_skipped_for_allocators_whose_memory_is_not_on_the_run_root() {
+        let text = r#"
+            [run]
+            allocators = ["cxlalloc", "mimalloc", "boost", { name = "cxlalloc", settings = { backend = "anon" } }]
+            huge_pages = [false, true]
+            [[benchmark]]
+            name = "huge"
+        "#;
+        let w = parse(text).unwrap();
+        let huge: Vec<String> = w.configs.iter().filter(|c| c.huge_pages).map(|c| c.allocator.label()).collect();
+        assert_eq!(huge, ["cxlalloc", "boost"]);
+        assert_eq!(w.configs.iter().filter(|c| !c.huge_pages).count(), 4);
+        assert!(w.skipped.iter().all(|s| s.config.huge_pages && s.reason.contains("not on the run root")));
+        assert_eq!(w.skipped.len(), 2);
+        assert!(w.configs.iter().any(|c| c.huge_pages && c.describe().ends_with("| huge pages")));
+        assert!(parse("[run]\nallocators=['cxlalloc']\nhuge_pages='yes'\n[[benchmark]]\nname='huge'\n").is_err());
+    }
+
+    #[test]
+    fn a_configuration_without_huge_pages_keeps_the_id_it_had_before_the_key() {
+        let w = parse(&format!("{BASE}\n[[benchmark]]\nname = \"threadtest\"\n")).unwrap();
+        let c = &w.configs[0];
+        assert!(!serde_json::to_string(c).unwrap().contains("huge_pages"));
+        let on = Config { huge_pages: true, ..c.clone() };
+        assert_ne!(on.id(), c.id());
+    }
+
+    #[test]
     fn mistakes_are_errors_that_say_where() {
         assert!(parse("[run]\nthread = 2\n[[benchmark]]\nname='x'\n").unwrap_err().to_string().contains("thread"));
         assert!(parse("[run]\nallocators=['tcmalloc']\n[[benchmark]]\nname='threadtest'\n")
