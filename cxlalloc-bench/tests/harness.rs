@@ -327,7 +327,9 @@ fn the_recorded_backing_is_the_mount_of_the_run_root() {
         .unwrap();
     assert!(mounted.success());
     let o = s.command(
-        &s.workload("[run]\nallocators=['cxlalloc']\ntimeout_s=60\n[[benchmark]]\nname='huge'\nsize_mib=4\nobjects=2\n"),
+        &s.workload(
+            "[run]\nallocators=['cxlalloc']\ntimeout_s=60\n[[benchmark]]\nname='huge'\nsize_mib=4\nobjects=2\n",
+        ),
         &[],
     );
     let records = read_records(&s.out());

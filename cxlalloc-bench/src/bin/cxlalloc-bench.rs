@@ -133,8 +133,17 @@ fn run(cmd: Cmd) -> Result<ExitCode, Error> {
                 PathBuf::from(format!("results/{stem}-{}.ndjson", driver::compact(&driver::utc_now())))
             });
             let huge_mount = huge_mount.unwrap_or_else(std::env::temp_dir);
-            let opts =
-                Options { workload, out: out.clone(), resume, only, dry_run, sample_ms, run_root, huge_mount, huge_size };
+            let opts = Options {
+                workload,
+                out: out.clone(),
+                resume,
+                only,
+                dry_run,
+                sample_ms,
+                run_root,
+                huge_mount,
+                huge_size,
+            };
             let summary = driver::drive(&opts, &exe)?;
             if dry_run {
                 return Ok(ExitCode::SUCCESS);

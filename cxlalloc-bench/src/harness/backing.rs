@@ -54,7 +54,9 @@ impl Backing {
         let path = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
         let mut best: Option<Mount> = None;
         for m in mountinfo.lines().filter_map(Mount::parse) {
-            if path.starts_with(&m.point) && best.as_ref().is_none_or(|b| m.point.as_os_str().len() >= b.point.as_os_str().len()) {
+            if path.starts_with(&m.point)
+                && best.as_ref().is_none_or(|b| m.point.as_os_str().len() >= b.point.as_os_str().len())
+            {
                 best = Some(m);
             }
         }
@@ -114,7 +116,8 @@ fn unescape(field: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let octal = bytes.get(i + 1..i + 4).filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        let octal =
+            bytes.get(i + 1..i + 4).filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
         match octal {
             Some(d) => {
                 out.push(d.iter().fold(0u8, |v, c| v.wrapping_mul(8).wrapping_add(c - b'0')));
@@ -168,7 +171,9 @@ impl HugeRoot {
         let root = HugeRoot { point };
         let backing = Backing::of(&root.point);
         if !backing.huge_pages || backing.mount_point != root.point.display().to_string() {
-            return Err(format!("{} was mounted but is not a huge-page tmpfs ({backing:?})", root.point.display()).into());
+            return Err(
+                format!("{} was mounted but is not a huge-page tmpfs ({backing:?})", root.point.display()).into()
+            );
         }
         Ok(root)
     }

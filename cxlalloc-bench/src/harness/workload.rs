@@ -227,7 +227,8 @@ fn expand(fields: &BTreeMap<String, Value>) -> Result<Vec<Config>, Error> {
                 "processes" => config.processes = positive(key, v)?,
                 "threads" => config.threads = positive(key, v)?,
                 "huge_pages" => {
-                    config.huge_pages = v.as_bool().ok_or_else(|| format!("huge_pages must be true or false, got {v}"))?
+                    config.huge_pages =
+                        v.as_bool().ok_or_else(|| format!("huge_pages must be true or false, got {v}"))?
                 }
                 _ => {
                     config.params.insert(key.clone(), v.clone());
