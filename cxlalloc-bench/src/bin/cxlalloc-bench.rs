@@ -54,7 +54,7 @@ enum Cmd {
         /// Directory for run directories (heaps, control areas): a tmpfs or DAX mount.
         #[arg(long, default_value = "/dev/shm")]
         run_root: PathBuf,
-        /// Where configurations with `huge_pages = true` mount their tmpfs (`huge=within_size`,
+        /// Where configurations with `huge_pages = true` mount their tmpfs (`huge=advise`,
         /// as root; without it they run on --run-root and their records say so)
         /// [default: the system's temporary directory].
         #[arg(long)]

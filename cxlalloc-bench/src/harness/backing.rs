@@ -8,7 +8,7 @@
 //! `/proc/self/mountinfo`, so a record says what the run really ran on, not what was asked.
 //!
 //! A configuration with `huge_pages = true` runs under a tmpfs the driver mounts for the
-//! workload ([`HugeRoot::mount`]: `huge=within_size`, bounded in size, removed again when the
+//! workload ([`HugeRoot::mount`]: `huge=advise`, bounded in size, removed again when the
 //! drive ends), or under the ordinary run root when it cannot mount one (not root, no `mount`),
 //! which the record's [`Backing::fallback`] and the results table say.
 
@@ -132,11 +132,20 @@ fn unescape(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The `huge=` mode of the tmpfs [`HugeRoot::mount`] makes.
+pub const MOUNT_HUGE: &str = "advise";
+
 /// Prefix of the mount points [`HugeRoot::mount`] makes; the driver's process id follows.
 const MOUNT_PREFIX: &str = "cxlbench-huge.";
 
-/// A tmpfs mounted `huge=within_size` for the huge-page configurations of one drive; unmounted
-/// and its mount point removed when dropped.
+/// A tmpfs mounted `huge=advise` for the huge-page configurations of one drive; unmounted and
+/// its mount point removed when dropped.
+///
+/// `advise`, not `within_size`: within_size gives 2 MiB pages to every file big enough,
+/// the heap's region files (descriptors, the HWcc shared region, small and large data) too,
+/// which a process then holds whole (on a mini huge row the HWcc share of PSS went from
+/// 0.08 % to 4.6 %, and PSS grew 9 MiB a run). Under `advise` only faults through a mapping
+/// advised `MADV_HUGEPAGE` get huge pages: cxlalloc's huge blocks (docs/design.md §7.6).
 #[derive(Debug)]
 pub struct HugeRoot {
     point: PathBuf,
@@ -144,7 +153,7 @@ pub struct HugeRoot {
 
 impl HugeRoot {
     /// Mounts a tmpfs of at most `size` (a tmpfs `size=` value: `12g`, `50%`) with
-    /// `huge=within_size` at `parent/cxlbench-huge.PID`, first removing the mounts that a
+    /// `huge=advise` at `parent/cxlbench-huge.PID`, first removing the mounts that a
     /// driver killed before it could clean up left under `parent`. Fails (with `mount`'s own
     /// message) where this process may not mount, and when the mount did not come out a
     /// huge-page tmpfs.
@@ -152,7 +161,7 @@ impl HugeRoot {
         remove_stale(parent);
         let point = parent.join(format!("{MOUNT_PREFIX}{}", std::process::id()));
         std::fs::create_dir_all(&point).map_err(|e| format!("creating {}: {e}", point.display()))?;
-        let options = format!("size={size},huge=within_size,mode=1777");
+        let options = format!("size={size},huge={MOUNT_HUGE},mode=1777");
         let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &options, "cxlbench-huge"])
             .arg(&point)

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::backing::{Backing, HugeRoot};
+use super::backing::{Backing, HugeRoot, MOUNT_HUGE};
 use super::coordinator;
 use super::job::Job;
 use super::record::Record;
@@ -154,7 +154,7 @@ pub fn drive(opts: &Options, exe: &Path) -> Result<Summary, Error> {
 
 /// Points the jobs that ask for huge pages at a run root that has them (docs/design.md §12.1):
 /// the ordinary run root if its mount already gives huge pages, else a tmpfs mounted
-/// `huge=within_size` for this drive (returned; it is unmounted when dropped). Where none can
+/// `huge=advise` for this drive (returned; it is unmounted when dropped). Where none can
 /// be mounted those jobs stay on the ordinary root, each with the reason in
 /// [`Job::huge_fallback`], which its records carry.
 fn huge_pages_root(opts: &Options, jobs: &mut [Job]) -> Option<HugeRoot> {
@@ -164,7 +164,7 @@ fn huge_pages_root(opts: &Options, jobs: &mut [Job]) -> Option<HugeRoot> {
     let (root, path, fallback) = match HugeRoot::mount(&opts.huge_mount, &opts.huge_size) {
         Ok(root) => {
             let path = root.path().to_path_buf();
-            eprintln!("huge pages: the huge_pages runs go to {} (tmpfs huge=within_size)", path.display());
+            eprintln!("huge pages: the huge_pages runs go to {} (tmpfs huge={MOUNT_HUGE})", path.display());
             (Some(root), path, String::new())
         }
         Err(e) => {

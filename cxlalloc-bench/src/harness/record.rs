@@ -176,6 +176,15 @@ pub struct Pss {
     pub other_bytes: u64,
     /// The whole process.
     pub total_bytes: u64,
+    /// Of the heap's region files (HWcc and SWcc), the bytes mapped by 2 MiB pages: 0 unless the
+    /// run root gives every file huge pages (`huge=within_size`), docs/design.md §7.6. Not PSS:
+    /// the process's own mapped bytes. Absent in records written before it existed (read as 0).
+    #[serde(default)]
+    pub region_huge_bytes: u64,
+    /// Of every other file mapping (the huge blocks' objects among them), the bytes mapped by
+    /// 2 MiB pages.
+    #[serde(default)]
+    pub other_huge_bytes: u64,
 }
 
 /// Resource use of the worker process.

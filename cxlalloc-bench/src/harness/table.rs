@@ -156,7 +156,7 @@ mod tests {
     use serde_json::Value;
 
     fn line(run: &str, config: &str, alloc: &str, process: usize, processes: usize, throughput: f64) -> Record {
-        let end = Pss { hwcc_bytes: 10, swcc_bytes: 500, other_bytes: 490, total_bytes: 1000 };
+        let end = Pss { hwcc_bytes: 10, swcc_bytes: 500, other_bytes: 490, total_bytes: 1000, ..Pss::default() };
         Record {
             schema: 1,
             run_id: run.into(),

@@ -31,7 +31,7 @@
 //! with fewer threads than processes, or matching a `[[skip]]` table are skipped with a reason.
 //!
 //! `huge_pages = true` (or the axis `[false, true]`) runs a configuration with its run root on
-//! a tmpfs mounted `huge=within_size` (docs/design.md §12.1; [`super::backing`]); it applies to
+//! a tmpfs mounted `huge=advise` (docs/design.md §12.1; [`super::backing`]); it applies to
 //! allocators whose shared memory lives there (cxlalloc's heap, Boost's segment), and is
 //! skipped for the others (process-local allocators take anonymous memory wherever they run).
 
