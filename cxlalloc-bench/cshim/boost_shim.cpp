@@ -1,7 +1,6 @@
 // C interface to Boost.Interprocess `managed_mapped_file`, for the `boost` baseline of
 // cxlalloc-bench (src/allocator/boost.rs declares the same functions). The segment is a file in
-// the run directory, so it lives on the same run root as cxlalloc's heap (a `huge=` tmpfs gives
-// both huge pages); on a tmpfs such as /dev/shm a mapped file is what a POSIX shared-memory
+// the run directory, so it lives on the same run root as cxlalloc's heap; on a tmpfs such as /dev/shm a mapped file is what a POSIX shared-memory
 // object is (`managed_shared_memory` opens /dev/shm/NAME), with the same segment manager.
 //
 // Rules of this file:
@@ -17,6 +16,8 @@
 #include <boost/interprocess/creation_tags.hpp>
 #include <boost/interprocess/file_mapping.hpp>
 #include <boost/interprocess/managed_mapped_file.hpp>
+
+#include <sys/mman.h>
 
 #include <cstddef>
 #include <cstring>
@@ -42,8 +43,18 @@ void set_error(char* err, std::size_t err_len, const char* msg) noexcept {
 struct cxb_segment {
   bip::managed_mapped_file shm;
 
-  cxb_segment(bip::create_only_t tag, const char* path, std::size_t bytes) : shm(tag, path, bytes) {}
-  cxb_segment(bip::open_only_t tag, const char* path) : shm(tag, path) {}
+  cxb_segment(bip::create_only_t tag, const char* path, std::size_t bytes) : shm(tag, path, bytes) {
+    advise_huge_pages();
+  }
+  cxb_segment(bip::open_only_t tag, const char* path) : shm(tag, path) { advise_huge_pages(); }
+
+  // Asks for transparent huge pages on the whole mapping, as mimalloc does for its arenas and
+  // cxlalloc for its huge blocks: on a tmpfs mounted `huge=advise` (the harness's huge-page run
+  // root) only advised mappings get 2 MiB pages, so without it the baseline would run on 4 KiB
+  // pages where cxlalloc's blocks do not. (The segment manager's header, written while the
+  // segment is created, is faulted before the advice.) Errors are ignored: it is an
+  // optimization, and a kernel without THP refuses it.
+  void advise_huge_pages() noexcept { (void)madvise(shm.get_address(), shm.get_size(), MADV_HUGEPAGE); }
 };
 
 extern "C" {
