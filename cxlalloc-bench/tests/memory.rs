@@ -418,11 +418,27 @@ fn two_mib_mapped_bytes_are_split_into_region_files_and_the_rest() {
             .replace("FilePmdMapped:           0 kB", &format!("FilePmdMapped:  {file_kb:>8} kB"))
     };
     let text = [
-        with_pmd("7f1200000000-7f1200400000 rw-s 00000000 00:1a 1002                       /dev/shm/cxlalloc.kv/shared", 2048, 0),
-        with_pmd("7f1500000000-7f1500800000 rw-s 00000000 00:1a 1006                       /dev/shm/cxlalloc.kv/data", 4096, 0),
-        with_pmd("7f1300000000-7f1300400000 rw-s 00000000 00:1a 4001                       /dev/shm/cxlalloc.kv/mcas-window", 2048, 0),
+        with_pmd(
+            "7f1200000000-7f1200400000 rw-s 00000000 00:1a 1002                       /dev/shm/cxlalloc.kv/shared",
+            2048,
+            0,
+        ),
+        with_pmd(
+            "7f1500000000-7f1500800000 rw-s 00000000 00:1a 1006                       /dev/shm/cxlalloc.kv/data",
+            4096,
+            0,
+        ),
+        with_pmd(
+            "7f1300000000-7f1300400000 rw-s 00000000 00:1a 4001                       /dev/shm/cxlalloc.kv/mcas-window",
+            2048,
+            0,
+        ),
         // A huge block's object: a file of the heap directory that is no region file.
-        with_pmd("7f1600000000-7f1601000000 rw-s 00000000 00:1a 5001                       /dev/shm/cxlalloc.kv/huge-0-1", 16384, 0),
+        with_pmd(
+            "7f1600000000-7f1601000000 rw-s 00000000 00:1a 5001                       /dev/shm/cxlalloc.kv/huge-0-1",
+            16384,
+            0,
+        ),
         with_pmd("7f1700000000-7f1700400000 r--p 00000000 fe:00 5002                       /usr/lib/big.so", 0, 2048),
         block("7f1800000000-7f1800001000 rw-p 00000000 00:00 0", 4, 4),
     ]
