@@ -1,7 +1,7 @@
 //! Build script: the baselines that need system libraries (docs/design.md §12.3).
 //!
 //! - Boost.Interprocess (Debian `libboost-dev`, header-only): when
-//!   `boost/interprocess/managed_shared_memory.hpp` is found, compiles `cshim/boost_shim.cpp`
+//!   `boost/interprocess/managed_mapped_file.hpp` is found, compiles `cshim/boost_shim.cpp`
 //!   and sets `cfg(have_boost)`.
 //! - PMDK libpmemobj (Debian `libpmemobj-dev`): when `libpmemobj.h` is found and the C compiler
 //!   finds `libpmemobj.so`, links it and sets `cfg(have_pmdk)`.
@@ -17,7 +17,7 @@ use std::process::Command;
 /// Where the headers are looked for (the C compiler's default system include directories).
 const INCLUDE_DIRS: [&str; 2] = ["/usr/include", "/usr/local/include"];
 
-const BOOST_HEADER: &str = "boost/interprocess/managed_shared_memory.hpp";
+const BOOST_HEADER: &str = "boost/interprocess/managed_mapped_file.hpp";
 const PMDK_HEADER: &str = "libpmemobj.h";
 const BOOST_SHIM: &str = "cshim/boost_shim.cpp";
 

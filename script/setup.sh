@@ -39,7 +39,7 @@ sysdep_files() {
   case $1 in
     build-essential) echo "/usr/bin/cc /usr/bin/c++ /usr/bin/make /usr/bin/nm /usr/bin/readelf" ;;
     libclang-dev) echo "/usr/lib/llvm-*/lib/libclang.so" ;;
-    libboost-dev) echo "/usr/include/boost/interprocess/managed_shared_memory.hpp" ;;
+    libboost-dev) echo "/usr/include/boost/interprocess/managed_mapped_file.hpp" ;;
     libpmemobj-dev) echo "/usr/include/libpmemobj.h /usr/lib/*/libpmemobj.so" ;;
     iverilog) echo "/usr/bin/iverilog /usr/bin/vvp" ;;
     verilator) echo "/usr/bin/verilator" ;;

@@ -1,5 +1,7 @@
-// C interface to Boost.Interprocess `managed_shared_memory`, for the `boost` baseline of
-// cxlalloc-bench (src/allocator/boost.rs declares the same functions).
+// C interface to Boost.Interprocess `managed_mapped_file`, for the `boost` baseline of
+// cxlalloc-bench (src/allocator/boost.rs declares the same functions). The segment is a file in
+// the run directory, so it lives on the same run root as cxlalloc's heap; on a tmpfs such as /dev/shm a mapped file is what a POSIX shared-memory
+// object is (`managed_shared_memory` opens /dev/shm/NAME), with the same segment manager.
 //
 // Rules of this file:
 // - Every function is `extern "C"` and `noexcept`: no C++ exception ever reaches Rust. Each body
@@ -12,8 +14,10 @@
 // - Built by build.rs with the `cc` crate, header-only against Debian's libboost-dev.
 
 #include <boost/interprocess/creation_tags.hpp>
-#include <boost/interprocess/managed_shared_memory.hpp>
-#include <boost/interprocess/shared_memory_object.hpp>
+#include <boost/interprocess/file_mapping.hpp>
+#include <boost/interprocess/managed_mapped_file.hpp>
+
+#include <sys/mman.h>
 
 #include <cstddef>
 #include <cstring>
@@ -35,17 +39,27 @@ void set_error(char* err, std::size_t err_len, const char* msg) noexcept {
 
 }  // namespace
 
-// One process's mapping of a managed shared-memory segment (opaque to Rust).
+// One process's mapping of a managed segment file (opaque to Rust).
 struct cxb_segment {
-  bip::managed_shared_memory shm;
+  bip::managed_mapped_file shm;
 
-  cxb_segment(bip::create_only_t tag, const char* name, std::size_t bytes) : shm(tag, name, bytes) {}
-  cxb_segment(bip::open_only_t tag, const char* name) : shm(tag, name) {}
+  cxb_segment(bip::create_only_t tag, const char* path, std::size_t bytes) : shm(tag, path, bytes) {
+    advise_huge_pages();
+  }
+  cxb_segment(bip::open_only_t tag, const char* path) : shm(tag, path) { advise_huge_pages(); }
+
+  // Asks for transparent huge pages on the whole mapping, as mimalloc does for its arenas and
+  // cxlalloc for its huge blocks: on a tmpfs mounted `huge=advise` (the harness's huge-page run
+  // root) only advised mappings get 2 MiB pages, so without it the baseline would run on 4 KiB
+  // pages where cxlalloc's blocks do not. (The segment manager's header, written while the
+  // segment is created, is faulted before the advice.) Errors are ignored: it is an
+  // optimization, and a kernel without THP refuses it.
+  void advise_huge_pages() noexcept { (void)madvise(shm.get_address(), shm.get_size(), MADV_HUGEPAGE); }
 };
 
 extern "C" {
 
-// Creates segment `name` (a /dev/shm object) of `bytes` bytes and maps it; fails if it exists.
+// Creates the segment file `name` (a path) of `bytes` bytes and maps it; fails if it exists.
 // Returns null on error, with the reason in `err`.
 cxb_segment* cxb_create(const char* name, std::size_t bytes, char* err, std::size_t err_len) noexcept {
   try {
@@ -58,7 +72,7 @@ cxb_segment* cxb_create(const char* name, std::size_t bytes, char* err, std::siz
   return nullptr;
 }
 
-// Maps the existing segment `name`. Returns null on error, with the reason in `err`.
+// Maps the existing segment file `name`. Returns null on error, with the reason in `err`.
 cxb_segment* cxb_open(const char* name, char* err, std::size_t err_len) noexcept {
   try {
     return new cxb_segment(bip::open_only, name);
@@ -131,10 +145,10 @@ int cxb_check(cxb_segment* seg, int* sane, int* all_freed) noexcept {
   }
 }
 
-// Removes segment `name` (its mappings stay valid until unmapped). 1 if removed, 0 if not.
+// Removes the segment file `name` (its mappings stay valid until unmapped). 1 if removed, 0 if not.
 int cxb_remove(const char* name) noexcept {
   try {
-    return bip::shared_memory_object::remove(name) ? 1 : 0;
+    return bip::file_mapping::remove(name) ? 1 : 0;
   } catch (...) {
     return 0;
   }

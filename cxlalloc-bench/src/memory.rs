@@ -128,6 +128,12 @@ impl Mapping {
         self.size("Pss").unwrap_or(0)
     }
 
+    /// Bytes of a shared or file mapping mapped by huge (PMD, 2 MiB on x86-64) page-table
+    /// entries: `ShmemPmdMapped` (tmpfs, shm) plus `FilePmdMapped` (other page-cache files).
+    pub fn pmd_mapped_bytes(&self) -> u64 {
+        self.size("ShmemPmdMapped").unwrap_or(0) + self.size("FilePmdMapped").unwrap_or(0)
+    }
+
     /// The pathname without the ` (deleted)` suffix, and whether the suffix was there.
     pub fn file(&self) -> Option<(&str, bool)> {
         let p = self.pathname.as_deref()?;
@@ -332,6 +338,14 @@ pub struct MemorySplit {
     pub region_pss_bytes: [u64; REGIONS],
     /// PSS of no-HWcc heaps' mCAS window files (part of `hwcc_pss_bytes`, of no region's).
     pub window_pss_bytes: u64,
+    /// Bytes of heap region files (and mCAS window files) mapped by 2 MiB page-table entries
+    /// ([`Mapping::pmd_mapped_bytes`]). A tmpfs mounted `huge=within_size` or `always` gives
+    /// the region files huge pages too; `huge=advise` only the advised huge blocks, so on it
+    /// this stays 0 (docs/design.md §7.6).
+    pub region_pmd_bytes: u64,
+    /// Bytes of every other file mapping mapped by 2 MiB page-table entries: the huge blocks'
+    /// objects, which cxlalloc advises `MADV_HUGEPAGE`, among them.
+    pub other_pmd_bytes: u64,
     /// Whether the read was torn: a mapping printed again (grown or merged while the file was
     /// read) was skipped, so the totals may miss what it gained meanwhile, but never count a
     /// page twice.
@@ -350,7 +364,11 @@ impl MemorySplit {
     }
 
     /// Adds one mapping's sizes under `class`.
-    fn add(&mut self, class: Class, pss: u64, rss: u64) {
+    fn add(&mut self, class: Class, pss: u64, rss: u64, pmd: u64) {
+        match class {
+            Class::Hwcc(_) | Class::Swcc(_) | Class::Window => self.region_pmd_bytes += pmd,
+            Class::Other => self.other_pmd_bytes += pmd,
+        }
         let (p, r) = match class {
             Class::Hwcc(_) | Class::Window => (&mut self.hwcc_pss_bytes, &mut self.hwcc_rss_bytes),
             Class::Swcc(_) => (&mut self.swcc_pss_bytes, &mut self.swcc_rss_bytes),
@@ -382,7 +400,7 @@ pub fn split_mappings(mappings: &[Mapping], table: &RegionTable) -> MemorySplit 
             continue;
         }
         end = end.max(m.end);
-        split.add(table.classify(m), m.pss_bytes(), m.rss_bytes());
+        split.add(table.classify(m), m.pss_bytes(), m.rss_bytes(), m.pmd_mapped_bytes());
     }
     split
 }

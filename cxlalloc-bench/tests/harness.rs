@@ -263,3 +263,168 @@ ops = 40000
         assert!((4094..=4096).contains(&shared), "run {run}: {shared} B of shared-region PSS, not one page");
     }
 }
+
+/// Huge blocks on and off a huge-page run root (docs/design.md §12.1): cxlalloc and Boost, whose
+/// memory is files under the run root, at both; mimalloc only once (anonymous memory: the root
+/// changes nothing for it).
+const HUGE_PAGES: &str = r#"
+[run]
+processes = [1]
+threads = [1]
+allocators = ["cxlalloc", "mimalloc", { name = "boost", settings = { segment_mib = 64 } }]
+huge_pages = [false, true]
+timeout_s = 120
+
+[[benchmark]]
+name = "huge"
+size_mib = 16
+objects = 4
+"#;
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// The mount points of this process's mount table that lie under `dir`.
+fn mounts_under(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
+        .filter(|p| Path::new(p).starts_with(dir))
+        .collect()
+}
+
+#[test]
+fn a_huge_pages_run_goes_to_a_huge_tmpfs_it_records_and_unmounts_after() {
+    let s = Scratch::new("harness", "hugepages");
+    let mount_parent = s.0.join("mnt");
+    std::fs::create_dir_all(&mount_parent).unwrap();
+    let parent = mount_parent.to_str().unwrap();
+    let o = s.command(&s.workload(HUGE_PAGES), &["--huge-mount", parent, "--huge-size", "512m"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let records = read_records(&s.out()).unwrap();
+    // cxlalloc and Boost on each root, mimalloc once (skipped on the huge root, saying why).
+    assert_eq!(records.len(), 5, "{}", text(&o));
+    assert!(text(&o).contains("huge_pages changes nothing"), "{}", text(&o));
+    let runs = s.0.join("runs");
+    for r in &records {
+        let asked = r.backing.requested;
+        assert!(!(asked && r.allocator == "mimalloc"), "mimalloc ran on the huge root");
+        if !asked {
+            assert_eq!(r.backing.run_root, runs.display().to_string());
+            assert_eq!((r.backing.fs.as_str(), r.backing.huge.as_str()), ("tmpfs", "never"), "{:?}", r.backing);
+            assert!(!r.backing.huge_pages);
+            assert_eq!(r.memory.peak.region_huge_bytes + r.memory.peak.other_huge_bytes, 0, "{:?}", r.memory);
+        } else if is_root() {
+            assert!(Path::new(&r.backing.run_root).starts_with(&mount_parent), "{:?}", r.backing);
+            assert_eq!(r.backing.mount_point, r.backing.run_root, "{:?}", r.backing);
+            // huge=advise: the huge blocks, advised MADV_HUGEPAGE, are mapped by 2 MiB pages;
+            // the heap's region files stay on 4 KiB pages (docs/design.md §7.6). A
+            // huge=within_size mount gives the region files 2 MiB pages too, and without the
+            // advice the blocks get none.
+            assert_eq!(r.memory.peak.region_huge_bytes, 0, "{} region files on 2 MiB pages", r.allocator);
+            // cxlalloc advises its huge blocks, Boost its segment (as mimalloc its arenas).
+            assert!(
+                r.memory.peak.other_huge_bytes >= 16 << 20,
+                "{}: no 16 MiB block on 2 MiB pages: {:?}",
+                r.allocator,
+                r.memory
+            );
+            assert_eq!((r.backing.huge.as_str(), r.backing.huge_pages), ("advise", true), "{:?}", r.backing);
+            assert!(r.backing.fallback.is_empty(), "{:?}", r.backing);
+        } else {
+            // Only root may mount: the fallback, said in the record.
+            assert!(!r.backing.huge_pages && !r.backing.fallback.is_empty(), "{:?}", r.backing);
+        }
+    }
+    assert_eq!(records.iter().filter(|r| r.backing.requested).count(), 2, "cxlalloc and Boost on the huge root");
+    let out = String::from_utf8_lossy(&o.stdout);
+    if is_root() {
+        assert!(out.lines().any(|l| l.contains("huge=advise") && l.contains("cxlalloc")), "{out}");
+    }
+    assert_eq!(mounts_under(&s.0), Vec::<String>::new(), "the huge-page tmpfs is still mounted");
+    assert_eq!(std::fs::read_dir(&mount_parent).unwrap().count(), 0, "its mount point is left behind");
+    assert_eq!(s.leftovers(), 0, "run directories left behind");
+}
+
+#[test]
+fn a_huge_tmpfs_left_by_a_dead_driver_is_unmounted_by_the_next_drive() {
+    if !is_root() {
+        eprintln!("SKIPPED: mounting a tmpfs needs root");
+        return;
+    }
+    let s = Scratch::new("harness", "hugestale");
+    let mount_parent = s.0.join("mnt");
+    // A driver killed before it could unmount: its process is gone, its mount is not.
+    let mut dead = std::process::Command::new("true").spawn().unwrap();
+    let pid = dead.id();
+    dead.wait().unwrap();
+    let stale = mount_parent.join(format!("cxlbench-huge.{pid}"));
+    std::fs::create_dir_all(&stale).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=16m,huge=advise", "cxlbench-huge"])
+        .arg(&stale)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    assert_eq!(mounts_under(&s.0), vec![stale.display().to_string()]);
+    let o = s.command(
+        &s.workload(HUGE_PAGES),
+        &["--huge-mount", mount_parent.to_str().unwrap(), "--huge-size", "512m", "--only", "cxlalloc"],
+    );
+    let left = mounts_under(&s.0);
+    // Never leave a mount behind in the scratch directory, whatever the drive did.
+    let _ = std::process::Command::new("umount").arg("--lazy").arg(&stale).stderr(std::process::Stdio::null()).status();
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(left, Vec::<String>::new(), "the dead driver's tmpfs is still mounted");
+    assert_eq!(std::fs::read_dir(&mount_parent).unwrap().count(), 0, "its mount point is left behind");
+}
+
+#[test]
+fn a_huge_pages_run_that_cannot_mount_stays_on_the_run_root_and_says_why() {
+    let s = Scratch::new("harness", "hugefallback");
+    // Nothing can be created under /proc: the mount point cannot be made, as on a machine where
+    // the harness may not mount.
+    let o = s.command(&s.workload(HUGE_PAGES), &["--huge-mount", "/proc/cxlbench-none", "--only", "cxlalloc"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("cannot mount a huge-page tmpfs"), "{}", text(&o));
+    let records = read_records(&s.out()).unwrap();
+    assert_eq!(records.len(), 2, "{}", text(&o));
+    let asked = records.iter().find(|r| r.backing.requested).expect("the huge_pages run");
+    assert_eq!(asked.backing.run_root, s.0.join("runs").display().to_string());
+    assert!(!asked.backing.huge_pages && asked.backing.huge == "never", "{:?}", asked.backing);
+    assert!(asked.backing.fallback.contains("/proc/cxlbench-none"), "{:?}", asked.backing);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("no huge pages (fallback)"), "{}", text(&o));
+}
+
+#[test]
+fn the_recorded_backing_is_the_mount_of_the_run_root() {
+    if !is_root() {
+        eprintln!("SKIPPED: mounting a tmpfs needs root");
+        return;
+    }
+    let s = Scratch::new("harness", "backing");
+    let root = s.0.join("runs");
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256m,huge=advise", "cxlbench-test"])
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let o = s.command(
+        &s.workload(
+            "[run]\nallocators=['cxlalloc']\ntimeout_s=60\n[[benchmark]]\nname='huge'\nsize_mib=4\nobjects=2\n",
+        ),
+        &[],
+    );
+    let records = read_records(&s.out());
+    let unmounted = std::process::Command::new("umount").arg(&root).status().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(unmounted.success());
+    let records = records.unwrap();
+    assert_eq!(records.len(), 1);
+    let b = &records[0].backing;
+    assert_eq!((b.mount_point.as_str(), b.fs.as_str(), b.huge.as_str()), (root.to_str().unwrap(), "tmpfs", "advise"));
+    assert!(b.huge_pages && !b.requested && b.fallback.is_empty(), "{b:?}");
+}

@@ -405,3 +405,47 @@ fn a_mapping_printed_again_by_a_torn_read_is_counted_once() {
     assert_eq!(s.total_pss_bytes, (4096 + 4) * KB);
     assert!(!memory::split(&fixture(), &heap_dirs()).unwrap().torn);
 }
+
+/// 2 MiB-mapped bytes (`ShmemPmdMapped`, `FilePmdMapped`) are split into the heap's region files
+/// (a window file counts with them) and every other mapping, so a record shows whether the
+/// region files got huge pages (a `huge=within_size` tmpfs) or only the huge blocks
+/// (`huge=advise`, docs/design.md §7.6).
+#[test]
+fn two_mib_mapped_bytes_are_split_into_region_files_and_the_rest() {
+    let with_pmd = |header: &str, shmem_kb: u64, file_kb: u64| {
+        block(header, 4096, 4096)
+            .replace("ShmemPmdMapped:          0 kB", &format!("ShmemPmdMapped: {shmem_kb:>8} kB"))
+            .replace("FilePmdMapped:           0 kB", &format!("FilePmdMapped:  {file_kb:>8} kB"))
+    };
+    let text = [
+        with_pmd(
+            "7f1200000000-7f1200400000 rw-s 00000000 00:1a 1002                       /dev/shm/cxlalloc.kv/shared",
+            2048,
+            0,
+        ),
+        with_pmd(
+            "7f1500000000-7f1500800000 rw-s 00000000 00:1a 1006                       /dev/shm/cxlalloc.kv/data",
+            4096,
+            0,
+        ),
+        with_pmd(
+            "7f1300000000-7f1300400000 rw-s 00000000 00:1a 4001                       /dev/shm/cxlalloc.kv/mcas-window",
+            2048,
+            0,
+        ),
+        // A huge block's object: a file of the heap directory that is no region file.
+        with_pmd(
+            "7f1600000000-7f1601000000 rw-s 00000000 00:1a 5001                       /dev/shm/cxlalloc.kv/huge-0-1",
+            16384,
+            0,
+        ),
+        with_pmd("7f1700000000-7f1700400000 r--p 00000000 fe:00 5002                       /usr/lib/big.so", 0, 2048),
+        block("7f1800000000-7f1800001000 rw-p 00000000 00:00 0", 4, 4),
+    ]
+    .concat();
+    let s = memory::split(&text, &heap_dirs()).unwrap();
+    assert_eq!(s.region_pmd_bytes, (2048 + 4096 + 2048) * KB);
+    assert_eq!(s.other_pmd_bytes, (16384 + 2048) * KB);
+    let none = memory::split(&fixture(), &heap_dirs()).unwrap();
+    assert_eq!((none.region_pmd_bytes, none.other_pmd_bytes), (0, 0));
+}

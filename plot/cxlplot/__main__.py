@@ -53,11 +53,12 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "compare":
             rows = compare.rows(configs)
             ratios = compare.headline(runs, configs)
+            huge = compare.huge_rows(configs)
             if args.json:
-                print(json.dumps({"rows": [r.to_json() for r in rows],
+                print(json.dumps({"rows": [r.to_json() for r in rows], "huge": [r.to_json() for r in huge],
                                   "ratios": [r.to_json() for r in ratios]}, indent=2))
             else:
-                print(compare.render(rows, ratios))
+                print(compare.render(rows, ratios, huge))
         else:
             print(table.render(configs))
     except BrokenPipeError:

@@ -126,6 +126,7 @@ class Row:
     params: str  # "k=v ..." of the benchmark's parameters, "" when it has none
     processes: int
     threads: int
+    backing: str  # the run root's pages (load.backing_label): "huge=within_size", "-", ...
     throughput: Ratio  # median throughput, cxlalloc / mimalloc
     pss: Ratio | None  # median peak PSS, cxlalloc / mimalloc; None where §15 sets no PSS target
     missing: str | None  # "no mimalloc" or "no cxlalloc" when only one side ran it
@@ -140,7 +141,7 @@ class Row:
     def to_json(self) -> dict:
         return {
             "benchmark": self.benchmark, "params": self.params, "processes": self.processes,
-            "threads": self.threads, "throughput": self.throughput.to_json(),
+            "threads": self.threads, "backing": self.backing, "throughput": self.throughput.to_json(),
             "pss": None if self.pss is None else self.pss.to_json(),
             "missing": self.missing, "met": self.met,
             "against": None if self.against is None
@@ -160,21 +161,28 @@ def rows(configs: pd.DataFrame) -> list[Row]:
     (`Row.against`). Any other configuration only one side ran (a failed allocator, a P > 1 row
     without such a P = 1 row) is kept, with its ratios n/a, so that a configuration dropping out
     of the data is seen too.
+
+    cxlalloc's rows are per run root as well (`backing`: its heap on `/dev/shm` and on a
+    huge-page tmpfs are two rows); mimalloc's memory is anonymous wherever it runs, so each of
+    those rows is compared with the same mimalloc row.
     """
     key = ["benchmark", "params_key", "processes", "threads"]
-    mine = configs[is_default_cxlalloc(configs)].groupby(key)
+    mine = configs[is_default_cxlalloc(configs)].groupby([*key, "backing"])
     theirs = configs[configs["allocator"] == "mimalloc"].groupby(key)
     mine_med = mine[["throughput", "peak_total_bytes"]].median()
     theirs_med = theirs[["throughput", "peak_total_bytes"]].median()
     first = configs.drop_duplicates(key).set_index(key)
+    mine_keys = set(mine_med.index)
+    only_theirs = {(*k, "-") for k in theirs_med.index} - {(*k[:4], "-") for k in mine_keys}
+    only_theirs = {k for k in only_theirs if not any(m[:4] == k[:4] for m in mine_keys)}
     out = []
     for k in sorted(
-        set(mine_med.index) | set(theirs_med.index),
-        key=lambda k: (k[0], param_sort_key(first.loc[k, "params"]), k[2], k[3]),
+        mine_keys | only_theirs,
+        key=lambda k: (k[0], param_sort_key(first.loc[k[:4], "params"]), k[2], k[3], k[4] != "-", k[4]),
     ):
-        benchmark, params_key, processes, threads = k
-        have_mine, theirs_key, against = k in mine_med.index, k, None
-        if have_mine and k not in theirs_med.index and processes > 1:
+        benchmark, params_key, processes, threads, backing = k
+        have_mine, theirs_key, against = k in mine_med.index, k[:4], None
+        if have_mine and theirs_key not in theirs_med.index and processes > 1:
             # mimalloc cannot share a heap between processes: the same work in one process.
             theirs_key = (benchmark, params_key, 1, threads)
             if theirs_key in theirs_med.index:
@@ -189,7 +197,7 @@ def rows(configs: pd.DataFrame) -> list[Row]:
             return Ratio(name, value, 0 if value is None else 1, target, op)
 
         out.append(Row(
-            benchmark, first.loc[k, "params_text"], int(processes), int(threads),
+            benchmark, first.loc[k[:4], "params_text"], int(processes), int(threads), backing,
             ratio("throughput", "throughput", ROW_THROUGHPUT_TARGETS.get(benchmark), ">="),
             ratio("peak_total_bytes", "peak PSS", ROW_PSS_TARGETS[benchmark], "<=")
             if benchmark in ROW_PSS_TARGETS else None,
@@ -220,7 +228,8 @@ def headline(runs: pd.DataFrame, configs: pd.DataFrame) -> list[Ratio]:
     return out
 
 
-ROW_HEADER = ["benchmark", "params", "P", "T", "cxlalloc/mimalloc", "target", "", "peak PSS", "target", "", ""]
+ROW_HEADER = ["benchmark", "params", "P", "T", "cxlalloc/mimalloc", "target", "", "peak PSS", "target", "",
+              "root", ""]
 
 
 def _row_cells(row: Row) -> list[str]:
@@ -234,7 +243,7 @@ def _row_cells(row: Row) -> list[str]:
         else:
             value = _pct(ratio.value, ratio.digits)
         cells += [value, ratio.target_text(), ratio.mark()]
-    return [*cells, row.against_text()]
+    return [*cells, row.backing, row.against_text()]
 
 
 def render_rows(table: list[Row]) -> str:
@@ -243,7 +252,7 @@ def render_rows(table: list[Row]) -> str:
         return "no configuration of cxlalloc or mimalloc"
     body = [_row_cells(r) for r in table]
     widths = [max(len(r[i]) for r in [ROW_HEADER, *body]) for i in range(len(ROW_HEADER))]
-    text = {0, 1, 6, 9, 10}
+    text = {0, 1, 6, 9, 10, 11}
 
     def fmt(cells: list[str]) -> str:
         return "  ".join(
@@ -254,14 +263,106 @@ def render_rows(table: list[Row]) -> str:
     return "\n".join([fmt(ROW_HEADER), rule, *map(fmt, body)])
 
 
-def render(table: list[Row], ratios: list[Ratio]) -> str:
-    """Plain-text report: every configuration's row, then the summary ratios, one per line."""
+# docs/design.md §15, huge blocks: cxlalloc against the best process-local allocator at P = 1, and
+# against Boost.Interprocess with its segment on the same run root at P >= 2.
+PROCESS_LOCAL = ("mimalloc", "jemalloc", "system")
+HUGE_TARGET = 1.00
+
+
+@dataclass
+class HugeRow:
+    """One huge configuration of default cxlalloc on one run root, against its §15 reference."""
+
+    params: str
+    processes: int
+    threads: int
+    backing: str  # the run root's pages (load.backing_label)
+    reference: str  # the allocator label compared with, or why there is none
+    throughput: Ratio  # median throughput, cxlalloc / reference (None without a reference)
+    pss_mib: float  # cxlalloc's median peak PSS, MiB (summed over processes)
+    reference_pss_mib: float | None
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "throughput": self.throughput.to_json()}
+
+
+def huge_rows(configs: pd.DataFrame) -> list[HugeRow]:
+    """Every huge configuration default cxlalloc ran, per run root: its ratio to the best
+    process-local allocator (P = 1; their memory is anonymous, so any root) or to Boost on the
+    same root (P >= 2), each side its median over repeats."""
+    huge = configs[configs["benchmark"] == "huge"]
+    mine = huge[is_default_cxlalloc(huge)]
+    if mine.empty:
+        return []
+    key = ["params_key", "processes", "threads", "backing"]
+    med = mine.groupby(key)[["throughput", "peak_total_bytes"]].median()
+    first = mine.drop_duplicates(key).set_index(key)
+    out = []
+    for k in sorted(med.index, key=lambda k: (param_sort_key(first.loc[k, "params"]), k[1], k[2], k[3] != "-", k[3])):
+        params_key, processes, threads, backing = k
+        same = huge[(huge["params_key"] == params_key) & (huge["processes"] == processes)
+                    & (huge["threads"] == threads)]
+        if processes == 1:
+            others, none = same[same["allocator"].isin(PROCESS_LOCAL)], "no process-local allocator"
+        else:
+            others = same[(same["allocator"] == "boost") & (same["backing"] == backing)]
+            none = "no Boost on this root"
+        theirs = others.groupby("allocator_label")[["throughput", "peak_total_bytes"]].median()
+        theirs = theirs[theirs["throughput"] > 0]
+        value, reference, reference_pss = None, none, None
+        if not theirs.empty:
+            reference = str(theirs["throughput"].idxmax())
+            value = float(med.loc[k, "throughput"] / theirs.loc[reference, "throughput"])
+            reference_pss = float(theirs.loc[reference, "peak_total_bytes"]) / (1 << 20)
+        out.append(HugeRow(
+            first.loc[k, "params_text"], int(processes), int(threads), backing, reference,
+            Ratio("throughput", value, 0 if value is None else 1, HUGE_TARGET, ">="),
+            float(med.loc[k, "peak_total_bytes"]) / (1 << 20), reference_pss,
+        ))
+    return out
+
+
+HUGE_HEADER = ["params", "P", "T", "root", "against", "cxlalloc/it", "target", "", "PSS MiB", "its PSS MiB"]
+
+
+def render_huge(rows_: list[HugeRow]) -> str:
+    """The huge-block table: one line per configuration and run root."""
+    body = []
+    for r in rows_:
+        value = "n/a" if r.throughput.value is None else _pct(r.throughput.value, 1)
+        body.append([r.params or "-", str(r.processes), str(r.threads), r.backing, r.reference, value,
+                     r.throughput.target_text(), r.throughput.mark(), f"{r.pss_mib:.1f}",
+                     "-" if r.reference_pss_mib is None else f"{r.reference_pss_mib:.1f}"])
+    widths = [max(len(c[i]) for c in [HUGE_HEADER, *body]) for i in range(len(HUGE_HEADER))]
+    text = {0, 3, 4, 7}
+
+    def fmt(cells: list[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i in text else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        ).rstrip()
+
+    return "\n".join([fmt(HUGE_HEADER), "  ".join("-" * w for w in widths), *map(fmt, body)])
+
+
+def render(table: list[Row], ratios: list[Ratio], huge: list[HugeRow] | None = None) -> str:
+    """Plain-text report: every configuration's row, the huge-block rows (when there are any),
+    then the summary ratios, one per line."""
     width = max(len(r.name) for r in ratios)
     missed = sum(1 for r in table if r.met is False)
+    huge_part = []
+    if huge:
+        huge_missed = sum(1 for r in huge if r.throughput.met is False)
+        huge_part = [
+            "",
+            "huge blocks (docs/design.md §15): cxlalloc against the best process-local allocator at P = 1 "
+            f"and Boost on the same run root at P >= 2, per run root; {huge_missed} of {len(huge)} rows MISSED",
+            render_huge(huge),
+        ]
     return "\n".join([
         "per configuration, median over repeats (docs/design.md §15 targets per row); "
         f"{missed} of {len(table)} rows MISSED",
         render_rows(table),
+        *huge_part,
         "",
         "geometric means over matched configurations; HWcc share per run (docs/design.md §15)",
         *(r.line(width) for r in ratios),

@@ -254,11 +254,14 @@ def fig10_huge(configs: pd.DataFrame):
     fig, axes = _grid(len(panels))
     for ax, (mode, size) in zip(axes, panels):
         sel = huge[(huge["mode"] == mode) & (huge["size"] == size)]
-        points = sel.groupby(["allocator_label", "threads", "processes"])["throughput"].median()
-        for label, threads in dict.fromkeys(zip(*[points.index.get_level_values(i) for i in (0, 1)])):
-            line = points.loc[(label, threads)]
-            name = f"{label}, T={threads}" if len(thread_counts) > 1 else label
-            ax.plot(line.index, line.values, marker="o", color=colors[label],
+        points = sel.groupby(["allocator_label", "backing", "threads", "processes"])["throughput"].median()
+        series = dict.fromkeys(zip(*[points.index.get_level_values(i) for i in (0, 1, 2)]))
+        for label, backing, threads in series:
+            line = points.loc[(label, backing, threads)]
+            # A run root with huge pages (docs/design.md §12.1) is its own series, same colour.
+            name = label if backing == "-" else f"{label} ({backing})"
+            name = f"{name}, T={threads}" if len(thread_counts) > 1 else name
+            ax.plot(line.index, line.values, marker="o" if backing == "-" else "s", color=colors[label],
                     linestyle=styles[thread_counts.index(threads) % len(styles)], label=name)
         _panel_title(ax, f"huge {mode} ({size_text(size)} objects)")
         ax.set_xlabel("processes")

@@ -47,7 +47,7 @@ _PSS_FIELDS = ("hwcc_bytes", "swcc_bytes", "other_bytes", "total_bytes")
 # Columns that describe a configuration: equal on every line of a run and every run of a config.
 CONFIG_COLUMNS = [
     "config_id", "workload", "benchmark", "params_key", "params_text", "allocator",
-    "allocator_label", "coherence", "recovery", "processes", "threads",
+    "allocator_label", "coherence", "recovery", "processes", "threads", "backing",
 ]
 # Per-process quantities that add up over a run's lines.
 SUM_COLUMNS = ["throughput", "ops", *_PSS_FIELDS, "peak_total_bytes"]
@@ -114,6 +114,7 @@ def _flatten(record: object, where: str) -> dict:
 
     params = record["params"]
     settings = record["allocator_settings"]
+    backing = record.get("backing")
     is_cxlalloc = record["allocator"] == "cxlalloc"
     extra = record.get("extra")
     return {
@@ -135,6 +136,7 @@ def _flatten(record: object, where: str) -> dict:
         "recovery": bool(settings.get("recovery", True)) if is_cxlalloc else None,
         "processes": record["processes"],
         "threads": record["threads"],
+        "backing": backing_label(backing if isinstance(backing, dict) else {}),
         "process": record["process"],
         "throughput": float(record["throughput"]),
         "ops": int(record.get("ops", 0)),
@@ -147,8 +149,19 @@ def _flatten(record: object, where: str) -> dict:
 _LINE_COLUMNS = [
     "where", "run_id", "date", "workload", "config_id", "repeat", "benchmark", "params",
     "params_key", "params_text", "allocator", "allocator_label", "coherence", "recovery",
-    "processes", "threads", "process", *SUM_COLUMNS, "extra",
+    "processes", "threads", "backing", "process", *SUM_COLUMNS, "extra",
 ]
+
+
+def backing_label(backing: dict) -> str:
+    """What the run root gave (record.rs `backing`, docs/design.md §12.1), as the harness's table
+    prints it: `huge=MODE` on a huge-page tmpfs, a note when huge pages were asked for and the
+    run fell back, `-` for an ordinary root (and for lines from before the field)."""
+    if backing.get("huge_pages"):
+        return f"huge={backing.get('huge', '')}"
+    if backing.get("requested"):
+        return "no huge pages (fallback)"
+    return "-"
 
 
 def runs(lines: pd.DataFrame) -> pd.DataFrame:

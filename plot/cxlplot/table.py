@@ -10,14 +10,14 @@ from .load import param_sort_key
 
 MIB = 1 << 20
 
-HEADER = ["benchmark", "params", "allocator", "P", "T", "Mops/s", "PSS MiB", "HWcc", "repeats"]
+HEADER = ["benchmark", "params", "allocator", "P", "T", "Mops/s", "PSS MiB", "HWcc", "repeats", "root"]
 
 
 def rows(configs: pd.DataFrame) -> list[list[str]]:
     """The table's cells, sorted so that the allocators of one configuration sit together."""
     order = sorted(
         configs.itertuples(),
-        key=lambda c: (c.benchmark, param_sort_key(c.params), c.processes, c.threads, c.allocator_label),
+        key=lambda c: (c.benchmark, param_sort_key(c.params), c.processes, c.threads, c.allocator_label, c.backing),
     )
     out = []
     for c in order:
@@ -32,6 +32,7 @@ def rows(configs: pd.DataFrame) -> list[list[str]]:
             f"{c.total_bytes / MIB:.1f}",
             share,
             str(c.repeats),
+            c.backing,
         ])
     return out
 

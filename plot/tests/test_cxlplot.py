@@ -343,6 +343,90 @@ class HeadlineRows(unittest.TestCase):
         self.assertEqual(row.throughput.target, 1.0)
 
 
+HUGE_ROOT = {"run_root": "/tmp/cxlbench-huge.1", "mount_point": "/tmp/cxlbench-huge.1", "fs": "tmpfs",
+             "huge": "within_size", "huge_pages": True, "requested": True, "fallback": ""}
+
+
+class RunRoots(unittest.TestCase):
+    """Rows per run root (the record's `backing`, docs/design.md §12.1) and the huge-block rows."""
+
+    def test_a_record_without_backing_and_a_fallback_are_labelled(self):
+        self.assertEqual(load.backing_label({}), "-")
+        self.assertEqual(load.backing_label(HUGE_ROOT), "huge=within_size")
+        self.assertEqual(load.backing_label({"requested": True, "huge": "never", "fallback": "mount: EPERM"}),
+                         "no huge pages (fallback)")
+
+    def test_cxlalloc_on_each_run_root_is_its_own_row_against_the_same_mimalloc_row(self):
+        records = fixture_records() + variant(
+            fixture_records(),
+            lambda r: r["benchmark"] == "threadtest" and r["allocator"] == "cxlalloc"
+            and not r["allocator_settings"] and r["params"] == {"size": 8} and r["processes"] == 1
+            and r["threads"] == 2,
+            "hugeroot", backing=HUGE_ROOT, throughput=180 * M)
+        rows = compare.rows(configs_of(records))
+        mine = {r.backing: r for r in rows if (r.benchmark, r.params, r.processes, r.threads)
+                == ("threadtest", "size=8", 1, 2)}
+        self.assertEqual(set(mine), {"-", "huge=within_size"})
+        self.assertAlmostEqual(mine["-"].throughput.value, 0.80, places=12)
+        self.assertAlmostEqual(mine["huge=within_size"].throughput.value, 1.50, places=12)
+        out = compare.render_rows(rows)
+        self.assertTrue(any(line.rstrip().endswith("huge=within_size") and "150.0 %" in line
+                            for line in out.splitlines()), out)
+
+    def huge(self):
+        records = fixture_records()
+        out = variant(records, plain_xmalloc("cxlalloc", threads=2), "huge", benchmark="huge",
+                      params={"mode": "xmalloc", "size_mib": 16})
+        out += variant(records, plain_xmalloc("cxlalloc", threads=2), "huge-root", benchmark="huge",
+                       params={"mode": "xmalloc", "size_mib": 16}, backing=HUGE_ROOT, throughput=90 * M)
+        out += variant(records, plain_xmalloc("mimalloc", threads=2), "huge-mi", benchmark="huge",
+                       params={"mode": "xmalloc", "size_mib": 16})
+        out += variant(records, plain_xmalloc("mimalloc", threads=2), "huge-je", benchmark="huge",
+                       params={"mode": "xmalloc", "size_mib": 16}, allocator="jemalloc",
+                       allocator_label="jemalloc", throughput=75 * M)
+        out += variant(records, lambda r: plain_xmalloc("cxlalloc", threads=2)(r) and r["processes"] == 2,
+                       "huge-boost", benchmark="huge", params={"mode": "xmalloc", "size_mib": 16},
+                       allocator="boost", allocator_label="boost", throughput=10 * M)
+        return {(r.processes, r.backing): r for r in compare.huge_rows(configs_of(out))}
+
+    def test_at_one_process_cxlalloc_on_any_root_is_held_to_the_best_process_local_allocator(self):
+        rows = self.huge()
+        # jemalloc (75 M) beats mimalloc (median 50 M); cxlalloc: 60 M on /dev/shm, 90 M on the huge root.
+        self.assertEqual(rows[(1, "-")].reference, "jemalloc")
+        self.assertAlmostEqual(rows[(1, "-")].throughput.value, 0.80, places=12)
+        self.assertFalse(rows[(1, "-")].throughput.met)
+        self.assertEqual(rows[(1, "huge=within_size")].reference, "jemalloc")
+        self.assertAlmostEqual(rows[(1, "huge=within_size")].throughput.value, 1.20, places=12)
+        self.assertTrue(rows[(1, "huge=within_size")].throughput.met)
+
+    def test_at_two_processes_cxlalloc_is_held_to_boost_on_the_same_root_only(self):
+        rows = self.huge()
+        # cxlalloc 20+22 / 21+23 M (median 43 M) against Boost 10+10 M on /dev/shm.
+        self.assertEqual(rows[(2, "-")].reference, "boost")
+        self.assertAlmostEqual(rows[(2, "-")].throughput.value, 43 / 20, places=12)
+        self.assertIsNone(rows[(2, "huge=within_size")].throughput.value)
+        self.assertEqual(rows[(2, "huge=within_size")].reference, "no Boost on this root")
+
+    def test_the_headline_prints_the_huge_rows_with_their_root(self):
+        records = fixture_records() + variant(
+            fixture_records(), plain_xmalloc("cxlalloc", threads=2), "huge-root", benchmark="huge",
+            params={"mode": "xmalloc", "size_mib": 16}, backing=HUGE_ROOT)
+        with tempfile.TemporaryDirectory() as d:
+            path = write_records(d, records)
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                self.assertEqual(main(["compare", str(path)]), 0)
+            text = out.getvalue()
+            self.assertIn("huge blocks (docs/design.md §15)", text)
+            line = next(ln for ln in text.splitlines() if ln.startswith("mode=xmalloc size_mib=16  1"))
+            self.assertIn("huge=within_size", line)
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                self.assertEqual(main(["compare", "--json", str(path)]), 0)
+            huge = json.loads(out.getvalue())["huge"]
+            self.assertEqual({(h["processes"], h["backing"]) for h in huge}, {(1, "huge=within_size"), (2, "huge=within_size")})
+
+
 class Figures(unittest.TestCase):
     def write(self, records):
         with tempfile.TemporaryDirectory() as d:
@@ -582,7 +666,7 @@ class Table(unittest.TestCase):
         self.assertEqual(len(lines), 2 + len(configs))
         cells = [r for r in table.rows(configs) if r[:5] == ["threadtest", "size=8", "mimalloc", "1", "2"]]
         self.assertEqual(len(cells), 1)
-        self.assertEqual(cells[0][5:], ["120.000", "64.0", "0.000 %", "3"])  # Mops/s PSS HWcc repeats
+        self.assertEqual(cells[0][5:], ["120.000", "64.0", "0.000 %", "3", "-"])  # Mops/s PSS HWcc repeats root
         self.assertIn("threadtest  size=8 ", text)
 
 

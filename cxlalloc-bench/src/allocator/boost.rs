@@ -1,14 +1,15 @@
-//! Boost.Interprocess `managed_shared_memory` as a benchmark allocator (docs/design.md §12.3): the
+//! Boost.Interprocess `managed_mapped_file` as a benchmark allocator (docs/design.md §12.3): the
 //! cross-process baseline.
 //!
-//! One segment per run: a POSIX shared-memory object (the file `/dev/shm/<name>`, name from
-//! [`segment_name`]). Boost's allocator (`rbtree_best_fit`) serializes every allocation and free
+//! One segment per run: the file [`SEGMENT_FILE`] in the run directory, so on the same run root
+//! as cxlalloc's heap (on `/dev/shm` by default, where a mapped file is what a POSIX
+//! shared-memory object is; on a `huge=` tmpfs both get huge pages, docs/design.md §12.1). Boost's allocator (`rbtree_best_fit`) serializes every allocation and free
 //! of every thread of every process with one interprocess mutex — that is the point of this
 //! baseline — and never recovers that mutex when a process dies holding it.
 //!
 //! Settings (optional): `segment_mib`, the segment's size (default 1024, at least 1). The
-//! segment is sparse until used, but a page touched beyond what `/dev/shm` can hold kills the
-//! process with `SIGBUS`, so [`prepare`] refuses a segment larger than the space left there.
+//! segment is sparse until used, but a page touched beyond what its file system can hold kills
+//! the process with `SIGBUS`, so [`prepare`] refuses a segment larger than the space left there.
 //!
 //! Lifecycle: [`prepare`] creates the segment; every worker [`open`]s it, mapped at a different
 //! address in each process, so blocks travel as offsets from [`Allocator::base`] (the segment's
@@ -18,7 +19,6 @@
 //! The C++ side is `cshim/boost_shim.cpp`, compiled by `build.rs` when it finds libboost-dev
 //! (`cfg(have_boost)`). Without it every entry point fails with [`UNAVAILABLE`].
 
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::{mpsc, Arc};
@@ -41,8 +41,8 @@ const DEFAULT_SEGMENT_MIB: u64 = 1024;
 /// Smallest `segment_mib` accepted: room for Boost's segment manager and a 512 KiB block.
 const MIN_SEGMENT_MIB: u64 = 1;
 
-/// Where POSIX shared-memory objects live on Linux (checked for space by [`prepare`]).
-const SHM_DIR: &str = "/dev/shm";
+/// The segment's file name in the run directory.
+pub const SEGMENT_FILE: &str = "boost.segment";
 
 /// How long [`finish`] waits for Boost's checks, which block forever on a mutex left held by a
 /// worker that died inside the allocator.
@@ -70,37 +70,20 @@ impl Settings {
     }
 }
 
-/// The name of the segment of the run in `run_dir` (its file is `/dev/shm/<name>`): the run
-/// directory's last component, for people reading `ls /dev/shm`, and a 64-bit FNV-1a hash of
-/// its canonical path, so that runs in different directories never share a segment (and a
-/// collision would make [`prepare`] fail, never share silently: it creates exclusively).
+/// The path of the segment of the run in `run_dir` (a file in it: two runs never share a
+/// segment, and a leftover would make [`prepare`] fail, never share silently: it creates
+/// exclusively).
 pub fn segment_name(run_dir: &Path) -> String {
-    let path = std::fs::canonicalize(run_dir).unwrap_or_else(|_| run_dir.to_path_buf());
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in path.as_os_str().as_bytes() {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    let tail: String = path
-        .file_name()
-        .map(|n| {
-            n.to_string_lossy()
-                .chars()
-                .take(48)
-                .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
-                .collect()
-        })
-        .unwrap_or_default();
-    format!("cxlalloc-boost-{tail}-{hash:016x}")
+    run_dir.join(SEGMENT_FILE).to_string_lossy().into_owned()
 }
 
 /// Creates the run's segment (exclusively: an existing one is an error) before the workers
-/// start, after checking `/dev/shm` can hold all of it.
+/// start, after checking the run directory's file system can hold all of it.
 pub fn prepare(settings: &Settings, run_dir: &Path) -> Result<(), Error> {
     if !AVAILABLE {
         return Err(UNAVAILABLE.into());
     }
-    super::ensure_space(Path::new(SHM_DIR), settings.segment_bytes, "boost segment")?;
+    super::ensure_space(run_dir, settings.segment_bytes, "boost segment")?;
     let name = segment_name(run_dir);
     // Unmapped again at the end of this function; the shared-memory object stays until
     // `finish` removes it.
@@ -497,7 +480,7 @@ mod tests {
     }
 
     /// A fresh run directory in `/dev/shm` named after the test and this process; on drop it
-    /// removes itself and any segment of its run left behind by a failed test.
+    /// removes itself with any segment of its run left behind by a failed test.
     struct RunDir {
         path: PathBuf,
         segment: String,
@@ -542,13 +525,17 @@ mod tests {
     }
 
     #[test]
-    fn segment_names_are_valid_shm_names_and_differ_per_run_dir() {
-        let a = segment_name(Path::new("/dev/shm/no-such-run/a b"));
-        let b = segment_name(Path::new("/dev/shm/no-such-run/a_b"));
-        assert_ne!(a, b);
-        for n in [&a, &b] {
-            assert!(!n.contains('/') && !n.contains(' ') && n.len() < 255, "{n}");
+    fn the_segment_is_a_file_in_the_run_directory() {
+        if skip() {
+            return;
         }
+        let dir = RunDir::new("file");
+        prepare(&spec(16), &dir.path).unwrap();
+        let file = dir.path.join(SEGMENT_FILE);
+        assert_eq!(segment_name(&dir.path), file.to_string_lossy());
+        assert_eq!(std::fs::metadata(&file).unwrap().len(), 16 << 20, "the segment is not in the run directory");
+        finish(&spec(16), &dir.path).unwrap();
+        assert!(!file.exists());
     }
 
     #[test]
@@ -590,7 +577,7 @@ mod tests {
         }
         let findings = finish(&spec(16), &dir.path).unwrap();
         assert_eq!(findings["all_memory_deallocated"], Value::from(true));
-        assert!(!Path::new(SHM_DIR).join(&dir.segment).exists());
+        assert!(!Path::new(&dir.segment).exists());
     }
 
     #[test]
@@ -606,7 +593,7 @@ mod tests {
         }
         let e = finish(&spec(4), &dir.path).unwrap_err().to_string();
         assert!(e.contains("all_memory_deallocated false"), "{e}");
-        assert!(!Path::new(SHM_DIR).join(&dir.segment).exists());
+        assert!(!Path::new(&dir.segment).exists());
     }
 
     #[test]
@@ -666,6 +653,6 @@ mod tests {
         }
         let findings = finish(&spec(16), &dir.path).unwrap();
         assert_eq!(findings["all_memory_deallocated"], Value::from(true));
-        assert!(!Path::new(SHM_DIR).join(&dir.segment).exists(), "finish must remove the segment file");
+        assert!(!Path::new(&dir.segment).exists(), "finish must remove the segment file");
     }
 }

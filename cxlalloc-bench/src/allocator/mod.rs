@@ -323,6 +323,18 @@ pub fn unsupported(spec: &Spec, processes: usize) -> Result<Option<String>, Erro
         .then(|| format!("{} is process-local; it cannot run {processes} processes", spec.label())))
 }
 
+/// Whether `spec` keeps its shared memory in files under the run directory, so that the run
+/// root's mount decides its pages (huge pages on a `huge=` tmpfs, docs/design.md §12.1):
+/// cxlalloc's shared heap, Boost's segment and PMDK's pool do; the process-local allocators and
+/// an anonymous cxlalloc heap take anonymous memory wherever they run.
+pub fn shares_run_root(spec: &Spec) -> Result<bool, Error> {
+    Ok(match spec.kind()? {
+        Kind::Cxlalloc => cxl::Settings::from_spec(spec)?.cross_process(),
+        Kind::Mimalloc | Kind::System | Kind::Jemalloc => false,
+        Kind::Boost | Kind::Pmdk => true,
+    })
+}
+
 /// Runs generic code on an opened allocator: [`open`] calls [`Visit::visit`] with the concrete
 /// allocator type, so benchmark loops are monomorphized per allocator.
 pub trait Visit {

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! cxlalloc-bench run WORKLOAD.toml [--out FILE] [--resume] [--only TEXT] [--dry-run]
+//!                    [--run-root DIR] [--huge-mount DIR] [--huge-size SIZE]
 //! cxlalloc-bench table FILE.ndjson...
 //! cxlalloc-bench cas-latency [--threads 1,2,4] [--ops N] [--mcas-latency-ns NS [--uncalibrated]] [--cosim BIN]
 //! ```
@@ -53,6 +54,14 @@ enum Cmd {
         /// Directory for run directories (heaps, control areas): a tmpfs or DAX mount.
         #[arg(long, default_value = "/dev/shm")]
         run_root: PathBuf,
+        /// Where configurations with `huge_pages = true` mount their tmpfs (`huge=advise`,
+        /// as root; without it they run on --run-root and their records say so)
+        /// [default: the system's temporary directory].
+        #[arg(long)]
+        huge_mount: Option<PathBuf>,
+        /// Size bound of that tmpfs (a tmpfs `size=`: `16g`, `50%` of memory).
+        #[arg(long, default_value = "50%")]
+        huge_size: String,
     },
     /// Measure CAS latency per coherence model: native, flush+CAS, software mCAS, RTL mCAS.
     CasLatency {
@@ -115,7 +124,7 @@ fn main() -> ExitCode {
 fn run(cmd: Cmd) -> Result<ExitCode, Error> {
     let exe = std::env::current_exe().map_err(|e| format!("locating this program: {e}"))?;
     match cmd {
-        Cmd::Run { workload, out, resume, only, dry_run, sample_ms, run_root } => {
+        Cmd::Run { workload, out, resume, only, dry_run, sample_ms, run_root, huge_mount, huge_size } => {
             if cfg!(debug_assertions) && !dry_run {
                 eprintln!("warning: a debug build; throughput numbers are meaningless (use --release)");
             }
@@ -123,7 +132,18 @@ fn run(cmd: Cmd) -> Result<ExitCode, Error> {
                 let stem = workload.file_stem().map_or("workload".into(), |s| s.to_string_lossy().into_owned());
                 PathBuf::from(format!("results/{stem}-{}.ndjson", driver::compact(&driver::utc_now())))
             });
-            let opts = Options { workload, out: out.clone(), resume, only, dry_run, sample_ms, run_root };
+            let huge_mount = huge_mount.unwrap_or_else(std::env::temp_dir);
+            let opts = Options {
+                workload,
+                out: out.clone(),
+                resume,
+                only,
+                dry_run,
+                sample_ms,
+                run_root,
+                huge_mount,
+                huge_size,
+            };
             let summary = driver::drive(&opts, &exe)?;
             if dry_run {
                 return Ok(ExitCode::SUCCESS);

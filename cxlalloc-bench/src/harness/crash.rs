@@ -726,7 +726,8 @@ fn records(job: &Job, crash: &Crash, ctl: &Control<'_>, killed: &Killed, s: &Sum
             extra.insert("incarnations".into(), Value::from(counts.iter().map(|c| c.3).max().unwrap_or(0)));
             extra.insert("timeline".into(), json!(killed.timeline[p]));
             let (hwcc, swcc, other, total) = ctl.pss(p);
-            let pss = Pss { hwcc_bytes: hwcc, swcc_bytes: swcc, other_bytes: other, total_bytes: total };
+            let pss =
+                Pss { hwcc_bytes: hwcc, swcc_bytes: swcc, other_bytes: other, total_bytes: total, ..Pss::default() };
             Record {
                 allocated: counts.iter().map(|c| c.0).sum(),
                 freed: counts.iter().map(|c| c.1).sum(),

@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use super::backing::{Backing, HugeRoot, MOUNT_HUGE};
 use super::coordinator;
 use super::job::Job;
 use super::record::Record;
@@ -39,6 +40,11 @@ pub struct Options {
     pub sample_ms: u64,
     /// Where run directories are made (see [`Job::run_root`]).
     pub run_root: PathBuf,
+    /// Where a workload with `huge_pages = true` mounts its huge-page tmpfs (under this
+    /// directory, [`HugeRoot::mount`]).
+    pub huge_mount: PathBuf,
+    /// The size bound of that tmpfs (`size=`: `12g`, `50%`).
+    pub huge_size: String,
 }
 
 /// What a drive did.
@@ -84,6 +90,7 @@ pub fn drive(opts: &Options, exe: &Path) -> Result<Summary, Error> {
                 workload: stem.clone(),
                 sample_ms: opts.sample_ms,
                 run_root: opts.run_root.clone(),
+                huge_fallback: String::new(),
             });
         }
     }
@@ -93,6 +100,8 @@ pub fn drive(opts: &Options, exe: &Path) -> Result<Summary, Error> {
         }
         return Ok(summary);
     }
+    // Held until every run is done: dropping it unmounts the huge-page tmpfs.
+    let _huge_root = huge_pages_root(opts, &mut jobs);
     if let Some(dir) = opts.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     }
@@ -141,6 +150,36 @@ pub fn drive(opts: &Options, exe: &Path) -> Result<Summary, Error> {
     let ids: BTreeSet<String> = configs.iter().map(|c| c.id()).collect();
     summary.records = read_records(&opts.out)?.into_iter().filter(|r| ids.contains(&r.config_id)).collect();
     Ok(summary)
+}
+
+/// Points the jobs that ask for huge pages at a run root that has them (docs/design.md §12.1):
+/// the ordinary run root if its mount already gives huge pages, else a tmpfs mounted
+/// `huge=advise` for this drive (returned; it is unmounted when dropped). Where none can
+/// be mounted those jobs stay on the ordinary root, each with the reason in
+/// [`Job::huge_fallback`], which its records carry.
+fn huge_pages_root(opts: &Options, jobs: &mut [Job]) -> Option<HugeRoot> {
+    if !jobs.iter().any(|j| j.config.huge_pages) || Backing::of(&opts.run_root).huge_pages {
+        return None;
+    }
+    let (root, path, fallback) = match HugeRoot::mount(&opts.huge_mount, &opts.huge_size) {
+        Ok(root) => {
+            let path = root.path().to_path_buf();
+            eprintln!("huge pages: the huge_pages runs go to {} (tmpfs huge={MOUNT_HUGE})", path.display());
+            (Some(root), path, String::new())
+        }
+        Err(e) => {
+            eprintln!(
+                "huge pages: cannot mount a huge-page tmpfs ({e}); the huge_pages runs stay on {} without them",
+                opts.run_root.display()
+            );
+            (None, opts.run_root.clone(), e.to_string())
+        }
+    };
+    for j in jobs.iter_mut().filter(|j| j.config.huge_pages) {
+        j.run_root.clone_from(&path);
+        j.huge_fallback.clone_from(&fallback);
+    }
+    root
 }
 
 /// Prints a line above the progress bar, or plainly when the bar is hidden (not a terminal:

@@ -36,8 +36,13 @@ pub struct Job {
     /// Milliseconds between PSS samples in each worker.
     pub sample_ms: u64,
     /// Directory under which the run's directory is made (heap, control area): `/dev/shm`
-    /// normally, a DAX file system's mount point for a real device.
+    /// normally, a DAX file system's mount point for a real device, the driver's huge-page
+    /// tmpfs for a configuration with `huge_pages = true` (docs/design.md §12.1).
     pub run_root: PathBuf,
+    /// Why a configuration that asked for huge pages runs on the ordinary run root (the mount
+    /// that failed); empty otherwise.
+    #[serde(default)]
+    pub huge_fallback: String,
 }
 
 impl Job {

@@ -2,6 +2,7 @@
 //! and runs one coordinator per configuration, which starts the worker processes that run the
 //! benchmark threads and print one [`record::Record`] each.
 
+pub mod backing;
 pub mod coordinator;
 pub mod crash;
 pub mod driver;

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+pub use super::backing::Backing;
 use super::job::Job;
 
 /// Version of the record layout.
@@ -78,6 +79,10 @@ pub struct Record {
     pub trace: Value,
     /// Machine facts: `{"cores", "kernel"}`.
     pub host: Value,
+    /// The run root and what its mount gives (huge pages or not), read by the worker from its
+    /// mount table (docs/design.md §12.1); empty in records from before it was kept.
+    #[serde(default)]
+    pub backing: Backing,
 }
 
 /// One thread's timing.
@@ -121,6 +126,11 @@ impl Record {
                     .map(|u| u.release().to_string_lossy().into_owned())
                     .unwrap_or_default(),
             }),
+            backing: Backing {
+                requested: c.huge_pages,
+                fallback: job.huge_fallback.clone(),
+                ..Backing::of(&job.run_root)
+            },
         }
     }
 }
@@ -184,6 +194,15 @@ pub struct Pss {
     pub other_bytes: u64,
     /// The whole process.
     pub total_bytes: u64,
+    /// Of the heap's region files (HWcc and SWcc), the bytes mapped by 2 MiB pages: 0 unless the
+    /// run root gives every file huge pages (`huge=within_size`), docs/design.md §7.6. Not PSS:
+    /// the process's own mapped bytes. Absent in records written before it existed (read as 0).
+    #[serde(default)]
+    pub region_huge_bytes: u64,
+    /// Of every other file mapping (the huge blocks' objects among them), the bytes mapped by
+    /// 2 MiB pages.
+    #[serde(default)]
+    pub other_huge_bytes: u64,
 }
 
 /// Resource use of the worker process.

@@ -18,6 +18,9 @@ pub struct Row {
     pub processes: usize,
     /// Threads.
     pub threads: usize,
+    /// The run root's pages ([`super::backing::Backing::label`]): `huge=within_size`, a
+    /// fallback note, or `-` on an ordinary root.
+    pub root: String,
     /// Median over repeats of the run throughput (Σ over processes), operations per second.
     pub throughput: f64,
     /// Median over repeats of the run's end-of-run PSS (Σ over processes), bytes.
@@ -66,6 +69,7 @@ pub fn rows(records: &[Record]) -> Vec<Row> {
                 allocator: r.allocator_label.clone(),
                 processes: r.processes,
                 threads: r.threads,
+                root: r.backing.label(),
                 throughput: median(runs.iter().map(|x| x.0)),
                 pss_bytes: median(runs.iter().map(|x| x.1)),
                 hwcc_share: median(runs.iter().map(|x| x.2)),
@@ -94,11 +98,12 @@ pub fn render(rows: &[Row]) -> String {
         .collect();
     let what_width = rows.iter().map(|r| r.what.len()).max().unwrap_or(9).max(9);
     let alloc_width = rows.iter().map(|r| r.allocator.len()).max().unwrap_or(9).max(9);
+    let root_width = rows.iter().map(|r| r.root.len()).max().unwrap_or(4).max(4);
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<what_width$}  {:<alloc_width$}  {:>2} {:>3}  {:>10}  {:>11}  {:>10}  {:>8}  {:>4}",
-        "benchmark", "allocator", "P", "T", "ops/s", "/ mimalloc", "PSS MiB", "HWcc %", "runs"
+        "{:<what_width$}  {:<alloc_width$}  {:>2} {:>3}  {:<root_width$}  {:>10}  {:>11}  {:>10}  {:>8}  {:>4}",
+        "benchmark", "allocator", "P", "T", "root", "ops/s", "/ mimalloc", "PSS MiB", "HWcc %", "runs"
     );
     for r in rows {
         let ratio = mimalloc
@@ -107,11 +112,12 @@ pub fn render(rows: &[Row]) -> String {
             .map_or("-".to_owned(), |m| format!("{:.2}x", r.throughput / m));
         let _ = writeln!(
             out,
-            "{:<what_width$}  {:<alloc_width$}  {:>2} {:>3}  {:>10}  {:>11}  {:>10.1}  {:>8.4}  {:>4}",
+            "{:<what_width$}  {:<alloc_width$}  {:>2} {:>3}  {:<root_width$}  {:>10}  {:>11}  {:>10.1}  {:>8.4}  {:>4}",
             r.what,
             r.allocator,
             r.processes,
             r.threads,
+            r.root,
             rate(r.throughput),
             ratio,
             r.pss_bytes / (1 << 20) as f64,
@@ -150,7 +156,7 @@ mod tests {
     use serde_json::Value;
 
     fn line(run: &str, config: &str, alloc: &str, process: usize, processes: usize, throughput: f64) -> Record {
-        let end = Pss { hwcc_bytes: 10, swcc_bytes: 500, other_bytes: 490, total_bytes: 1000 };
+        let end = Pss { hwcc_bytes: 10, swcc_bytes: 500, other_bytes: 490, total_bytes: 1000, ..Pss::default() };
         Record {
             schema: 1,
             run_id: run.into(),
@@ -180,6 +186,7 @@ mod tests {
             heap_check: Value::Null,
             trace: Value::Null,
             host: Value::Null,
+            backing: Default::default(),
         }
     }
 
@@ -219,5 +226,18 @@ mod tests {
         let records = vec![line("a", "c1", "cxlalloc", 0, 1, 3e6), line("b", "c2", "mimalloc", 0, 1, 2e6)];
         let text = render(&rows(&records));
         assert!(text.contains("1.50x"), "{text}");
+    }
+
+    #[test]
+    fn a_row_on_huge_pages_names_its_mount_and_is_still_compared_with_mimalloc() {
+        let mut huge = line("a", "c1", "cxlalloc", 0, 1, 3e6);
+        huge.backing.huge_pages = true;
+        huge.backing.huge = "within_size".into();
+        let mut asked = line("c", "c3", "cxlalloc", 0, 1, 1e6);
+        asked.backing.requested = true;
+        let text = render(&rows(&[huge, line("b", "c2", "mimalloc", 0, 1, 2e6), asked]));
+        let row = text.lines().find(|l| l.contains("huge=within_size")).unwrap_or_else(|| panic!("{text}"));
+        assert!(row.contains("1.50x"), "{text}");
+        assert!(text.lines().any(|l| l.contains("no huge pages (fallback)") && l.contains("0.50x")), "{text}");
     }
 }

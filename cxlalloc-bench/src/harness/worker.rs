@@ -168,6 +168,8 @@ impl Sampler {
                 peak.swcc_bytes = peak.swcc_bytes.max(pss.swcc_bytes);
                 peak.other_bytes = peak.other_bytes.max(pss.other_bytes);
                 peak.total_bytes = peak.total_bytes.max(pss.total_bytes);
+                peak.region_huge_bytes = peak.region_huge_bytes.max(pss.region_huge_bytes);
+                peak.other_huge_bytes = peak.other_huge_bytes.max(pss.other_huge_bytes);
                 state.samples += 1;
                 Some((pss, hwcc_regions_of(&split)))
             }
@@ -234,6 +236,8 @@ fn pss_of(s: &MemorySplit) -> Pss {
         swcc_bytes: s.swcc_pss_bytes,
         other_bytes: s.other_pss_bytes,
         total_bytes: s.total_pss_bytes,
+        region_huge_bytes: s.region_pmd_bytes,
+        other_huge_bytes: s.other_pmd_bytes,
     }
 }
 

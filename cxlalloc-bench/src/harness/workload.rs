@@ -11,6 +11,7 @@
 //! allocators = ["cxlalloc", "mimalloc", { name = "cxlalloc", settings = { backend = "anon" } }]
 //! seed = 1
 //! timeout_s = 300                  # per run; a run past it is killed and reported as failed
+//! huge_pages = false               # true: the run root is a huge-page tmpfs (backing.rs)
 //!
 //! [[benchmark]]
 //! name = "threadtest"
@@ -28,6 +29,11 @@
 //! processes, threads, allocators), in file order, each configuration run `repeats` times.
 //! Configurations an allocator cannot run (a process-local allocator with several processes),
 //! with fewer threads than processes, or matching a `[[skip]]` table are skipped with a reason.
+//!
+//! `huge_pages = true` (or the axis `[false, true]`) runs a configuration with its run root on
+//! a tmpfs mounted `huge=advise` (docs/design.md §12.1; [`super::backing`]); it applies to
+//! allocators whose shared memory lives there (cxlalloc's heap, Boost's segment), and is
+//! skipped for the others (process-local allocators take anonymous memory wherever they run).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -39,7 +45,7 @@ use crate::allocator::{self, Spec};
 use crate::Error;
 
 /// Keys of a `[[benchmark]]` table that are not benchmark parameters.
-const RUN_KEYS: [&str; 6] = ["processes", "threads", "allocators", "repeats", "seed", "timeout_s"];
+const RUN_KEYS: [&str; 7] = ["processes", "threads", "allocators", "repeats", "seed", "timeout_s", "huge_pages"];
 
 /// One configuration: everything a run depends on except the repeat index.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -58,6 +64,14 @@ pub struct Config {
     pub seed: u64,
     /// Seconds a run may take before it is killed.
     pub timeout_s: u64,
+    /// Run with the run root on a huge-page tmpfs (left out of the JSON when false, so that
+    /// configurations from before the key keep their ids).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub huge_pages: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !b
 }
 
 impl Config {
@@ -73,12 +87,13 @@ impl Config {
     pub fn describe(&self) -> String {
         let params: Vec<String> = self.params.iter().map(|(k, v)| format!("{k}={}", scalar_text(v))).collect();
         format!(
-            "{} {} | {} | P={} T={}",
+            "{} {} | {} | P={} T={}{}",
             self.benchmark,
             params.join(" "),
             self.allocator.label(),
             self.processes,
-            self.threads
+            self.threads,
+            if self.huge_pages { " | huge pages" } else { "" }
         )
     }
 }
@@ -180,6 +195,7 @@ fn expand(fields: &BTreeMap<String, Value>) -> Result<Vec<Config>, Error> {
     for key in ["processes", "threads"] {
         axes.push((key.into(), as_list(fields.get(key).unwrap_or(&Value::from(1)))));
     }
+    axes.push(("huge_pages".into(), as_list(fields.get("huge_pages").unwrap_or(&Value::from(false)))));
     for (k, v) in fields {
         if k != "name" && !RUN_KEYS.contains(&k.as_str()) {
             axes.push((k.clone(), as_list(v)));
@@ -202,6 +218,7 @@ fn expand(fields: &BTreeMap<String, Value>) -> Result<Vec<Config>, Error> {
             threads: 1,
             seed,
             timeout_s,
+            huge_pages: false,
         };
         for ((key, values), &i) in axes.iter().zip(&index) {
             let v = &values[i];
@@ -209,6 +226,10 @@ fn expand(fields: &BTreeMap<String, Value>) -> Result<Vec<Config>, Error> {
                 "allocators" => config.allocator = spec_of(v)?,
                 "processes" => config.processes = positive(key, v)?,
                 "threads" => config.threads = positive(key, v)?,
+                "huge_pages" => {
+                    config.huge_pages =
+                        v.as_bool().ok_or_else(|| format!("huge_pages must be true or false, got {v}"))?
+                }
                 _ => {
                     config.params.insert(key.clone(), v.clone());
                 }
@@ -260,6 +281,12 @@ fn skip_reason(config: &Config, skips: &[BTreeMap<String, Value>]) -> Result<Opt
     if let Some(reason) = allocator::unsupported(&config.allocator, config.processes)? {
         return Ok(Some(reason));
     }
+    if config.huge_pages && !allocator::shares_run_root(&config.allocator)? {
+        return Ok(Some(format!(
+            "{}'s memory is not on the run root: huge_pages changes nothing for it",
+            config.allocator.label()
+        )));
+    }
     if config.threads < config.processes {
         return Ok(Some(format!("{} threads cannot fill {} processes", config.threads, config.processes)));
     }
@@ -280,6 +307,7 @@ fn matches(config: &Config, key: &str, v: &Value) -> bool {
         "allocator" => v.as_str().is_some_and(|s| s == config.allocator.name || s == config.allocator.label()),
         "processes" => v.as_u64() == Some(config.processes as u64),
         "threads" => v.as_u64() == Some(config.threads as u64),
+        "huge_pages" => v.as_bool() == Some(config.huge_pages),
         param => config.params.get(param) == Some(v),
     }
 }
@@ -354,6 +382,34 @@ mod tests {
         assert_eq!(ids, again.configs.iter().map(Config::id).collect::<Vec<_>>());
         let unique: std::collections::BTreeSet<&String> = ids.iter().collect();
         assert_eq!(unique.len(), ids.len());
+    }
+
+    #[test]
+    fn huge_pages_is_an_axis_skipped_for_allocators_whose_memory_is_not_on_the_run_root() {
+        let text = r#"
+            [run]
+            allocators = ["cxlalloc", "mimalloc", "boost", { name = "cxlalloc", settings = { backend = "anon" } }]
+            huge_pages = [false, true]
+            [[benchmark]]
+            name = "huge"
+        "#;
+        let w = parse(text).unwrap();
+        let huge: Vec<String> = w.configs.iter().filter(|c| c.huge_pages).map(|c| c.allocator.label()).collect();
+        assert_eq!(huge, ["cxlalloc", "boost"]);
+        assert_eq!(w.configs.iter().filter(|c| !c.huge_pages).count(), 4);
+        assert!(w.skipped.iter().all(|s| s.config.huge_pages && s.reason.contains("not on the run root")));
+        assert_eq!(w.skipped.len(), 2);
+        assert!(w.configs.iter().any(|c| c.huge_pages && c.describe().ends_with("| huge pages")));
+        assert!(parse("[run]\nallocators=['cxlalloc']\nhuge_pages='yes'\n[[benchmark]]\nname='huge'\n").is_err());
+    }
+
+    #[test]
+    fn a_configuration_without_huge_pages_keeps_the_id_it_had_before_the_key() {
+        let w = parse(&format!("{BASE}\n[[benchmark]]\nname = \"threadtest\"\n")).unwrap();
+        let c = &w.configs[0];
+        assert!(!serde_json::to_string(c).unwrap().contains("huge_pages"));
+        let on = Config { huge_pages: true, ..c.clone() };
+        assert_ne!(on.id(), c.id());
     }
 
     #[test]
