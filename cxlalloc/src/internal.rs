@@ -162,7 +162,7 @@ mod not_loom {
     /// White-box crash points (feature `crash-points`).
     pub mod crash {
         #[cfg(feature = "crash-points")]
-        pub use crate::crash::arm;
+        pub use crate::crash::{arm, pause_at, paused, resume};
         pub use crate::crash::POINTS;
     }
 }
