@@ -244,6 +244,8 @@ fn threads_free_each_others_blocks(coherence: Coherence, threads: usize) {
             break;
         }
     }
+    // What a soak covered (shown with --nocapture).
+    eprintln!("{}: {round} rounds, {} operations, {:?}", coherence.name(), round as usize * threads * OPS, start.elapsed());
     drain_and_check(&heap, &book);
 }
 
@@ -294,6 +296,12 @@ fn processes_free_each_others_blocks(coherence: Coherence, threads: usize) {
             break;
         }
     }
+    eprintln!(
+        "{} (2 processes): {round} rounds, {} operations, {:?}",
+        coherence.name(),
+        round as usize * 2 * threads * OPS,
+        start.elapsed()
+    );
     drain_and_check(&heap, &book);
 }
 
