@@ -148,7 +148,9 @@ fn intact(p: NonNull<u8>, off: u64, who: &str) -> Result<usize, String> {
         // SAFETY: word `i < size / 8` lies in the block of `size` bytes.
         let got = unsafe { w.add(i).read_volatile() };
         if got != pattern(off + i as u64 * 8, salt) {
-            return Err(format!("{who}: block {off:#x} of {size} B: word {i} is {got:#x} (overwritten: handed out twice?)"));
+            return Err(format!(
+                "{who}: block {off:#x} of {size} B: word {i} is {got:#x} (overwritten: handed out twice?)"
+            ));
         }
     }
     Ok(size)
@@ -164,7 +166,8 @@ fn retire(heap: &Heap, h: &ThreadHandle, book: &Book, off: u64, who: &str) -> Re
     let p = at(heap, off)?;
     intact(p, off, who)?;
     book.give(off, who)?;
-    h.free(p).map_err(|e| format!("{who}: free of live block {off:#x} refused: {e} (stats {:?})", heap.stats().counters))
+    h.free(p)
+        .map_err(|e| format!("{who}: free of live block {off:#x} refused: {e} (stats {:?})", heap.stats().counters))
 }
 
 /// One thread's round: `OPS` operations, each an allocation swapped into a random cell (the
@@ -245,7 +248,12 @@ fn threads_free_each_others_blocks(coherence: Coherence, threads: usize) {
         }
     }
     // What a soak covered (shown with --nocapture).
-    eprintln!("{}: {round} rounds, {} operations, {:?}", coherence.name(), round as usize * threads * OPS, start.elapsed());
+    eprintln!(
+        "{}: {round} rounds, {} operations, {:?}",
+        coherence.name(),
+        round as usize * threads * OPS,
+        start.elapsed()
+    );
     drain_and_check(&heap, &book);
 }
 
