@@ -130,6 +130,72 @@ fn parse(spec: &str) -> Armed {
     Armed { site: site.to_string(), op: op.trim_end_matches('+').to_string(), flag }
 }
 
+/// A pause armed by [`pause_at`] (one-shot: the first matching hit takes it), or null.
+#[cfg(feature = "crash-points")]
+static PAUSE: AtomicPtr<Armed> = AtomicPtr::new(std::ptr::null_mut());
+/// [`PAUSE_IDLE`], [`PAUSE_HELD`] while a thread waits at the paused point, [`PAUSE_GO`] once
+/// [`resume`] lets it go.
+#[cfg(feature = "crash-points")]
+static PAUSE_STATE: AtomicU64 = AtomicU64::new(PAUSE_IDLE);
+#[cfg(feature = "crash-points")]
+const PAUSE_IDLE: u64 = 0;
+#[cfg(feature = "crash-points")]
+const PAUSE_HELD: u64 = 1;
+#[cfg(feature = "crash-points")]
+const PAUSE_GO: u64 = 2;
+
+/// Whether the armed `a` is this hit's point.
+#[cfg(feature = "crash-points")]
+fn names(a: &Armed, site: &str, op: &str, flag: bool) -> bool {
+    a.site == site && (a.op.is_empty() || (a.op == op && a.flag == flag))
+}
+
+/// Arms a pause at `spec` (`SITE[/OP[+]]`) for this process: the first thread to hit that
+/// point waits there until [`resume`], so that a test can run another thread's steps inside
+/// the window the point names (a deterministic interleaving). One-shot; the kill armed by
+/// [`arm`] is unaffected.
+#[cfg(feature = "crash-points")]
+pub fn pause_at(spec: &str) {
+    let (site, op) = spec.split_once('/').unwrap_or((spec, ""));
+    let flag = op.ends_with('+');
+    let a = Armed { site: site.to_string(), op: op.trim_end_matches('+').to_string(), flag };
+    PAUSE_STATE.store(PAUSE_IDLE, Ordering::Release);
+    // Leaked on purpose, as `arm`'s: a hit may be reading the previous one.
+    PAUSE.store(Box::into_raw(Box::new(a)), Ordering::Release);
+}
+
+/// Whether a thread waits at the point armed by [`pause_at`].
+#[cfg(feature = "crash-points")]
+pub fn paused() -> bool {
+    PAUSE_STATE.load(Ordering::Acquire) == PAUSE_HELD
+}
+
+/// Lets the thread waiting at the paused point go on.
+#[cfg(feature = "crash-points")]
+pub fn resume() {
+    // Release: what the test did meanwhile is visible to the resumed thread.
+    PAUSE_STATE.store(PAUSE_GO, Ordering::Release);
+}
+
+/// The pause of [`pause_at`], if this hit is its point: waits for [`resume`].
+#[cfg(feature = "crash-points")]
+fn pause(site: &str, op: &str, flag: bool) {
+    let p = PAUSE.load(Ordering::Acquire);
+    // SAFETY: a non-null PAUSE points to a leaked, never freed Armed.
+    let Some(a) = (unsafe { p.as_ref() }) else { return };
+    // One-shot: taken by one CAS, so a nested hit (the test's own steps) or another thread
+    // passes on.
+    if !names(a, site, op, flag)
+        || PAUSE.compare_exchange(p, std::ptr::null_mut(), Ordering::AcqRel, Ordering::Relaxed).is_err()
+    {
+        return;
+    }
+    PAUSE_STATE.store(PAUSE_HELD, Ordering::Release);
+    while PAUSE_STATE.load(Ordering::Acquire) != PAUSE_GO {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// Arms `spec` (`SITE[/OP[+]][@SKIP]`) for this process, replacing any point armed before.
 #[cfg(feature = "crash-points")]
 pub fn arm(spec: &str) {
@@ -141,6 +207,7 @@ pub fn arm(spec: &str) {
 /// A crash point was reached: dies here if it is the armed one and its skips are used up.
 #[cfg(feature = "crash-points")]
 pub(crate) fn hit(site: &str, op: &str, flag: bool) {
+    pause(site, op, flag);
     let set = ARMED.load(Ordering::Acquire);
     // SAFETY: a non-null ARMED points to a leaked, never freed Armed.
     let a = match unsafe { set.as_ref() } {
@@ -150,7 +217,7 @@ pub(crate) fn hit(site: &str, op: &str, flag: bool) {
             None => return,
         },
     };
-    if a.site != site || (!a.op.is_empty() && (a.op != op || a.flag != flag)) {
+    if !names(a, site, op, flag) {
         return;
     }
     if SKIP.load(Ordering::Relaxed) > 0 {

@@ -161,8 +161,8 @@ mod not_loom {
 
     /// White-box crash points (feature `crash-points`).
     pub mod crash {
-        #[cfg(feature = "crash-points")]
-        pub use crate::crash::arm;
         pub use crate::crash::POINTS;
+        #[cfg(feature = "crash-points")]
+        pub use crate::crash::{arm, pause_at, paused, resume};
     }
 }

@@ -430,3 +430,67 @@ fn a_free_block_left_unmarked_by_a_crash_is_marked_at_its_slabs_next_sizing() {
     assert!(r.is_clean(), "{r}");
     finish(heap, owner);
 }
+
+/// The harvest's clear of a returned block's word (docs/design.md §4.6) is the last write to
+/// the block: a harvested block that empties its slab sends the slab to the global list (T7,
+/// T9; no cache here), where another thread may size it and hand the same block out before the
+/// harvester goes on. Paused at `HarvestReturned`, right after the return, while the freer
+/// takes the slab and writes its new block, the harvester must leave those bytes alone (it
+/// used to read the word again there and clear it, over the new owner's first word).
+#[test]
+fn a_harvest_writes_nothing_to_its_block_once_the_slab_may_have_moved_on() {
+    const SIZE: usize = 1024;
+    const PER_SLAB: usize = 32;
+    const NEW: u64 = 0x5eed_0000_0000_0001;
+    let _g = serial();
+    let name = HeapName::new("harvest-late-write");
+    // One slab per bump, and no cache of empty slabs: an emptied slab goes straight to the
+    // global list, alone.
+    let cfg =
+        Config { thread_slots: 4, huge_capacity: 0, cache_local: 0, small_batch: 1, ..Config::with_capacity(64 << 20) };
+    let heap = Heap::create(name.as_str(), &cfg).unwrap();
+    let (owner, freer) = (heap.attach().unwrap(), heap.attach().unwrap());
+    // One slab of the owner's, full: block 0 goes to the freer, the rest come back locally.
+    let blocks: Vec<_> = (0..PER_SLAB).map(|_| owner.alloc(SIZE).unwrap()).collect();
+    for p in &blocks[1..] {
+        owner.free(*p).unwrap();
+    }
+    let x = blocks[0];
+    // A remote free: into the owner's mailbox.
+    freer.free(x).unwrap();
+    crash::pause_at("HarvestReturned");
+    let (owner, other, y, paused) = std::thread::scope(|s| {
+        // The owner's first block of another class refills, and the refill harvests.
+        let t = s.spawn(move || {
+            let p = owner.alloc(64).unwrap();
+            (owner, p.as_ptr() as usize)
+        });
+        let start = std::time::Instant::now();
+        while !crash::paused() && !t.is_finished() && start.elapsed().as_secs() < 30 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let paused = crash::paused();
+        // The owner has returned x, emptying its slab, which went to the global list: the
+        // freer's refill takes it, sizes it and hands x out again.
+        let y = freer.alloc(SIZE).unwrap();
+        if y == x {
+            // SAFETY: a live block of SIZE bytes, ours.
+            unsafe { (y.as_ptr() as *mut u64).write_volatile(NEW) };
+        }
+        // Checked after the join (a panic here would leave the owner paused for ever).
+        crash::resume();
+        let (owner, other) = t.join().unwrap();
+        (owner, other, y, paused)
+    });
+    assert!(paused, "the harvest never reached HarvestReturned");
+    assert_eq!(y, x, "the freer's refill took the emptied slab and its first block");
+    // SAFETY: still the freer's live block.
+    let first = unsafe { (x.as_ptr() as *const u64).read_volatile() };
+    assert_eq!(first, NEW, "the harvest wrote over the first word of a block of the slab's next sizing");
+    freer.free(x).unwrap();
+    owner.free(std::ptr::NonNull::new(other as *mut u8).unwrap()).unwrap();
+    drop((owner, freer));
+    let r = heap.check();
+    assert!(r.is_clean(), "{r}");
+    assert_eq!(r.live_blocks(), 0, "{r}");
+}

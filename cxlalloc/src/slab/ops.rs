@@ -1663,17 +1663,24 @@ impl<'a> SlabThread<'a> {
             let free_word = if self.marks_free { mark } else { 0 };
             // Only the first block of a resumed harvest can have been returned already: every
             // other one was in the chain a moment ago, so neither free nor allocated.
-            if !(maybe_returned && self.is_free_in(&at, true)) {
+            if maybe_returned && self.is_free_in(&at, true) {
+                // Returned before the crash, its link perhaps not yet cleared (a crash between
+                // the bit and the clear). Its slab is still ours and sized (checked above), so
+                // it has not moved since: the word is still this block's.
+                if word.load(Ordering::Relaxed) != free_word {
+                    self.clear_returned(word, free_word);
+                }
+            } else {
                 // Neither a link nor returned: not a block of this chain.
                 Link::unpack(raw, mark)?;
+                // Writes the free word itself, before any list move. Nothing of the block is
+                // touched after it: the return may have emptied the slab and sent it to the
+                // global list (T7, T9), where another thread can size it and hand this block out
+                // at once (docs/design.md §4.6; a second clear here used to land on that
+                // block's new bytes).
                 self.return_block(&at, word, free_word);
             }
             crash_point!(HarvestReturned);
-            // `return_block` wrote the free word; a block a resumed harvest found returned may
-            // still hold its link.
-            if word.load(Ordering::Relaxed) != free_word {
-                self.clear_returned(word, free_word);
-            }
         } else if raw != mark {
             Link::unpack(raw, mark)?;
             // Counted like any remote free of a slab we do not own (the link becomes the mark).
